@@ -1,1 +1,14 @@
 #![forbid(unsafe_code)]
+//! sluice: a capacity gate for dynamic batch workloads on Kubernetes.
+//!
+//! Webhooks put a scheduling gate on every pod of a governed application; the queue controller
+//! removes it once the application's CapacityQueue has room, in priority order and with gangs.
+
+pub mod adapters;
+pub mod api;
+pub mod install;
+pub mod leader;
+pub mod metrics;
+pub mod queue;
+// pub mod serve;
+pub mod webhook_config;

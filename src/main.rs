@@ -1,1 +1,91 @@
-fn main() {}
+#![forbid(unsafe_code)]
+//! The `sluice` command.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use sluice::serve::ServeArgs;
+
+/// sluice: a capacity gate for dynamic batch workloads (Spark, Ray, plain pods) on Kubernetes.
+///
+/// Governed pods (labelled `sluice.dev/queue: <queue>`) are created behind the scheduling gate
+/// `sluice.dev/admission`; sluice removes the gate once the queue's quota has room for them, in
+/// priority order, whole gangs at a time. Watch it with `kubectl get dynamicworkloads` and
+/// `kubectl get capacityqueues`.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the admission webhooks and (on the replica holding the leader Lease) run the queue controller.
+    Serve(Box<ServeArgs>),
+    /// Print the CustomResourceDefinitions (YAML) that `manifests/crds/` holds.
+    Crds,
+    /// Print generated manifests.
+    Manifests {
+        #[command(subcommand)]
+        what: ManifestKind,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ManifestKind {
+    /// The webhook configurations for an in-cluster install (the Service `sluice-webhook` in
+    /// `sluice-system`); sluice fills in the CA bundle when it starts.
+    Webhooks,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => match sluice::api::crds_yaml() {
+            Ok(docs) => {
+                for (_, yaml) in docs {
+                    print!("---\n{yaml}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: could not render the CRDs: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Manifests {
+            what: ManifestKind::Webhooks,
+        } => match sluice::serve::in_cluster_webhook_manifests() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: could not render the webhook configurations: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve(args) => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: could not start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(sluice::serve::serve(*args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    // Print the whole chain: the outermost context says what, the innermost why.
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! sluice's custom resources (group `sluice.dev`, version `v1alpha1`) and the names sluice puts on
+//! other objects. This module is the single source of the CRD YAML (`sluice crds`).
+
+mod capacity_queue;
+mod conditions;
+mod dynamic_workload;
+
+pub use capacity_queue::{CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueueingStrategy};
+pub use conditions::{Condition, ConditionStatus};
+pub use dynamic_workload::{
+    DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec, PodSetStatus,
+    SourceRef, WorkloadPhase,
+};
+
+use kube::CustomResourceExt;
+
+/// The API group of every sluice resource.
+pub const GROUP: &str = "sluice.dev";
+
+/// The scheduling gate that holds a governed pod until its queue has room.
+pub const ADMISSION_GATE: &str = "sluice.dev/admission";
+/// Label: the CapacityQueue a pod (or application) is submitted to. Its presence marks a pod governed.
+pub const QUEUE_LABEL: &str = "sluice.dev/queue";
+/// Label: the DynamicWorkload a pod belongs to (pods sharing it form one workload).
+pub const WORKLOAD_LABEL: &str = "sluice.dev/workload";
+/// Label: the pod set of its workload a pod belongs to (driver, executor, head, worker group...).
+pub const POD_SET_LABEL: &str = "sluice.dev/pod-set";
+/// Every label sluice owns on a governed pod starts with this; only sluice may change them.
+pub const PROTECTED_LABEL_PREFIX: &str = "sluice.dev/";
+/// Annotation on a pod: the minimum gang of its workload (pods admitted together), default 1.
+pub const MIN_COUNT_ANNOTATION: &str = "sluice.dev/min-count";
+/// Annotation sluice writes when it admits a pod (RFC 3339 time), for latency accounting.
+pub const ADMITTED_AT_ANNOTATION: &str = "sluice.dev/admitted-at";
+/// Field manager used for every server-side apply sluice makes.
+pub const FIELD_MANAGER: &str = "sluice";
+
+/// Every CRD sluice defines, in a stable order.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![CapacityQueue::crd(), DynamicWorkload::crd()]
+}
+
+/// The CRDs as one multi-document YAML stream, as checked in under `manifests/crds/`.
+pub fn crds_yaml() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+    crds()
+        .into_iter()
+        .map(|crd| {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            serde_yaml::to_string(&crd).map(|yaml| (name, yaml))
+        })
+        .collect()
+}

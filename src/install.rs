@@ -1,0 +1,104 @@
+//! Applies what sluice needs before it can run (CRDs, its namespace, ServiceAccount and RBAC) with
+//! server-side apply. Used by `sluice serve --local --install` with an administrator's credentials;
+//! in a cluster the same objects come from `kubectl apply -f manifests/`.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+
+use crate::api::{FIELD_MANAGER, crds_yaml};
+
+const NAMESPACE_YAML: &str = include_str!("../manifests/install/00-namespace.yaml");
+const RBAC_YAML: &str = include_str!("../manifests/install/01-rbac.yaml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("manifest is not valid YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("manifest document has no apiVersion/kind/name")]
+    Incomplete,
+    #[error("kind {0} is not one sluice installs")]
+    UnknownKind(String),
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The manifests to apply, in order.
+pub fn manifests() -> Result<Vec<DynamicObject>, InstallError> {
+    let mut docs = Vec::new();
+    let crds: Vec<String> = crds_yaml()?.into_iter().map(|(_, y)| y).collect();
+    for text in crds
+        .iter()
+        .map(String::as_str)
+        .chain([NAMESPACE_YAML, RBAC_YAML])
+    {
+        for doc in serde_yaml::Deserializer::from_str(text) {
+            let value = serde_yaml::Value::deserialize(doc)?;
+            if value.is_null() {
+                continue;
+            }
+            docs.push(serde_yaml::from_value(value)?);
+        }
+    }
+    Ok(docs)
+}
+
+use serde::Deserialize;
+
+fn resource_for(obj: &DynamicObject) -> Result<(ApiResource, bool), InstallError> {
+    let types = obj.types.as_ref().ok_or(InstallError::Incomplete)?;
+    let (group, version) = match types.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", types.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+    let (plural, namespaced) = match types.kind.as_str() {
+        "Namespace" => ("namespaces", false),
+        "ServiceAccount" => ("serviceaccounts", true),
+        "ClusterRole" => ("clusterroles", false),
+        "ClusterRoleBinding" => ("clusterrolebindings", false),
+        "Role" => ("roles", true),
+        "RoleBinding" => ("rolebindings", true),
+        "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        other => return Err(InstallError::UnknownKind(other.to_string())),
+    };
+    Ok((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))
+}
+
+/// Applies every manifest; idempotent.
+pub async fn apply_all(client: &Client) -> Result<(), InstallError> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for obj in manifests()? {
+        let (resource, namespaced) = resource_for(&obj)?;
+        let name = obj.name_any();
+        let api: Api<DynamicObject> = match (namespaced, obj.namespace()) {
+            (true, Some(ns)) => Api::namespaced_with(client.clone(), &ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &params, &Patch::Apply(&obj))
+            .await
+            .map_err(|source| InstallError::Apply {
+                kind: resource.kind.clone(),
+                name: name.clone(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn embedded_manifests_parse_and_are_known_kinds() {
+        let docs = super::manifests().expect("manifests parse");
+        assert!(docs.len() >= 8);
+        for d in &docs {
+            super::resource_for(d).expect("known kind");
+        }
+    }
+}

@@ -1,0 +1,660 @@
+//! The queue controller: watches queues, workloads, governed pods and namespaces, runs the admission
+//! decision whenever something changed, and applies it: one patch per admitted pod (the gate
+//! removed), DynamicWorkloads recorded for new workloads, and statuses written only when they change.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::adapters::Adapters;
+use crate::api::{
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, CapacityQueue, CapacityQueueStatus, Condition,
+    ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER, PodSetSpec,
+    PodSetStatus, QUEUE_LABEL, WorkloadPhase,
+};
+use crate::metrics::{ControllerMetrics, QueueLabels};
+use crate::queue::admission::{Decisions, PodRef, PodState, WorkloadTally, decide};
+use crate::queue::snapshot::{self, Built};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("a watch ended before its first list completed: {0}")]
+    Watch(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct ControllerSettings {
+    /// How long to gather changes before a pass, so a burst of pod creations is one pass.
+    pub batch_window: Duration,
+    /// A pass runs at least this often, even when nothing was seen to change.
+    pub resync_period: Duration,
+    /// Ungate patches and status writes in flight at once.
+    pub max_concurrent_writes: usize,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        ControllerSettings {
+            batch_window: Duration::from_millis(20),
+            resync_period: Duration::from_secs(30),
+            max_concurrent_writes: 32,
+        }
+    }
+}
+
+struct Stores {
+    queues: Store<CapacityQueue>,
+    workloads: Store<DynamicWorkload>,
+    pods: Store<Pod>,
+    namespaces: Store<kube::core::PartialObjectMeta<Namespace>>,
+}
+
+/// Runs the controller until `shutdown` is cancelled.
+pub async fn run(
+    client: Client,
+    adapters: Adapters,
+    metrics: ControllerMetrics,
+    settings: ControllerSettings,
+    shutdown: CancellationToken,
+) -> Result<(), ControllerError> {
+    let changed = Arc::new(Notify::new());
+    let (queues, queue_writer) = reflector::store();
+    let (workloads, workload_writer) = reflector::store();
+    let (pods, pod_writer) = reflector::store();
+    let (namespaces, namespace_writer) = reflector::store();
+
+    let watch_config = watcher::Config::default().any_semantic();
+    let pod_config = watcher::Config::default()
+        .labels(QUEUE_LABEL)
+        .any_semantic();
+    let tasks = vec![
+        spawn_reflector(
+            reflector::reflector(
+                queue_writer,
+                watcher(
+                    Api::<CapacityQueue>::all(client.clone()),
+                    watch_config.clone(),
+                )
+                .default_backoff(),
+            ),
+            changed.clone(),
+            "capacityqueues",
+        ),
+        spawn_reflector(
+            reflector::reflector(
+                workload_writer,
+                watcher(
+                    Api::<DynamicWorkload>::all(client.clone()),
+                    watch_config.clone(),
+                )
+                .default_backoff(),
+            ),
+            changed.clone(),
+            "dynamicworkloads",
+        ),
+        spawn_reflector(
+            reflector::reflector(
+                pod_writer,
+                watcher(Api::<Pod>::all(client.clone()), pod_config).default_backoff(),
+            ),
+            changed.clone(),
+            "pods",
+        ),
+        spawn_reflector(
+            reflector::reflector(
+                namespace_writer,
+                watcher(
+                    Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
+                    watch_config,
+                )
+                .default_backoff(),
+            ),
+            changed.clone(),
+            "namespaces",
+        ),
+    ];
+    let stores = Stores {
+        queues,
+        workloads,
+        pods,
+        namespaces,
+    };
+
+    // Admitting before every list is complete could miss admitted pods and over-admit.
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        ready = async {
+            stores.queues.wait_until_ready().await?;
+            stores.workloads.wait_until_ready().await?;
+            stores.pods.wait_until_ready().await?;
+            stores.namespaces.wait_until_ready().await
+        } => ready.map_err(|e| ControllerError::Watch(e.to_string()))?,
+    }
+    info!("caches synced; admitting");
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "sluice".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let mut controller = Controller {
+        client,
+        adapters,
+        metrics,
+        settings,
+        stores,
+        in_flight: Arc::new(Mutex::new(HashMap::new())),
+        recorder,
+    };
+    loop {
+        controller.pass().await;
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(controller.settings.resync_period) => {}
+        }
+        // Gather the rest of a burst into the same pass.
+        tokio::time::sleep(controller.settings.batch_window).await;
+    }
+    for task in tasks {
+        task.abort();
+    }
+    Ok(())
+}
+
+fn spawn_reflector<K, S>(
+    stream: S,
+    changed: Arc<Notify>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(e) => warn!(%e, what, "watch error; retrying with backoff"),
+            }
+        }
+    })
+}
+
+struct Controller {
+    client: Client,
+    adapters: Adapters,
+    metrics: ControllerMetrics,
+    settings: ControllerSettings,
+    stores: Stores,
+    /// Pods this controller ungated that the pod watch has not yet shown without their gate, by
+    /// uid. They count as admitted; otherwise the next pass would admit their quota twice.
+    in_flight: Arc<Mutex<HashMap<String, Instant>>>,
+    recorder: Recorder,
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+impl Controller {
+    async fn pass(&mut self) {
+        let started = Instant::now();
+        let pods = self.stores.pods.state();
+        let in_flight: HashSet<String> = {
+            let mut guard = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            // Forget pods the watch now shows ungated, or that are gone.
+            let gated: HashSet<String> = pods
+                .iter()
+                .filter(|p| snapshot::is_gated(p))
+                .filter_map(|p| p.uid())
+                .collect();
+            guard.retain(|uid, _| gated.contains(uid));
+            guard.keys().cloned().collect()
+        };
+        let built = snapshot::build(
+            &self.adapters,
+            &self.stores.queues.state(),
+            &self.stores.workloads.state(),
+            &pods,
+            &self.stores.namespaces.state(),
+            &in_flight,
+        );
+        for problem in &built.problems {
+            warn!(problem, "object skipped in admission pass");
+        }
+        let decisions = decide(&built.snapshot);
+        self.ungate(&built, &decisions).await;
+        self.record_workloads(&built).await;
+        self.write_workload_statuses(&built, &decisions).await;
+        self.write_queue_statuses(&decisions).await;
+        self.metrics
+            .pass_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+        for (queue, tally) in &decisions.queues {
+            let labels = QueueLabels {
+                queue: queue.clone(),
+            };
+            self.metrics
+                .pending_pods
+                .get_or_create(&labels)
+                .set(i64::from(tally.pending_pods));
+            self.metrics
+                .pending_workloads
+                .get_or_create(&labels)
+                .set(i64::from(tally.pending_workloads));
+        }
+        debug!(
+            admitted = decisions.admit.len(),
+            workloads = built.snapshot.workloads.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "admission pass"
+        );
+    }
+
+    async fn ungate(&self, built: &Built, decisions: &Decisions) {
+        if decisions.admit.is_empty() {
+            return;
+        }
+        let now = now_rfc3339();
+        let now_ms = jiff::Timestamp::now().as_millisecond();
+        let results: Vec<(PodRef, bool)> = stream::iter(decisions.admit.iter().copied())
+            .map(|r| {
+                let pod = built.pods[r.workload][r.pod_set][r.pod].clone();
+                let now = now.clone();
+                async move { (r, self.ungate_pod(&pod, &now).await) }
+            })
+            .buffer_unordered(self.settings.max_concurrent_writes)
+            .collect()
+            .await;
+
+        let mut admitted_per_workload: HashMap<usize, u32> = HashMap::new();
+        for (r, ok) in results {
+            if !ok {
+                continue;
+            }
+            *admitted_per_workload.entry(r.workload).or_default() += 1;
+            let workload = &built.snapshot.workloads[r.workload];
+            let labels = QueueLabels {
+                queue: workload.queue.clone(),
+            };
+            self.metrics.admitted_pods.get_or_create(&labels).inc();
+            let created = workload.pod_sets[r.pod_set].pods[r.pod].created_at;
+            self.metrics
+                .admission_wait_seconds
+                .get_or_create(&labels)
+                .observe(((now_ms - created).max(0) as f64) / 1000.0);
+        }
+        for (w, count) in admitted_per_workload {
+            let Some(dwl) = &built.workloads[w] else {
+                continue;
+            };
+            let workload = &built.snapshot.workloads[w];
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "Admitted".into(),
+                note: Some(format!(
+                    "admitted {count} pod(s) in queue {}",
+                    workload.queue
+                )),
+                action: "Admit".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &dwl.object_ref(&())).await {
+                debug!(%e, "event not recorded");
+            }
+        }
+    }
+
+    /// Removes the gate with one JSON patch guarded by a test of the gate's position. Returns whether
+    /// the pod is now admitted.
+    async fn ungate_pod(&self, pod: &Pod, now: &str) -> bool {
+        let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
+            return false;
+        };
+        let name = pod.name_any();
+        let gates = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
+        let Some(index) = gates.and_then(|g| g.iter().position(|g| g.name == ADMISSION_GATE))
+        else {
+            return false;
+        };
+        let mut ops = vec![
+            json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": ADMISSION_GATE}),
+            json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}),
+        ];
+        if pod.metadata.annotations.is_some() {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": now}));
+        } else {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: now}}));
+        }
+        let patch: json_patch::Patch = match serde_json::from_value(serde_json::Value::Array(ops)) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(%e, "could not build the ungate patch");
+                return false;
+            }
+        };
+        self.lock_in_flight().insert(uid.clone(), Instant::now());
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                // The patch may have failed because someone changed the gates, or it may have been
+                // applied and only the answer lost: ask the API server which.
+                self.metrics.ungate_errors.inc();
+                let still_gated = match api.get_opt(&name).await {
+                    Ok(Some(current)) => {
+                        current.uid().as_deref() == Some(uid.as_str())
+                            && snapshot::is_gated(&current)
+                    }
+                    Ok(None) => true,
+                    Err(_) => false, // unknown: keep counting it as admitted, the watch will tell
+                };
+                if still_gated {
+                    self.lock_in_flight().remove(&uid);
+                }
+                warn!(%e, pod = %format!("{namespace}/{name}"), still_gated, "ungate failed");
+                !still_gated
+            }
+        }
+    }
+
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates the DynamicWorkload of every workload seen only through its pods, and keeps the
+    /// pod sets of such pod-only workloads up to date.
+    async fn record_workloads(&self, built: &Built) {
+        let mut applies = Vec::new();
+        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            let existing = built.workloads[w].as_ref();
+            if existing.is_some_and(|d| d.spec.source.is_some()) {
+                continue; // recorded from an application object: its recorder owns the spec
+            }
+            let pod_sets: Vec<PodSetSpec> = workload
+                .pod_sets
+                .iter()
+                .map(|s| PodSetSpec {
+                    name: s.name.clone(),
+                    requests: s.per_pod.to_quantities(),
+                    min_count: i32::try_from(s.min_count).unwrap_or(i32::MAX),
+                    max_count: None,
+                })
+                .collect();
+            if pod_sets.is_empty() {
+                continue;
+            }
+            if let Some(d) = existing
+                && d.spec.pod_sets == pod_sets
+                && d.spec.queue_name == workload.queue
+                && d.spec.priority == workload.priority
+            {
+                continue;
+            }
+            applies.push((workload.key.clone(), json!({
+                "apiVersion": "sluice.dev/v1alpha1",
+                "kind": "DynamicWorkload",
+                "metadata": {"name": workload.key.name, "namespace": workload.key.namespace},
+                "spec": {"queueName": workload.queue, "priority": workload.priority, "podSets": pod_sets},
+            })));
+        }
+        stream::iter(applies)
+            .for_each_concurrent(
+                self.settings.max_concurrent_writes,
+                |(key, body)| async move {
+                    let api: Api<DynamicWorkload> =
+                        Api::namespaced(self.client.clone(), &key.namespace);
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    if let Err(e) = api.patch(&key.name, &params, &Patch::Apply(body)).await {
+                        warn!(%e, workload = %key, "could not record DynamicWorkload");
+                    }
+                },
+            )
+            .await;
+    }
+
+    async fn write_workload_statuses(&self, built: &Built, decisions: &Decisions) {
+        let now = now_rfc3339();
+        let mut writes = Vec::new();
+        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            let Some(dwl) = &built.workloads[w] else {
+                continue;
+            };
+            let admitted: HashSet<PodRef> = decisions
+                .admit
+                .iter()
+                .filter(|r| r.workload == w)
+                .copied()
+                .collect();
+            let status = workload_status(
+                built,
+                w,
+                &decisions.workloads[w],
+                &admitted,
+                dwl.status.as_ref(),
+                &now,
+            );
+            if dwl.status.as_ref() != Some(&status) {
+                writes.push((workload.key.clone(), status));
+            }
+        }
+        stream::iter(writes)
+            .for_each_concurrent(self.settings.max_concurrent_writes, |(key, status)| async move {
+                let api: Api<DynamicWorkload> = Api::namespaced(self.client.clone(), &key.namespace);
+                let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload", "status": status});
+                if let Err(e) = api.patch_status(&key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await {
+                    debug!(%e, workload = %key, "status not written; the next pass retries");
+                }
+            })
+            .await;
+    }
+
+    async fn write_queue_statuses(&self, decisions: &Decisions) {
+        let now = now_rfc3339();
+        let queues = self.stores.queues.state();
+        let writes: Vec<(String, CapacityQueueStatus)> = queues
+            .iter()
+            .filter_map(|q| {
+                let old = q.status.as_ref();
+                let previous = old.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
+                let status = match decisions.queues.get(&q.name_any()) {
+                    Some(t) => CapacityQueueStatus {
+                        usage: t.usage.to_quantities(),
+                        reserved: t.reserved.to_quantities(),
+                        pending_workloads: t.pending_workloads as i32,
+                        admitted_workloads: t.admitted_workloads as i32,
+                        pending_pods: t.pending_pods as i32,
+                        admitted_pods: t.admitted_pods as i32,
+                        conditions: vec![Condition::updated(
+                            previous,
+                            "Active",
+                            ConditionStatus::True,
+                            "QuotaValid",
+                            "the queue admits pods".into(),
+                            &now,
+                        )],
+                        observed_generation: q.metadata.generation,
+                    },
+                    None => CapacityQueueStatus {
+                        conditions: vec![Condition::updated(
+                            previous,
+                            "Active",
+                            ConditionStatus::False,
+                            "InvalidQuota",
+                            "spec.quota holds a quantity sluice cannot read: nothing is admitted"
+                                .into(),
+                            &now,
+                        )],
+                        observed_generation: q.metadata.generation,
+                        ..CapacityQueueStatus::default()
+                    },
+                };
+                (old != Some(&status)).then(|| (q.name_any(), status))
+            })
+            .collect();
+        stream::iter(writes)
+            .for_each_concurrent(self.settings.max_concurrent_writes, |(name, status)| async move {
+                let api: Api<CapacityQueue> = Api::all(self.client.clone());
+                let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "status": status});
+                if let Err(e) = api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await {
+                    debug!(%e, queue = %name, "status not written; the next pass retries");
+                }
+            })
+            .await;
+    }
+}
+
+/// The status a DynamicWorkload should have after this pass.
+fn workload_status(
+    built: &Built,
+    w: usize,
+    tally: &WorkloadTally,
+    admitted_now: &HashSet<PodRef>,
+    old: Option<&DynamicWorkloadStatus>,
+    now: &str,
+) -> DynamicWorkloadStatus {
+    let workload = &built.snapshot.workloads[w];
+    let mut pod_sets = Vec::with_capacity(workload.pod_sets.len());
+    let (mut running_total, mut finished_total, mut failed_total, mut total) = (0, 0, 0, 0);
+    for (s, set) in workload.pod_sets.iter().enumerate() {
+        let mut counts = PodSetStatus {
+            name: set.name.clone(),
+            ..PodSetStatus::default()
+        };
+        for (p, pod) in set.pods.iter().enumerate() {
+            total += 1;
+            let object = &built.pods[w][s][p];
+            let phase = object.status.as_ref().and_then(|st| st.phase.as_deref());
+            let state = if admitted_now.contains(&PodRef {
+                workload: w,
+                pod_set: s,
+                pod: p,
+            }) {
+                PodState::Admitted
+            } else {
+                pod.state
+            };
+            match state {
+                PodState::Gated => counts.pending += 1,
+                PodState::Ended => {
+                    counts.finished += 1;
+                    if phase == Some("Failed") {
+                        failed_total += 1;
+                    }
+                }
+                PodState::Admitted if phase == Some("Running") => counts.running += 1,
+                PodState::Admitted => counts.admitted += 1,
+            }
+        }
+        running_total += counts.running;
+        finished_total += counts.finished;
+        pod_sets.push(counts);
+    }
+    let admitted_pods = tally.admitted_pods as i32;
+    let pending_pods = tally.pending_pods as i32;
+    let phase = if total > 0 && pending_pods == 0 && admitted_pods == 0 && finished_total > 0 {
+        if failed_total > 0 {
+            WorkloadPhase::Failed
+        } else {
+            WorkloadPhase::Finished
+        }
+    } else if running_total > 0 {
+        WorkloadPhase::Running
+    } else if admitted_pods > 0 || !tally.reserved.is_empty() {
+        WorkloadPhase::Admitted
+    } else {
+        WorkloadPhase::Pending
+    };
+    let message = match (&tally.waiting, phase) {
+        (Some(reason), _) => reason.to_string(),
+        (None, WorkloadPhase::Finished) => format!("all {finished_total} pod(s) ended"),
+        (None, WorkloadPhase::Failed) => {
+            format!("all {finished_total} pod(s) ended, {failed_total} failed")
+        }
+        (None, WorkloadPhase::Pending) => "no pods yet".to_string(),
+        (None, _) => format!(
+            "{admitted_pods} pod(s) admitted in queue {}",
+            workload.queue
+        ),
+    };
+    let old_condition = |t: &str| old.and_then(|s| s.conditions.iter().find(|c| c.type_ == t));
+    let holds = admitted_pods > 0 || !tally.reserved.is_empty();
+    let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
+    let conditions = vec![
+        Condition::updated(
+            old_condition("QuotaReserved"),
+            "QuotaReserved",
+            if holds {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            },
+            if holds {
+                "Admitted"
+            } else if finished {
+                "Finished"
+            } else {
+                "Waiting"
+            },
+            message.clone(),
+            now,
+        ),
+        Condition::updated(
+            old_condition("Finished"),
+            "Finished",
+            if finished {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            },
+            match phase {
+                WorkloadPhase::Failed => "PodsFailed",
+                WorkloadPhase::Finished => "PodsSucceeded",
+                _ => "PodsActive",
+            },
+            String::new(),
+            now,
+        ),
+    ];
+    DynamicWorkloadStatus {
+        phase,
+        message,
+        conditions,
+        pod_sets,
+        pending_pods,
+        admitted_pods,
+        used: tally.used.to_quantities(),
+        reserved: tally.reserved.to_quantities(),
+        interrupted_count: old.map(|s| s.interrupted_count).unwrap_or(0),
+        admitted_at: old
+            .and_then(|s| s.admitted_at.clone())
+            .or_else(|| holds.then(|| now.to_string())),
+        finished_at: if finished {
+            old.and_then(|s| s.finished_at.clone())
+                .or_else(|| Some(now.to_string()))
+        } else {
+            None
+        },
+    }
+}

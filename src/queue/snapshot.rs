@@ -1,0 +1,305 @@
+//! Builds the admission snapshot from what the cluster holds: CapacityQueues, DynamicWorkloads,
+//! governed pods and namespaces. The cluster is the source of truth: nothing here is remembered
+//! between passes but the pods whose ungating is in flight (`in_flight`), so that a pod admitted a
+//! moment ago and not yet seen without its gate is never counted as waiting.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+
+use crate::adapters::{Adapters, workload_object_name};
+use crate::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
+use crate::queue::admission::{
+    PodSetSnapshot, PodSnapshot, PodState, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
+};
+use crate::queue::resources::{ResourceList, pod_requests};
+
+/// The snapshot plus what is needed to act on its decisions.
+pub struct Built {
+    pub snapshot: Snapshot,
+    /// Indexed like `snapshot.workloads`: the pods of each pod set, in snapshot order.
+    pub pods: Vec<Vec<Vec<Arc<Pod>>>>,
+    /// Indexed like `snapshot.workloads`: the DynamicWorkload when it exists.
+    pub workloads: Vec<Option<Arc<DynamicWorkload>>>,
+    /// Problems with single objects (a bad quantity...), for logs and events; they never stop a pass.
+    pub problems: Vec<String>,
+}
+
+pub fn millis(ts: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> i64 {
+    ts.map(|t| t.0.as_millisecond()).unwrap_or(0)
+}
+
+/// The state of a governed pod for admission.
+pub fn pod_state(pod: &Pod, in_flight: &HashSet<String>) -> PodState {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded") | Some("Failed")) {
+        return PodState::Ended;
+    }
+    if is_gated(pod) {
+        if in_flight.contains(pod.uid().as_deref().unwrap_or_default()) {
+            return PodState::Admitted;
+        }
+        // A gated pod on its way out will never run: it holds nothing and waits for nothing.
+        if pod.metadata.deletion_timestamp.is_some() {
+            return PodState::Ended;
+        }
+        return PodState::Gated;
+    }
+    PodState::Admitted
+}
+
+pub fn is_gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|g| g.name == ADMISSION_GATE))
+}
+
+/// Whether a label selector matches a set of labels (matchLabels and matchExpressions).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    if let Some(required) = &selector.match_labels
+        && required.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return false;
+    }
+    for expr in selector.match_expressions.iter().flatten() {
+        let value = labels.get(&expr.key);
+        let values = expr.values.as_deref().unwrap_or_default();
+        let ok = match expr.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+#[derive(Default)]
+struct Group {
+    queue: String,
+    priority: i32,
+    earliest: i64,
+    sets: BTreeMap<String, (Option<u32>, Vec<Arc<Pod>>)>,
+}
+
+/// Builds the snapshot. Pods are grouped into workloads by the adapters; a workload's shape comes
+/// from its DynamicWorkload when there is one and from its pods otherwise.
+pub fn build(
+    adapters: &Adapters,
+    queues: &[Arc<CapacityQueue>],
+    workloads: &[Arc<DynamicWorkload>],
+    pods: &[Arc<Pod>],
+    namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
+    in_flight: &HashSet<String>,
+) -> Built {
+    let mut problems = Vec::new();
+    let mut queue_snapshots = Vec::with_capacity(queues.len());
+    let mut selectors: HashMap<String, Option<LabelSelector>> = HashMap::new();
+    for q in queues {
+        let name = q.name_any();
+        match ResourceList::from_quantities(&q.spec.quota) {
+            Ok(quota) => {
+                queue_snapshots.push(QueueSnapshot {
+                    name: name.clone(),
+                    quota,
+                    strategy: q.spec.queueing_strategy,
+                });
+                selectors.insert(name, q.spec.namespace_selector.clone());
+            }
+            Err(e) => problems.push(format!("CapacityQueue {name}: {e}")),
+        }
+    }
+    let namespace_labels: HashMap<String, BTreeMap<String, String>> = namespaces
+        .iter()
+        .map(|ns| (ns.name_any(), ns.labels().clone()))
+        .collect();
+
+    let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();
+    for pod in pods {
+        let Some(identity) = adapters.identify(pod) else {
+            continue;
+        };
+        let namespace = pod.namespace().unwrap_or_default();
+        let raw = identity.workload.unwrap_or_else(|| pod.name_any());
+        let key = WorkloadKey {
+            namespace,
+            name: workload_object_name(&raw),
+        };
+        let created = millis(pod.metadata.creation_timestamp.as_ref());
+        let group = groups.entry(key).or_insert_with(|| Group {
+            queue: identity.queue.clone(),
+            priority: i32::MIN,
+            earliest: i64::MAX,
+            ..Group::default()
+        });
+        group.priority = group
+            .priority
+            .max(pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0));
+        group.earliest = group.earliest.min(created);
+        let set = group.sets.entry(identity.pod_set).or_default();
+        if identity.min_count.is_some() {
+            set.0 = identity.min_count;
+        }
+        set.1.push(pod.clone());
+    }
+
+    let by_key: HashMap<WorkloadKey, &Arc<DynamicWorkload>> = workloads
+        .iter()
+        .map(|w| {
+            (
+                WorkloadKey {
+                    namespace: w.namespace().unwrap_or_default(),
+                    name: w.name_any(),
+                },
+                w,
+            )
+        })
+        .collect();
+
+    let mut built = Built {
+        snapshot: Snapshot {
+            queues: queue_snapshots,
+            workloads: Vec::with_capacity(groups.len()),
+        },
+        pods: Vec::with_capacity(groups.len()),
+        workloads: Vec::with_capacity(groups.len()),
+        problems,
+    };
+
+    // Workloads recorded from an application but without pods yet still count (for status).
+    let mut keys: Vec<WorkloadKey> = groups.keys().cloned().collect();
+    for key in by_key.keys() {
+        if !groups.contains_key(key) {
+            keys.push(key.clone());
+        }
+    }
+
+    for key in keys {
+        let dwl = by_key.get(&key).copied();
+        let group = groups.remove(&key).unwrap_or_default();
+        let queue = dwl
+            .map(|d| d.spec.queue_name.clone())
+            .unwrap_or(group.queue);
+        let priority = dwl
+            .map(|d| d.spec.priority)
+            .unwrap_or(if group.priority == i32::MIN {
+                0
+            } else {
+                group.priority
+            });
+        let queued_at = dwl
+            .map(|d| millis(d.metadata.creation_timestamp.as_ref()))
+            .filter(|t| *t > 0)
+            .map(|t| t.min(group.earliest))
+            .unwrap_or(group.earliest);
+        let namespace_allowed = match selectors.get(&queue) {
+            Some(Some(selector)) => namespace_labels
+                .get(&key.namespace)
+                .is_some_and(|labels| selector_matches(selector, labels)),
+            _ => true,
+        };
+
+        // Pod sets: those the DynamicWorkload declares, then any others the pods show.
+        let mut sets: Vec<PodSetSnapshot> = Vec::new();
+        let mut set_pods: Vec<Vec<Arc<Pod>>> = Vec::new();
+        let mut remaining = group.sets;
+        let declared = dwl.map(|d| d.spec.pod_sets.clone()).unwrap_or_default();
+        for spec in &declared {
+            let (min_from_pods, pods) = remaining.remove(&spec.name).unwrap_or_default();
+            let per_pod = match ResourceList::from_quantities(&spec.requests) {
+                Ok(list) => list,
+                Err(e) => {
+                    built
+                        .problems
+                        .push(format!("DynamicWorkload {key} pod set {}: {e}", spec.name));
+                    ResourceList::new()
+                }
+            };
+            let min_count = u32::try_from(spec.min_count).unwrap_or(0);
+            let _ = min_from_pods;
+            let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
+            sets.push(PodSetSnapshot {
+                name: spec.name.clone(),
+                per_pod,
+                min_count,
+                pods: snaps,
+            });
+            set_pods.push(kept);
+        }
+        for (name, (min_count, pods)) in remaining {
+            let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
+            let per_pod = snaps
+                .iter()
+                .min_by_key(|p| p.created_at)
+                .map(|p| p.requests.clone())
+                .unwrap_or_default();
+            sets.push(PodSetSnapshot {
+                name,
+                per_pod,
+                min_count: min_count.unwrap_or(1),
+                pods: snaps,
+            });
+            set_pods.push(kept);
+        }
+
+        built.snapshot.workloads.push(WorkloadSnapshot {
+            key,
+            queue,
+            namespace_allowed,
+            priority,
+            interrupted_count: dwl
+                .and_then(|d| d.status.as_ref())
+                .map(|s| s.interrupted_count)
+                .unwrap_or(0),
+            queued_at: if queued_at == i64::MAX { 0 } else { queued_at },
+            pod_sets: sets,
+        });
+        built.pods.push(set_pods);
+        built.workloads.push(dwl.cloned());
+    }
+    built
+}
+
+fn snapshot_pods(
+    pods: &[Arc<Pod>],
+    in_flight: &HashSet<String>,
+    problems: &mut Vec<String>,
+) -> (Vec<PodSnapshot>, Vec<Arc<Pod>>) {
+    let mut snaps = Vec::with_capacity(pods.len());
+    let mut kept = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let Some(spec) = pod.spec.as_ref() else {
+            continue;
+        };
+        let requests = match pod_requests(spec) {
+            Ok(r) => r,
+            Err(e) => {
+                // The API server validated these quantities, so this is a parser gap: say so, and
+                // keep the pod out of the pass rather than guess its size.
+                problems.push(format!(
+                    "pod {}/{}: {e}",
+                    pod.namespace().unwrap_or_default(),
+                    pod.name_any()
+                ));
+                continue;
+            }
+        };
+        snaps.push(PodSnapshot {
+            name: pod.name_any(),
+            requests,
+            state: pod_state(pod, in_flight),
+            created_at: millis(pod.metadata.creation_timestamp.as_ref()),
+        });
+        kept.push(pod.clone());
+    }
+    (snaps, kept)
+}

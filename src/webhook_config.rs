@@ -1,0 +1,151 @@
+//! The MutatingWebhookConfiguration and ValidatingWebhookConfiguration sluice registers. Built here
+//! once, used at startup (with the generated CA bundle) and by `sluice manifests` (checked in).
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
+
+use crate::api::QUEUE_LABEL;
+
+/// The name of both webhook configurations.
+pub const CONFIGURATION_NAME: &str = "sluice";
+
+/// Where the API server reaches the webhooks.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// In a cluster: through the Service.
+    Service {
+        namespace: String,
+        name: String,
+        port: i32,
+    },
+    /// On the host (local development and tests): an https URL such as https://127.0.0.1:9443.
+    Url(String),
+}
+
+impl Endpoint {
+    fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
+        let ca_bundle = ca_bundle.map(|ca| ByteString(ca.to_vec()));
+        match self {
+            Endpoint::Service {
+                namespace,
+                name,
+                port,
+            } => WebhookClientConfig {
+                service: Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(path.to_string()),
+                    port: Some(*port),
+                }),
+                ca_bundle,
+                url: None,
+            },
+            Endpoint::Url(base) => WebhookClientConfig {
+                url: Some(format!("{}{path}", base.trim_end_matches('/'))),
+                ca_bundle,
+                service: None,
+            },
+        }
+    }
+}
+
+/// Namespaces whose pods sluice never touches, whatever their labels: the control plane's and its own.
+fn namespace_selector(own_namespace: &str) -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "NotIn".into(),
+            values: Some(vec![
+                "kube-system".into(),
+                "kube-node-lease".into(),
+                own_namespace.into(),
+            ]),
+        }]),
+        match_labels: None,
+    }
+}
+
+/// Only pods carrying the queue label reach the webhook: every other pod never pays for it.
+fn governed_pods() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: QUEUE_LABEL.into(),
+            operator: "Exists".into(),
+            values: None,
+        }]),
+        match_labels: None,
+    }
+}
+
+fn pod_rule(operations: &[&str]) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(vec![String::new()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(operations.iter().map(|o| o.to_string()).collect()),
+        resources: Some(vec!["pods".into()]),
+        scope: Some("Namespaced".into()),
+    }
+}
+
+pub fn mutating(
+    endpoint: &Endpoint,
+    own_namespace: &str,
+    ca_bundle: Option<&[u8]>,
+) -> MutatingWebhookConfiguration {
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(CONFIGURATION_NAME.into()),
+            labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: "pods.sluice.dev".into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: endpoint.client_config("/mutate-pods", ca_bundle),
+            // A governed pod that could not be gated would escape its quota: fail closed.
+            failure_policy: Some("Fail".into()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: Some(namespace_selector(own_namespace)),
+            object_selector: Some(governed_pods()),
+            reinvocation_policy: Some("IfNeeded".into()),
+            rules: Some(vec![pod_rule(&["CREATE"])]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            match_conditions: None,
+        }]),
+    }
+}
+
+pub fn validating(
+    endpoint: &Endpoint,
+    own_namespace: &str,
+    ca_bundle: Option<&[u8]>,
+) -> ValidatingWebhookConfiguration {
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(CONFIGURATION_NAME.into()),
+            labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "pods.sluice.dev".into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: endpoint.client_config("/validate-pods", ca_bundle),
+            failure_policy: Some("Fail".into()),
+            match_policy: Some("Equivalent".into()),
+            namespace_selector: Some(namespace_selector(own_namespace)),
+            // Matches when the old or the new object carries the label: removing it is caught too.
+            object_selector: Some(governed_pods()),
+            rules: Some(vec![pod_rule(&["UPDATE"])]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            match_conditions: None,
+        }]),
+    }
+}
