@@ -3,7 +3,7 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -122,9 +122,36 @@ pub fn mutating(
     }
 }
 
+/// The API server asks the validating webhook only about updates that touch the scheduling gates
+/// or the labels, and not about sluice's own: annotation, finalizer and owner edits never depend on
+/// sluice being up, and the controller's ungate patches cost no extra round trip.
+fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
+    let gates = |o: &str| format!("(has({o}.spec.schedulingGates) ? {o}.spec.schedulingGates : [])");
+    let labels = |o: &str| format!("(has({o}.metadata.labels) ? {o}.metadata.labels : {{}})");
+    // A username is a plain string; quotes would end the CEL literal, so they are dropped.
+    let user: String = controller_user.chars().filter(|c| *c != '\'' && *c != '\\').collect();
+    vec![
+        MatchCondition {
+            name: "not-sluice-itself".into(),
+            expression: format!("request.userInfo.username != '{user}'"),
+        },
+        MatchCondition {
+            name: "touches-gates-or-labels".into(),
+            expression: format!(
+                "oldObject == null || {} != {} || {} != {}",
+                gates("object"),
+                gates("oldObject"),
+                labels("object"),
+                labels("oldObject")
+            ),
+        },
+    ]
+}
+
 pub fn validating(
     endpoint: &Endpoint,
     own_namespace: &str,
+    controller_user: &str,
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhookConfiguration {
     ValidatingWebhookConfiguration {
@@ -145,7 +172,7 @@ pub fn validating(
             rules: Some(vec![pod_rule(&["UPDATE"])]),
             side_effects: "None".into(),
             timeout_seconds: Some(5),
-            match_conditions: None,
+            match_conditions: Some(validation_conditions(controller_user)),
         }]),
     }
 }

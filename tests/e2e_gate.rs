@@ -1,0 +1,190 @@
+//! The core gate, end to end on the local control plane with sluice running on the host.
+//! Run with `hack/test.sh` (it brings the cluster and sluice up and down).
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use serde_json::json;
+use sluice::api::WorkloadPhase;
+use support::*;
+
+#[tokio::test]
+async fn quota_holds_and_ended_pods_give_it_back() {
+    let mut env = TestEnv::new("quota").await;
+    let queue = env.queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO").await;
+    for i in 0..10 {
+        env.create_pod(pod(&format!("p{i}"), &queue, "1")).await;
+    }
+    env.wait_queue_counts(&queue, 6, 4).await;
+    let pods = env.list_pods().await;
+    assert_eq!(holding(&pods).len(), 4, "exactly 4 admitted");
+    assert_eq!(gated(&pods).len(), 6, "exactly 6 gated");
+
+    // Every workload has its ledger; a waiting one says why.
+    let waiting = gated(&pods)[0].name_any();
+    let dwl = wait_for("the DynamicWorkload of a waiting pod to explain why", Duration::from_secs(30), || async {
+        let d = env.workloads().get(&waiting).await.ok()?;
+        d.status.as_ref().filter(|s| s.message.contains("needs 1 cpu more")).map(|_| d.clone())
+    })
+    .await;
+    let status = dwl.status.expect("status");
+    assert_eq!(status.phase, WorkloadPhase::Pending);
+    assert_eq!(status.message, format!("needs 1 cpu more in queue {queue}: 4/4 cpu used, 0 cpu reserved"));
+
+    // Delete two admitted pods: exactly two more are admitted.
+    let admitted: Vec<String> = holding(&pods).iter().map(|p| p.name_any()).collect();
+    for name in &admitted[..2] {
+        env.pods().delete(name, &DeleteParams::default().grace_period(0)).await.expect("delete");
+    }
+    env.wait_queue_counts(&queue, 4, 4).await;
+    let pods = env.list_pods().await;
+    assert_eq!(holding(&pods).len(), 4);
+    assert_eq!(gated(&pods).len(), 4);
+
+    // Complete two: two more again.
+    let running: Vec<String> = holding(&pods).iter().map(|p| p.name_any()).collect();
+    end_pod(&env.pods(), &running[0], "Succeeded").await;
+    end_pod(&env.pods(), &running[1], "Failed").await;
+    env.wait_queue_counts(&queue, 2, 4).await;
+    let pods = env.list_pods().await;
+    assert_eq!(holding(&pods).len(), 4);
+    assert_eq!(gated(&pods).len(), 2);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
+    let mut env = TestEnv::new("gang").await;
+    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    // One pod holds 1 cpu: room for 2 more, the gang needs 3.
+    env.create_pod(pod("holder", &queue, "1")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    for i in 0..3 {
+        let p = with_annotations(with_labels(pod(&format!("gang-{i}"), &queue, "1"), &[("sluice.dev/workload", "gang")]), &[("sluice.dev/min-count", "3")]);
+        env.create_pod(p).await;
+    }
+    env.wait_queue_counts(&queue, 3, 1).await;
+    let dwl = wait_for("the gang's DynamicWorkload to say what is missing", Duration::from_secs(30), || async {
+        env.workloads().get("gang").await.ok().filter(|d| d.status.as_ref().is_some_and(|s| s.pending_pods == 3 && !s.message.is_empty()))
+    })
+    .await;
+    let status = dwl.status.expect("status");
+    assert_eq!(status.admitted_pods, 0);
+    assert_eq!(status.message, format!("needs 1 cpu more in queue {queue}: 1/3 cpu used, 0 cpu reserved"));
+    assert_eq!(dwl.spec.pod_sets[0].min_count, 3);
+
+    // Free the room: the whole gang goes at once.
+    env.pods().delete("holder", &DeleteParams::default().grace_period(0)).await.expect("delete");
+    env.wait_queue_counts(&queue, 0, 3).await;
+    let pods = env.list_pods().await;
+    assert_eq!(holding(&pods).len(), 3);
+    env.cleanup().await;
+}
+
+async fn strategy_run(strategy: &str) -> (bool, String) {
+    let mut env = TestEnv::new(&strategy.to_lowercase()).await;
+    let queue = env.queue("q", json!({"cpu": "4"}), strategy).await;
+    env.create_pod(pod("running", &queue, "2")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    env.create_pod(pod("big", &queue, "3")).await;
+    env.wait_queue_counts(&queue, 1, 1).await; // "big" seen and waiting before "small" exists
+    env.create_pod(pod("small", &queue, "1")).await;
+    let small_admitted = if strategy == "StrictFIFO" {
+        env.wait_queue_counts(&queue, 2, 1).await;
+        false
+    } else {
+        env.wait_queue_counts(&queue, 1, 2).await;
+        true
+    };
+    let small: Pod = env.pods().get("small").await.expect("small");
+    assert_eq!(!is_gated(&small), small_admitted);
+    let message = wait_for("small's DynamicWorkload status", Duration::from_secs(30), || async {
+        env.workloads().get("small").await.ok().and_then(|d| d.status).map(|s| s.message)
+    })
+    .await;
+    env.cleanup().await;
+    (small_admitted, message)
+}
+
+#[tokio::test]
+async fn strict_fifo_holds_the_line_best_effort_lets_smaller_pods_pass() {
+    let (admitted, message) = strategy_run("StrictFIFO").await;
+    assert!(!admitted);
+    assert!(message.starts_with("waits behind "), "{message}");
+    let (admitted, _) = strategy_run("BestEffortFIFO").await;
+    assert!(admitted);
+}
+
+#[tokio::test]
+async fn a_higher_priority_workload_goes_first() {
+    let mut env = TestEnv::new("prio").await;
+    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> = kube::Api::all(env.client.clone());
+    let high = format!("{}-high", env.namespace);
+    let pc = serde_json::from_value(json!({"metadata": {"name": high}, "value": 1000})).expect("pc");
+    classes.create(&PostParams::default(), &pc).await.expect("priority class");
+
+    env.create_pod(pod("holder", &queue, "1")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    env.create_pod(pod("early-low", &queue, "1")).await;
+    env.wait_queue_counts(&queue, 1, 1).await;
+    let mut late = pod("late-high", &queue, "1");
+    late.spec.as_mut().expect("spec").priority_class_name = Some(high.clone());
+    env.create_pod(late).await;
+    env.wait_queue_counts(&queue, 2, 1).await;
+
+    env.pods().delete("holder", &DeleteParams::default().grace_period(0)).await.expect("delete");
+    env.wait_queue_counts(&queue, 1, 1).await;
+    assert!(!is_gated(&env.pods().get("late-high").await.expect("pod")), "the high-priority pod was admitted");
+    assert!(is_gated(&env.pods().get("early-low").await.expect("pod")), "the earlier low-priority pod still waits");
+    let _ = classes.delete(&high, &DeleteParams::default()).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
+    let mut env = TestEnv::new("tamper").await;
+    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    env.create_pod(pod("holder", &queue, "1")).await;
+    env.create_pod(pod("waiting", &queue, "1")).await;
+    env.wait_queue_counts(&queue, 1, 1).await;
+
+    let remove_gate = json!([{"op": "remove", "path": "/spec/schedulingGates/0"}]);
+    let patch: json_patch::Patch = serde_json::from_value(remove_gate).expect("patch");
+    let err = env.pods().patch("waiting", &PatchParams::default(), &Patch::<()>::Json(patch)).await.expect_err("the gate removal must be refused");
+    let text = err.to_string();
+    assert!(text.contains("sluice.dev/admission"), "message names the gate: {text}");
+
+    let relabel = json!({"metadata": {"labels": {"sluice.dev/queue": "elsewhere"}}});
+    let err = env.pods().patch("waiting", &PatchParams::default(), &Patch::Merge(&relabel)).await.expect_err("relabelling must be refused");
+    assert!(err.to_string().contains("sluice.dev/"), "{err}");
+
+    // Other edits stay allowed.
+    let annotate = json!({"metadata": {"annotations": {"team": "research"}}});
+    env.pods().patch("waiting", &PatchParams::default(), &Patch::Merge(&annotate)).await.expect("annotations are the user's");
+    assert!(is_gated(&env.pods().get("waiting").await.expect("pod")));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_ungoverned_pod_is_untouched() {
+    let env = TestEnv::new("plain").await;
+    let plain: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "plain", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .expect("pod");
+    let created = env.create_pod(plain).await;
+    assert!(!is_gated(&created));
+    assert!(created.labels().keys().all(|k| !k.starts_with("sluice.dev/")));
+    wait_for("the ungoverned pod to run", Duration::from_secs(60), || async {
+        let p = env.pods().get("plain").await.ok()?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    env.cleanup().await;
+}

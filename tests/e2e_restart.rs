@@ -1,0 +1,104 @@
+//! Invariant 2 on a real cluster: the controller killed with SIGKILL in the middle of a run and
+//! restarted rebuilds its state from the cluster, never exceeds the quota, and admits every pod.
+//! Its own test binary: it stops the shared sluice process, which other tests must not see.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use serde_json::json;
+use support::*;
+
+/// Follows every pod of the namespace and records the largest cpu ever held by admitted pods.
+fn watch_usage(pods: kube::Api<Pod>) -> (Arc<Mutex<i64>>, tokio::task::JoinHandle<()>) {
+    let peak = Arc::new(Mutex::new(0i64));
+    let peak_out = peak.clone();
+    let task = tokio::spawn(async move {
+        let mut holding: HashMap<String, i64> = HashMap::new();
+        let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
+        while let Some(event) = stream.next().await {
+            let (pod, gone) = match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => (p, false),
+                Ok(watcher::Event::Delete(p)) => (p, true),
+                _ => continue,
+            };
+            let name = pod.name_any();
+            if !gone && !is_gated(&pod) && !is_ended(&pod) {
+                holding.insert(name, cpu_millis(&pod));
+            } else {
+                holding.remove(&name);
+            }
+            let total: i64 = holding.values().sum();
+            let mut peak = peak.lock().expect("peak");
+            *peak = (*peak).max(total);
+        }
+    });
+    (peak_out, task)
+}
+
+fn sluice_pid() -> i32 {
+    let path = repo_root().join(".cluster/pids/sluice.pid");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)", path.display()));
+    text.trim().parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn restart_sluice() {
+    let status = std::process::Command::new(repo_root().join("hack/cluster.sh"))
+        .args(["up", "--with-sluice"])
+        .status()
+        .expect("run hack/cluster.sh up --with-sluice");
+    assert!(status.success(), "hack/cluster.sh up --with-sluice failed");
+}
+
+#[tokio::test]
+async fn killed_controller_never_over_admits_and_admits_everyone_after_restart() {
+    let mut env = TestEnv::new("restart").await;
+    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (peak, watch_task) = watch_usage(env.pods());
+
+    const PODS: usize = 12;
+    for i in 0..PODS {
+        env.create_pod(pod(&format!("p{i:02}"), &queue, "1")).await;
+    }
+    env.wait_queue_counts(&queue, (PODS - 3) as i32, 3).await;
+
+    // End one admitted pod and kill the controller at once: its pass may be half done.
+    let first = holding(&env.list_pods().await)[0].name_any();
+    end_pod(&env.pods(), &first, "Succeeded").await;
+    let pid = sluice_pid();
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    assert!(killed.success());
+
+    // While it is down, more admitted pods end: nobody admits their successors yet.
+    let ended_while_down: Vec<String> = holding(&env.list_pods().await).iter().take(2).map(|p| p.name_any()).collect();
+    for name in &ended_while_down {
+        end_pod(&env.pods(), name, "Succeeded").await;
+    }
+
+    restart_sluice();
+
+    // Keep ending admitted pods until every pod has been admitted and has ended.
+    wait_for("every pod to be admitted and end", Duration::from_secs(180), || async {
+        let pods = env.list_pods().await;
+        for p in holding(&pods) {
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && p.annotations().get(KWOK_PHASE_ANNOTATION).is_none() {
+                end_pod(&env.pods(), &p.name_any(), "Succeeded").await;
+            }
+        }
+        (pods.len() == PODS && pods.iter().all(is_ended)).then_some(())
+    })
+    .await;
+
+    watch_task.abort();
+    let peak = *peak.lock().expect("peak");
+    assert!(peak <= 3000, "admitted pods held {peak}m cpu at some moment, over the 3 cpu quota");
+    assert!(peak >= 1000, "the usage watch saw admitted pods");
+    env.cleanup().await;
+}

@@ -1,0 +1,187 @@
+//! Shared helpers of the end-to-end tests: they run against the local control plane that
+//! `hack/test.sh` (or `hack/cluster.sh up --with-sluice`) brings up, with sluice on the host.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
+
+/// A client for the local cluster, or a failure that says how to get one.
+pub async fn client() -> Client {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        panic!(
+            "KUBECONFIG is not set: these tests need the local control plane with sluice running. \
+             Run them with `hack/test.sh`, or `hack/cluster.sh up --with-sluice && eval \"$(hack/cluster.sh env)\"` first."
+        );
+    }
+    Client::try_default().await.expect("a client from KUBECONFIG")
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A short random suffix for names, so tests never collide on the shared cluster.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{prefix}-{:x}{:04x}", std::process::id() % 0xfff, nanos % 0xffff)
+}
+
+/// Polls `check` until it returns Some, or fails the test after `timeout` saying what it waited for.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub struct TestEnv {
+    pub client: Client,
+    pub namespace: String,
+    pub queues: Vec<String>,
+}
+
+impl TestEnv {
+    pub async fn new(prefix: &str) -> TestEnv {
+        let client = client().await;
+        let namespace = unique(prefix);
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": {"sluice-e2e": "true"}}})).expect("namespace");
+        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
+        // Pods need the default ServiceAccount, which the controller-manager creates.
+        let sa_api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &namespace);
+        wait_for("the default ServiceAccount", Duration::from_secs(30), || async {
+            sa_api.get_opt("default").await.ok().flatten().map(|_| ())
+        })
+        .await;
+        TestEnv { client, namespace, queues: Vec::new() }
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub fn workloads(&self) -> Api<DynamicWorkload> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates a CapacityQueue named after the test namespace.
+    pub async fn queue(&mut self, suffix: &str, quota: serde_json::Value, strategy: &str) -> String {
+        let name = format!("{}-{suffix}", self.namespace);
+        let q: CapacityQueue = serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": name},
+            "spec": {"quota": quota, "queueingStrategy": strategy},
+        }))
+        .expect("queue");
+        Api::<CapacityQueue>::all(self.client.clone()).create(&PostParams::default(), &q).await.expect("create queue");
+        self.queues.push(name.clone());
+        name
+    }
+
+    pub async fn create_pod(&self, pod: Pod) -> Pod {
+        self.pods().create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("create pod {}: {e}", pod.name_any()))
+    }
+
+    pub async fn list_pods(&self) -> Vec<Pod> {
+        self.pods().list(&ListParams::default()).await.expect("list pods").items
+    }
+
+    /// Waits until the queue's status reports these pending and admitted pod counts, i.e. the
+    /// controller has finished a pass that saw every pod.
+    pub async fn wait_queue_counts(&self, queue: &str, pending: i32, admitted: i32) -> CapacityQueue {
+        let api: Api<CapacityQueue> = Api::all(self.client.clone());
+        wait_for(&format!("queue {queue} to report {pending} pending and {admitted} admitted pods"), Duration::from_secs(60), || async {
+            let q = api.get(queue).await.ok()?;
+            let s = q.status.as_ref()?;
+            (s.pending_pods == pending && s.admitted_pods == admitted).then_some(q)
+        })
+        .await
+    }
+
+    pub async fn cleanup(self) {
+        let _ = Api::<Namespace>::all(self.client.clone()).delete(&self.namespace, &DeleteParams::default()).await;
+        for q in &self.queues {
+            let _ = Api::<CapacityQueue>::all(self.client.clone()).delete(q, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// A governed pod: the queue label, one container asking for `cpu`.
+pub fn pod(name: &str, queue: &str, cpu: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
+        "spec": {
+            "containers": [{"name": "work", "image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }))
+    .expect("pod")
+}
+
+pub fn with_labels(mut pod: Pod, labels: &[(&str, &str)]) -> Pod {
+    let map = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+    for (k, v) in labels {
+        map.insert(k.to_string(), v.to_string());
+    }
+    pod
+}
+
+pub fn with_annotations(mut pod: Pod, annotations: &[(&str, &str)]) -> Pod {
+    let map = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    for (k, v) in annotations {
+        map.insert(k.to_string(), v.to_string());
+    }
+    pod
+}
+
+pub fn is_gated(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE))
+}
+
+pub fn is_ended(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+}
+
+/// Pods holding quota: admitted (no gate) and not ended.
+pub fn holding(pods: &[Pod]) -> Vec<&Pod> {
+    pods.iter().filter(|p| !is_gated(p) && !is_ended(p)).collect()
+}
+
+pub fn gated(pods: &[Pod]) -> Vec<&Pod> {
+    pods.iter().filter(|p| is_gated(p)).collect()
+}
+
+/// cpu requested by a pod, in millicores.
+pub fn cpu_millis(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .map(|s| sluice::queue::resources::pod_requests(s).map(|r| r.get("cpu")).unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// Ends a pod on purpose: kwok moves a pod with this annotation to the given phase.
+pub async fn end_pod(pods: &Api<Pod>, name: &str, phase: &str) {
+    let patch = json!({"metadata": {"annotations": {KWOK_PHASE_ANNOTATION: phase}}});
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("annotate {name}: {e}"));
+}
+
+/// The annotation hack/cluster.sh's kwok stages react to.
+pub const KWOK_PHASE_ANNOTATION: &str = "sluice.dev/kwok-phase";
