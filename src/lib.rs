@@ -10,5 +10,5 @@ pub mod install;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
-// pub mod serve;
+pub mod serve;
 pub mod webhook_config;

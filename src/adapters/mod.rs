@@ -55,7 +55,6 @@ impl Adapters {
     }
 }
 
-#[cfg(any())]
 impl sluice_webhooks::PodClassifier for Adapters {
     fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
         let identity = self.identify(pod)?;

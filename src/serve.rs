@@ -1,0 +1,418 @@
+//! `sluice serve`: the webhook server on every replica, the queue controller on the leader.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::adapters::Adapters;
+use crate::api::{ADMISSION_GATE, FIELD_MANAGER, PROTECTED_LABEL_PREFIX, QUEUE_LABEL};
+use crate::leader::{LeaderElector, LeaseSettings};
+use crate::metrics::ControllerMetrics;
+use crate::queue::controller::{self, ControllerSettings};
+use crate::webhook_config::{self, Endpoint};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line (for log collectors).
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// Flags of `sluice serve`. Every flag can also be set by the environment variable shown.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address the HTTPS admission webhooks listen on.
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "0.0.0.0:9443")]
+    pub listen: SocketAddr,
+
+    /// Address the plain-HTTP Prometheus metrics endpoint (/metrics) listens on.
+    #[arg(long, env = "SLUICE_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
+
+    /// Run on a host outside the cluster (development, tests, the demo): register the webhooks with
+    /// an https URL on --listen's address instead of the in-cluster Service, install sluice's CRDs
+    /// and RBAC with the kubeconfig's credentials, then act as sluice's ServiceAccount
+    /// (impersonation) so local runs have exactly the in-cluster rights.
+    #[arg(long, env = "SLUICE_LOCAL")]
+    pub local: bool,
+
+    /// With --local: the base URL the API server calls the webhooks at. Default: https://<--listen>.
+    #[arg(long, env = "SLUICE_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+
+    /// With --local: do not apply the CRDs, namespace and RBAC at startup.
+    #[arg(long, env = "SLUICE_NO_INSTALL")]
+    pub no_install: bool,
+
+    /// Act as this user for every API call (default with --local: sluice's ServiceAccount).
+    #[arg(long, env = "SLUICE_IMPERSONATE")]
+    pub impersonate: Option<String>,
+
+    /// The namespace sluice runs in: its certificate Secret, Lease and Service live there.
+    #[arg(long, env = "SLUICE_NAMESPACE", default_value = "sluice-system")]
+    pub namespace: String,
+
+    /// The Service in front of the webhooks (in-cluster mode).
+    #[arg(long, env = "SLUICE_SERVICE", default_value = "sluice-webhook")]
+    pub service_name: String,
+
+    /// The Secret that keeps the webhook CA and serving certificate.
+    #[arg(long, env = "SLUICE_CERT_SECRET", default_value = "sluice-webhook-tls")]
+    pub cert_secret: String,
+
+    /// How long a serving certificate is valid; it is renewed when a third of this is left.
+    #[arg(long, env = "SLUICE_CERT_VALIDITY", default_value = "365d", value_parser = parse_duration)]
+    pub cert_validity: Duration,
+
+    /// How often the certificate Secret is checked for renewal and reloaded.
+    #[arg(long, env = "SLUICE_CERT_CHECK_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub cert_check_interval: Duration,
+
+    /// The user allowed to remove the admission gate and edit sluice.dev/ labels (sluice itself).
+    /// Default: system:serviceaccount:<namespace>:sluice.
+    #[arg(long, env = "SLUICE_CONTROLLER_USER")]
+    pub controller_user: Option<String>,
+
+    /// The Lease that elects the replica running the queue controller.
+    #[arg(long, env = "SLUICE_LEASE_NAME", default_value = "sluice-controller")]
+    pub lease_name: String,
+
+    /// How long a leader's Lease lasts without renewal before another replica may take over.
+    #[arg(long, env = "SLUICE_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// How often the leader renews its Lease (and followers try to take it).
+    #[arg(long, env = "SLUICE_LEASE_RENEW", default_value = "2s", value_parser = parse_duration)]
+    pub lease_renew_period: Duration,
+
+    /// This replica's name in the Lease. Default: $POD_NAME, else <hostname>-<pid>.
+    #[arg(long, env = "SLUICE_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// How long the controller gathers changes before an admission pass.
+    #[arg(long, env = "SLUICE_BATCH_WINDOW", default_value = "20ms", value_parser = parse_duration)]
+    pub batch_window: Duration,
+
+    /// An admission pass runs at least this often even when nothing changed.
+    #[arg(long, env = "SLUICE_RESYNC_PERIOD", default_value = "30s", value_parser = parse_duration)]
+    pub resync_period: Duration,
+
+    /// Ungate patches and status writes in flight at once.
+    #[arg(long, env = "SLUICE_MAX_CONCURRENT_WRITES", default_value_t = 32)]
+    pub max_concurrent_writes: usize,
+
+    /// Largest admission request body accepted, in bytes.
+    #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Log format.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// Parses "500ms", "20s", "5m", "1h", "365d".
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 500ms, 20s, 5m, 1h or 365d"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        "d" => Duration::from_secs(n * 86400),
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+    };
+    Ok(d)
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let result = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    if let Err(e) = result {
+        eprintln!("warning: logging already initialised: {e}");
+    }
+}
+
+/// The in-cluster webhook configurations as YAML (for `sluice manifests webhooks`).
+pub fn in_cluster_webhook_manifests() -> Result<String, serde_yaml::Error> {
+    let endpoint = Endpoint::Service { namespace: "sluice-system".into(), name: "sluice-webhook".into(), port: 443 };
+    let mutating = serde_yaml::to_string(&with_kind(&webhook_config::mutating(&endpoint, "sluice-system", None), "MutatingWebhookConfiguration"))?;
+    let validating = serde_yaml::to_string(&with_kind(&webhook_config::validating(&endpoint, "sluice-system", "system:serviceaccount:sluice-system:sluice", None), "ValidatingWebhookConfiguration"))?;
+    Ok(format!("---\n{mutating}---\n{validating}"))
+}
+
+fn with_kind<T: serde::Serialize>(object: &T, kind: &str) -> serde_json::Value {
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), "admissionregistration.k8s.io/v1".into());
+        map.insert("kind".into(), kind.into());
+    }
+    value
+}
+
+/// Writes both webhook configurations with the current CA bundle (server-side apply: idempotent,
+/// and every replica writing the same content agrees).
+async fn register_webhooks(client: &Client, endpoint: &Endpoint, namespace: &str, controller_user: &str, ca_pem: &str) -> anyhow::Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mutating = with_kind(&webhook_config::mutating(endpoint, namespace, Some(ca_pem.as_bytes())), "MutatingWebhookConfiguration");
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(webhook_config::CONFIGURATION_NAME, &params, &Patch::Apply(mutating))
+        .await
+        .context("registering the MutatingWebhookConfiguration")?;
+    let validating = with_kind(&webhook_config::validating(endpoint, namespace, controller_user, Some(ca_pem.as_bytes())), "ValidatingWebhookConfiguration");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(webhook_config::CONFIGURATION_NAME, &params, &Patch::Apply(validating))
+        .await
+        .context("registering the ValidatingWebhookConfiguration")?;
+    Ok(())
+}
+
+async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let registry = registry.clone();
+            async move {
+                let mut body = String::new();
+                match prometheus_client::encoding::text::encode(&mut body, &registry) {
+                    Ok(()) => (
+                        axum::http::StatusCode::OK,
+                        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        body,
+                    ),
+                    Err(e) => (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        [(axum::http::header::CONTENT_TYPE, "text/plain")],
+                        format!("could not encode metrics: {e}"),
+                    ),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
+    info!(%addr, "metrics on /metrics");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+        .context("metrics server")
+}
+
+fn default_identity() -> String {
+    std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "sluice".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format);
+    // One crypto provider for the whole process: ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let service_account = format!("system:serviceaccount:{}:sluice", args.namespace);
+    let base = kube::Config::infer()
+        .await
+        .context("no Kubernetes credentials found: set KUBECONFIG (for the local cluster: eval \"$(hack/cluster.sh env)\") or run sluice in a pod")?;
+    if args.local && !args.no_install {
+        let admin = Client::try_from(base.clone()).context("building the installer's API client")?;
+        crate::install::apply_all(&admin)
+            .await
+            .context("installing CRDs, namespace and RBAC (needs an administrator's kubeconfig; use --no-install if they are installed already)")?;
+        info!("installed CRDs, namespace and RBAC");
+    }
+    let mut config = base;
+    let impersonate = args.impersonate.clone().or_else(|| args.local.then(|| service_account.clone()));
+    if let Some(user) = &impersonate {
+        config.auth_info.impersonate = Some(user.clone());
+        info!(%user, "acting as");
+    }
+    let client = Client::try_from(config).context("building the API client")?;
+
+    let shutdown = CancellationToken::new();
+    {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            info!("shutting down");
+            shutdown.cancel();
+        });
+    }
+
+    let mut registry = Registry::with_prefix("");
+    let controller_metrics = ControllerMetrics::new(&mut registry);
+    let webhook_metrics = sluice_webhooks::WebhookMetrics::new(&mut registry);
+    let registry = Arc::new(registry);
+
+    let endpoint = if args.local {
+        Endpoint::Url(args.webhook_url.clone().unwrap_or_else(|| format!("https://{}", args.listen)))
+    } else {
+        Endpoint::Service { namespace: args.namespace.clone(), name: args.service_name.clone(), port: 443 }
+    };
+
+    // Certificates: shared by replicas through the Secret, reloaded without a restart.
+    let cert_settings = sluice_certs::CertSettings {
+        namespace: args.namespace.clone(),
+        secret_name: args.cert_secret.clone(),
+        dns_names: sluice_certs::service_dns_names(&args.service_name, &args.namespace),
+        ip_addresses: vec![std::net::IpAddr::from([127, 0, 0, 1]), args.listen.ip()],
+        serving_validity: args.cert_validity,
+        check_interval: args.cert_check_interval,
+    };
+    let certs = sluice_certs::load_or_create(client.clone(), &cert_settings)
+        .await
+        .with_context(|| format!("loading or creating the webhook certificate Secret {}/{}", args.namespace, args.cert_secret))?;
+    let tls = sluice_certs::axum_rustls_config(&certs).context("building the TLS configuration")?;
+    let (_reloader, mut ca_updates) = sluice_certs::CertReloader::spawn(client.clone(), cert_settings.clone(), tls.clone(), shutdown.clone());
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let controller_user = args.controller_user.clone().unwrap_or(service_account.clone());
+    let gate = sluice_webhooks::GateSettings {
+        gate_name: ADMISSION_GATE.into(),
+        protected_label_prefix: PROTECTED_LABEL_PREFIX.into(),
+        governed_label: QUEUE_LABEL.into(),
+        controller_usernames: vec![controller_user.clone()],
+    };
+    let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
+        .gate(gate)
+        .classifier(Arc::new(Adapters::default()))
+        .readiness(ready.clone())
+        .metrics(webhook_metrics)
+        .max_body_bytes(args.max_body_bytes)
+        .build();
+    let server_task = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { server.serve(shutdown).await })
+    };
+
+    register_webhooks(&client, &endpoint, &args.namespace, &controller_user, &certs.ca_pem).await?;
+    ready.store(true, Ordering::SeqCst);
+    info!(listen = %args.listen, ?endpoint, "webhooks registered and serving");
+
+    // Keep the CA bundle in the webhook configurations in step with the Secret.
+    {
+        let client = client.clone();
+        let endpoint = endpoint.clone();
+        let namespace = args.namespace.clone();
+        let controller_user = controller_user.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    changed = ca_updates.changed() => {
+                        if changed.is_err() { break; }
+                        let ca = ca_updates.borrow_and_update().clone();
+                        if let Err(e) = register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await {
+                            warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations");
+                        } else {
+                            info!("CA bundle of the webhook configurations updated");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    let metrics_task = tokio::spawn(serve_metrics(args.metrics_listen, registry, shutdown.clone()));
+
+    let elector = LeaderElector::new(
+        client.clone(),
+        LeaseSettings {
+            namespace: args.namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: args.identity.clone().unwrap_or_else(default_identity),
+            lease_duration: args.lease_duration,
+            renew_period: args.lease_renew_period,
+        },
+    );
+    let settings = ControllerSettings {
+        batch_window: args.batch_window,
+        resync_period: args.resync_period,
+        max_concurrent_writes: args.max_concurrent_writes,
+    };
+    let leader_gauge = controller_metrics.leader.clone();
+    elector
+        .run(
+            shutdown.clone(),
+            move |leading| {
+                leader_gauge.set(i64::from(leading));
+            },
+            move |token| {
+                let client = client.clone();
+                let metrics = controller_metrics.clone();
+                let settings = settings.clone();
+                async move {
+                    if let Err(e) = controller::run(client, Adapters::default(), metrics, settings, token).await {
+                        error!(%e, "queue controller stopped");
+                    }
+                }
+            },
+        )
+        .await;
+
+    shutdown.cancel();
+    match server_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(anyhow::Error::new(e).context("webhook server")),
+        Err(e) => return Err(anyhow::anyhow!("webhook server task: {e}")),
+    }
+    if let Ok(Err(e)) = metrics_task.await {
+        warn!(error = %format!("{e:#}"), "metrics server");
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20ms"), Ok(Duration::from_millis(20)));
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("5y").is_err());
+    }
+}
