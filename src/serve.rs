@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use prometheus_client::registry::Registry;
@@ -123,16 +125,24 @@ pub struct ServeArgs {
 /// Parses "500ms", "20s", "5m", "1h", "365d".
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 500ms, 20s, 5m, 1h or 365d"))?;
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 500ms, 20s, 5m, 1h or 365d"))?;
     let d = match unit {
         "ms" => Duration::from_millis(n),
         "s" | "" => Duration::from_secs(n),
         "m" => Duration::from_secs(n * 60),
         "h" => Duration::from_secs(n * 3600),
         "d" => Duration::from_secs(n * 86400),
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
+            ));
+        }
     };
     Ok(d)
 }
@@ -140,7 +150,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    use std::io::IsTerminal;
+    // Colours only for a person at a terminal, never in log files.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -152,16 +167,34 @@ fn init_tracing(format: LogFormat) {
 
 /// The in-cluster webhook configurations as YAML (for `sluice manifests webhooks`).
 pub fn in_cluster_webhook_manifests() -> Result<String, serde_yaml::Error> {
-    let endpoint = Endpoint::Service { namespace: "sluice-system".into(), name: "sluice-webhook".into(), port: 443 };
-    let mutating = serde_yaml::to_string(&with_kind(&webhook_config::mutating(&endpoint, "sluice-system", None), "MutatingWebhookConfiguration"))?;
-    let validating = serde_yaml::to_string(&with_kind(&webhook_config::validating(&endpoint, "sluice-system", "system:serviceaccount:sluice-system:sluice", None), "ValidatingWebhookConfiguration"))?;
+    let endpoint = Endpoint::Service {
+        namespace: "sluice-system".into(),
+        name: "sluice-webhook".into(),
+        port: 443,
+    };
+    let mutating = serde_yaml::to_string(&with_kind(
+        &webhook_config::mutating(&endpoint, "sluice-system", None),
+        "MutatingWebhookConfiguration",
+    ))?;
+    let validating = serde_yaml::to_string(&with_kind(
+        &webhook_config::validating(
+            &endpoint,
+            "sluice-system",
+            "system:serviceaccount:sluice-system:sluice",
+            None,
+        ),
+        "ValidatingWebhookConfiguration",
+    ))?;
     Ok(format!("---\n{mutating}---\n{validating}"))
 }
 
 fn with_kind<T: serde::Serialize>(object: &T, kind: &str) -> serde_json::Value {
     let mut value = serde_json::to_value(object).unwrap_or_default();
     if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), "admissionregistration.k8s.io/v1".into());
+        map.insert(
+            "apiVersion".into(),
+            "admissionregistration.k8s.io/v1".into(),
+        );
         map.insert("kind".into(), kind.into());
     }
     value
@@ -169,22 +202,51 @@ fn with_kind<T: serde::Serialize>(object: &T, kind: &str) -> serde_json::Value {
 
 /// Writes both webhook configurations with the current CA bundle (server-side apply: idempotent,
 /// and every replica writing the same content agrees).
-async fn register_webhooks(client: &Client, endpoint: &Endpoint, namespace: &str, controller_user: &str, ca_pem: &str) -> anyhow::Result<()> {
+async fn register_webhooks(
+    client: &Client,
+    endpoint: &Endpoint,
+    namespace: &str,
+    controller_user: &str,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mutating = with_kind(&webhook_config::mutating(endpoint, namespace, Some(ca_pem.as_bytes())), "MutatingWebhookConfiguration");
+    let mutating = with_kind(
+        &webhook_config::mutating(endpoint, namespace, Some(ca_pem.as_bytes())),
+        "MutatingWebhookConfiguration",
+    );
     Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .patch(webhook_config::CONFIGURATION_NAME, &params, &Patch::Apply(mutating))
+        .patch(
+            webhook_config::CONFIGURATION_NAME,
+            &params,
+            &Patch::Apply(mutating),
+        )
         .await
         .context("registering the MutatingWebhookConfiguration")?;
-    let validating = with_kind(&webhook_config::validating(endpoint, namespace, controller_user, Some(ca_pem.as_bytes())), "ValidatingWebhookConfiguration");
+    let validating = with_kind(
+        &webhook_config::validating(
+            endpoint,
+            namespace,
+            controller_user,
+            Some(ca_pem.as_bytes()),
+        ),
+        "ValidatingWebhookConfiguration",
+    );
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .patch(webhook_config::CONFIGURATION_NAME, &params, &Patch::Apply(validating))
+        .patch(
+            webhook_config::CONFIGURATION_NAME,
+            &params,
+            &Patch::Apply(validating),
+        )
         .await
         .context("registering the ValidatingWebhookConfiguration")?;
     Ok(())
 }
 
-async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>, shutdown: CancellationToken) -> anyhow::Result<()> {
+async fn serve_metrics(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     use axum::routing::get;
     let app = axum::Router::new().route(
         "/metrics",
@@ -195,7 +257,10 @@ async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>, shutdown: Canc
                 match prometheus_client::encoding::text::encode(&mut body, &registry) {
                     Ok(()) => (
                         axum::http::StatusCode::OK,
-                        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
                         body,
                     ),
                     Err(e) => (
@@ -207,7 +272,9 @@ async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>, shutdown: Canc
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the metrics address {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
     info!(%addr, "metrics on /metrics");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
@@ -216,10 +283,15 @@ async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>, shutdown: Canc
 }
 
 fn default_identity() -> String {
-    std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "sluice".into());
-        format!("{host}-{}", std::process::id())
-    })
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "sluice".into());
+            format!("{host}-{}", std::process::id())
+        })
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -232,14 +304,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("no Kubernetes credentials found: set KUBECONFIG (for the local cluster: eval \"$(hack/cluster.sh env)\") or run sluice in a pod")?;
     if args.local && !args.no_install {
-        let admin = Client::try_from(base.clone()).context("building the installer's API client")?;
+        let admin =
+            Client::try_from(base.clone()).context("building the installer's API client")?;
         crate::install::apply_all(&admin)
             .await
             .context("installing CRDs, namespace and RBAC (needs an administrator's kubeconfig; use --no-install if they are installed already)")?;
         info!("installed CRDs, namespace and RBAC");
     }
     let mut config = base;
-    let impersonate = args.impersonate.clone().or_else(|| args.local.then(|| service_account.clone()));
+    let impersonate = args
+        .impersonate
+        .clone()
+        .or_else(|| args.local.then(|| service_account.clone()));
     if let Some(user) = &impersonate {
         config.auth_info.impersonate = Some(user.clone());
         info!(%user, "acting as");
@@ -262,9 +338,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let registry = Arc::new(registry);
 
     let endpoint = if args.local {
-        Endpoint::Url(args.webhook_url.clone().unwrap_or_else(|| format!("https://{}", args.listen)))
+        Endpoint::Url(
+            args.webhook_url
+                .clone()
+                .unwrap_or_else(|| format!("https://{}", args.listen)),
+        )
     } else {
-        Endpoint::Service { namespace: args.namespace.clone(), name: args.service_name.clone(), port: 443 }
+        Endpoint::Service {
+            namespace: args.namespace.clone(),
+            name: args.service_name.clone(),
+            port: 443,
+        }
     };
 
     // Certificates: shared by replicas through the Secret, reloaded without a restart.
@@ -278,12 +362,25 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let certs = sluice_certs::load_or_create(client.clone(), &cert_settings)
         .await
-        .with_context(|| format!("loading or creating the webhook certificate Secret {}/{}", args.namespace, args.cert_secret))?;
+        .with_context(|| {
+            format!(
+                "loading or creating the webhook certificate Secret {}/{}",
+                args.namespace, args.cert_secret
+            )
+        })?;
     let tls = sluice_certs::axum_rustls_config(&certs).context("building the TLS configuration")?;
-    let (_reloader, mut ca_updates) = sluice_certs::CertReloader::spawn(client.clone(), cert_settings.clone(), tls.clone(), shutdown.clone());
+    let (_reloader, mut ca_updates) = sluice_certs::CertReloader::spawn(
+        client.clone(),
+        cert_settings.clone(),
+        tls.clone(),
+        shutdown.clone(),
+    );
 
     let ready = Arc::new(AtomicBool::new(false));
-    let controller_user = args.controller_user.clone().unwrap_or(service_account.clone());
+    let controller_user = args
+        .controller_user
+        .clone()
+        .unwrap_or(service_account.clone());
     let gate = sluice_webhooks::GateSettings {
         gate_name: ADMISSION_GATE.into(),
         protected_label_prefix: PROTECTED_LABEL_PREFIX.into(),
@@ -302,7 +399,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(async move { server.serve(shutdown).await })
     };
 
-    register_webhooks(&client, &endpoint, &args.namespace, &controller_user, &certs.ca_pem).await?;
+    register_webhooks(
+        &client,
+        &endpoint,
+        &args.namespace,
+        &controller_user,
+        &certs.ca_pem,
+    )
+    .await?;
     ready.store(true, Ordering::SeqCst);
     info!(listen = %args.listen, ?endpoint, "webhooks registered and serving");
 
@@ -331,7 +435,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
 
-    let metrics_task = tokio::spawn(serve_metrics(args.metrics_listen, registry, shutdown.clone()));
+    let metrics_task = tokio::spawn(serve_metrics(
+        args.metrics_listen,
+        registry,
+        shutdown.clone(),
+    ));
 
     let elector = LeaderElector::new(
         client.clone(),
@@ -360,7 +468,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let metrics = controller_metrics.clone();
                 let settings = settings.clone();
                 async move {
-                    if let Err(e) = controller::run(client, Adapters::default(), metrics, settings, token).await {
+                    if let Err(e) =
+                        controller::run(client, Adapters::default(), metrics, settings, token).await
+                    {
                         error!(%e, "queue controller stopped");
                     }
                 }

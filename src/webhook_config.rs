@@ -3,8 +3,8 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -126,10 +126,14 @@ pub fn mutating(
 /// or the labels, and not about sluice's own: annotation, finalizer and owner edits never depend on
 /// sluice being up, and the controller's ungate patches cost no extra round trip.
 fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
-    let gates = |o: &str| format!("(has({o}.spec.schedulingGates) ? {o}.spec.schedulingGates : [])");
+    let gates =
+        |o: &str| format!("(has({o}.spec.schedulingGates) ? {o}.spec.schedulingGates : [])");
     let labels = |o: &str| format!("(has({o}.metadata.labels) ? {o}.metadata.labels : {{}})");
     // A username is a plain string; quotes would end the CEL literal, so they are dropped.
-    let user: String = controller_user.chars().filter(|c| *c != '\'' && *c != '\\').collect();
+    let user: String = controller_user
+        .chars()
+        .filter(|c| *c != '\'' && *c != '\\')
+        .collect();
     vec![
         MatchCondition {
             name: "not-sluice-itself".into(),

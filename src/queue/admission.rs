@@ -589,8 +589,10 @@ fn gang_item(workload: &WorkloadSnapshot, w: usize, dims: &Dimensions) -> Item {
             i64::from(missing),
         );
     }
-    if pods.is_empty() {
-        if let Some((_, pod)) = earliest {
+    if pods.is_empty()
+        && let Some((_, pod)) = earliest
+    {
+        {
             let set = &workload.pod_sets[pod.pod_set];
             add_into(&mut usage, &dims.project(&set.pods[pod.pod].requests));
             pods.push(pod);

@@ -280,18 +280,17 @@ mod tests {
     }
 
     fn container(cpu: &str, restart_always: bool) -> Container {
-        let mut c = Container::default();
-        c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
-            requests: Some(BTreeMap::from([(
-                "cpu".to_string(),
-                Quantity(cpu.to_string()),
-            )])),
+        Container {
+            resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "cpu".to_string(),
+                    Quantity(cpu.to_string()),
+                )])),
+                ..Default::default()
+            }),
+            restart_policy: restart_always.then(|| "Always".to_string()),
             ..Default::default()
-        });
-        if restart_always {
-            c.restart_policy = Some("Always".to_string());
         }
-        c
     }
 
     #[test]

@@ -24,7 +24,9 @@ pub struct WebhookMetrics {
 
 fn buckets() -> Histogram {
     // 50 µs .. ~1.6 s
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.00005, 2.0, 16))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.00005, 2.0, 16,
+    ))
 }
 
 impl Default for WebhookMetrics {
@@ -54,7 +56,11 @@ impl WebhookMetrics {
     }
 
     pub fn record(&self, operation: &'static str, outcome: &'static str, seconds: f64) {
-        self.duration.get_or_create(&OperationLabels { operation }).observe(seconds);
-        self.requests.get_or_create(&OutcomeLabels { operation, outcome }).inc();
+        self.duration
+            .get_or_create(&OperationLabels { operation })
+            .observe(seconds);
+        self.requests
+            .get_or_create(&OutcomeLabels { operation, outcome })
+            .inc();
     }
 }

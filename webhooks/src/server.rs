@@ -45,7 +45,12 @@ pub fn router(
     metrics: WebhookMetrics,
     max_body_bytes: usize,
 ) -> Router {
-    let state = Arc::new(AppState { gate, classifier, ready, metrics });
+    let state = Arc::new(AppState {
+        gate,
+        classifier,
+        ready,
+        metrics,
+    });
     Router::new()
         .route("/mutate-pods", post(mutate_pods))
         .route("/validate-pods", post(validate_pods))
@@ -59,54 +64,89 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ok").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: webhook configurations not registered yet").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: webhook configurations not registered yet",
+        )
+            .into_response()
     }
 }
 
 fn bad_request(status: StatusCode, message: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], message).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
 }
 
 /// Decodes a pod AdmissionReview, or answers what is wrong with it.
-fn decode(headers: &HeaderMap, body: &[u8]) -> Result<AdmissionRequest<Pod>, Response> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+fn decode(headers: &HeaderMap, body: &[u8]) -> Result<AdmissionRequest<Pod>, Box<Response>> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if !content_type.starts_with("application/json") {
-        return Err(bad_request(
+        return Err(Box::new(bad_request(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("expected Content-Type application/json, got {content_type:?}"),
-        ));
+        )));
     }
     let review: AdmissionReview<Pod> = serde_json::from_slice(body).map_err(|e| {
-        bad_request(StatusCode::BAD_REQUEST, format!("body is not an admission.k8s.io/v1 AdmissionReview of a Pod: {e}"))
+        Box::new(bad_request(
+            StatusCode::BAD_REQUEST,
+            format!("body is not an admission.k8s.io/v1 AdmissionReview of a Pod: {e}"),
+        ))
     })?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
-        return Err(bad_request(
+        return Err(Box::new(bad_request(
             StatusCode::BAD_REQUEST,
-            format!("expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got {} {}", review.types.api_version, review.types.kind),
-        ));
+            format!(
+                "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got {} {}",
+                review.types.api_version, review.types.kind
+            ),
+        )));
     }
-    review
-        .try_into()
-        .map_err(|e| bad_request(StatusCode::BAD_REQUEST, format!("AdmissionReview without a usable request: {e}")))
+    review.try_into().map_err(|e| {
+        Box::new(bad_request(
+            StatusCode::BAD_REQUEST,
+            format!("AdmissionReview without a usable request: {e}"),
+        ))
+    })
 }
 
 fn respond(response: AdmissionResponse) -> Response {
     match serde_json::to_vec(&response.into_review()) {
-        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => bad_request(StatusCode::INTERNAL_SERVER_ERROR, format!("could not encode the response: {e}")),
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => bad_request(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("could not encode the response: {e}"),
+        ),
     }
 }
 
-async fn mutate_pods(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn mutate_pods(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
     let (response, outcome) = match decode(&headers, &body) {
-        Err(r) => (r, "rejected_bad_request"),
+        Err(r) => (*r, "rejected_bad_request"),
         Ok(request) => {
             let (answer, outcome) = mutate(&state, &request);
             (respond(answer), outcome)
         }
     };
-    state.metrics.record("mutate_pods", outcome, started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .record("mutate_pods", outcome, started.elapsed().as_secs_f64());
     response
 }
 
@@ -129,25 +169,44 @@ fn mutate(state: &AppState, request: &AdmissionRequest<Pod>) -> (AdmissionRespon
         Ok(p) => p,
         Err(e) => {
             warn!(%e, "built an invalid patch");
-            return (AdmissionResponse::from(request).deny(format!("sluice could not gate this pod: {e}")), "denied");
+            return (
+                AdmissionResponse::from(request)
+                    .deny(format!("sluice could not gate this pod: {e}")),
+                "denied",
+            );
         }
     };
     match allowed.with_patch(patch) {
         Ok(r) => (r, "patched"),
-        Err(e) => (AdmissionResponse::from(request).deny(format!("sluice could not encode its patch: {e}")), "denied"),
+        Err(e) => (
+            AdmissionResponse::from(request)
+                .deny(format!("sluice could not encode its patch: {e}")),
+            "denied",
+        ),
     }
 }
 
-async fn validate_pods(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn validate_pods(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
     let (response, outcome) = match decode(&headers, &body) {
-        Err(r) => (r, "rejected_bad_request"),
+        Err(r) => (*r, "rejected_bad_request"),
         Ok(request) => {
             let answer = AdmissionResponse::from(&request);
-            let verdict = match (&request.operation, request.old_object.as_ref(), request.object.as_ref()) {
-                (Operation::Update, Some(old), Some(new)) => {
-                    validate_update(old, new, request.user_info.username.as_deref().unwrap_or(""), &state.gate)
-                }
+            let verdict = match (
+                &request.operation,
+                request.old_object.as_ref(),
+                request.object.as_ref(),
+            ) {
+                (Operation::Update, Some(old), Some(new)) => validate_update(
+                    old,
+                    new,
+                    request.user_info.username.as_deref().unwrap_or(""),
+                    &state.gate,
+                ),
                 _ => Ok(()),
             };
             match verdict {
@@ -159,7 +218,9 @@ async fn validate_pods(State(state): State<Arc<AppState>>, headers: HeaderMap, b
             }
         }
     };
-    state.metrics.record("validate_pods", outcome, started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .record("validate_pods", outcome, started.elapsed().as_secs_f64());
     response
 }
 
@@ -206,7 +267,10 @@ impl WebhookServer {
             .handle(handle)
             .serve(self.router.into_make_service())
             .await
-            .map_err(|source| WebhookError::Serve { addr: self.listen, source })
+            .map_err(|source| WebhookError::Serve {
+                addr: self.listen,
+                source,
+            })
     }
 }
 
@@ -249,7 +313,13 @@ impl WebhookServerBuilder {
         WebhookServer {
             listen: self.listen,
             tls: self.tls,
-            router: router(gate, classifier, self.ready, self.metrics, self.max_body_bytes),
+            router: router(
+                gate,
+                classifier,
+                self.ready,
+                self.metrics,
+                self.max_body_bytes,
+            ),
         }
     }
 }
@@ -270,7 +340,10 @@ mod tests {
     impl PodClassifier for QueueLabel {
         fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
             let q = pod.metadata.labels.as_ref()?.get("sluice.dev/queue")?;
-            Some(BTreeMap::from([("sluice.dev/queue".to_string(), q.clone())]))
+            Some(BTreeMap::from([(
+                "sluice.dev/queue".to_string(),
+                q.clone(),
+            )]))
         }
     }
 
@@ -281,7 +354,13 @@ mod tests {
             governed_label: "sluice.dev/queue".into(),
             controller_usernames: vec!["sluice".into()],
         };
-        router(gate, Arc::new(QueueLabel), Arc::new(AtomicBool::new(ready)), WebhookMetrics::default(), 64 * 1024)
+        router(
+            gate,
+            Arc::new(QueueLabel),
+            Arc::new(AtomicBool::new(ready)),
+            WebhookMetrics::default(),
+            64 * 1024,
+        )
     }
 
     fn review(operation: &str, object: Value, old: Option<Value>, user: &str) -> Value {
@@ -301,11 +380,28 @@ mod tests {
         })
     }
 
-    async fn call(app: Router, path: &str, content_type: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
-        let request = Request::post(path).header(header::CONTENT_TYPE, content_type).body(Body::from(body)).expect("request");
+    async fn call(
+        app: Router,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Vec<u8>) {
+        let request = Request::post(path)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
+            .expect("request");
         let response = app.oneshot(request).await.expect("response");
         let status = response.status();
-        (status, response.into_body().collect().await.expect("body").to_bytes().to_vec())
+        (
+            status,
+            response
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes()
+                .to_vec(),
+        )
     }
 
     #[tokio::test]
@@ -321,7 +417,8 @@ mod tests {
         assert_eq!(response["patchType"], "JSONPatch");
         // kube encodes the patch bytes as a JSON array of numbers, which the API server's decoder
         // accepts for a []byte field just as it accepts base64.
-        let bytes: Vec<u8> = serde_json::from_value(response["patch"].clone()).expect("patch bytes");
+        let bytes: Vec<u8> =
+            serde_json::from_value(response["patch"].clone()).expect("patch bytes");
         let patch: Value = serde_json::from_slice(&bytes).expect("patch json");
         assert_eq!(patch[0]["path"], "/spec/schedulingGates");
     }
@@ -335,20 +432,40 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         let answer: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(answer["response"]["allowed"], false);
-        assert!(answer["response"]["status"]["message"].as_str().unwrap_or("").contains("sluice.dev/admission"));
+        assert!(
+            answer["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("sluice.dev/admission")
+        );
     }
 
     #[tokio::test]
     async fn malformed_oversized_and_mistyped_bodies_get_clear_4xx() {
-        let (status, body) = call(app(true), "/mutate-pods", "application/json", b"{not json".to_vec()).await;
+        let (status, body) = call(
+            app(true),
+            "/mutate-pods",
+            "application/json",
+            b"{not json".to_vec(),
+        )
+        .await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(String::from_utf8_lossy(&body).contains("AdmissionReview"));
 
-        let no_request = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).expect("json");
+        let no_request = serde_json::to_vec(
+            &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+        )
+        .expect("json");
         let (status, _) = call(app(true), "/mutate-pods", "application/json", no_request).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
 
-        let (status, _) = call(app(true), "/mutate-pods", "application/json", vec![b' '; 128 * 1024]).await;
+        let (status, _) = call(
+            app(true),
+            "/mutate-pods",
+            "application/json",
+            vec![b' '; 128 * 1024],
+        )
+        .await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
 
         let (status, body) = call(app(true), "/mutate-pods", "text/plain", b"{}".to_vec()).await;
@@ -359,7 +476,11 @@ mod tests {
     #[tokio::test]
     async fn readiness_follows_the_flag() {
         let get = |ready| async move {
-            app(ready).oneshot(Request::get("/readyz").body(Body::empty()).expect("req")).await.expect("resp").status()
+            app(ready)
+                .oneshot(Request::get("/readyz").body(Body::empty()).expect("req"))
+                .await
+                .expect("resp")
+                .status()
         };
         assert_eq!(get(true).await, StatusCode::OK);
         assert_eq!(get(false).await, StatusCode::SERVICE_UNAVAILABLE);
