@@ -17,6 +17,7 @@ export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 
 NODES=4 NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
 WITH_SLUICE=false
+BUILD_SLUICE=true
 
 usage() {
   cat <<USAGE
@@ -41,6 +42,7 @@ Flags for 'up':
   --node-pods N        pods per node (default 110)
   --with-sluice        also build sluice (cargo build) and run 'sluice serve --local' on the host;
                        restarted when its binary changed or its process is gone
+  --no-build           with --with-sluice: use target/debug/sluice as it is (no cargo build)
 
 Environment: SLUICE_CACHE (build cache), RUST_LOG (sluice's log filter).
 Logs: .cluster/logs/<component>.log. End any pod on purpose: annotate it sluice.dev/kwok-phase=Succeeded|Failed.
@@ -263,9 +265,12 @@ nodes_ready() {
 # ---- sluice --------------------------------------------------------------------------------------
 
 start_sluice() {
-  log "building sluice (cargo build --bin sluice)"
-  (cd "$ROOT" && cargo build --quiet --bin sluice) || die "cargo build --bin sluice failed"
-  local bin=$ROOT/target/debug/sluice sum
+  local bin=${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice sum
+  if $BUILD_SLUICE; then
+    log "building sluice (cargo build --bin sluice)"
+    (cd "$ROOT" && cargo build --quiet --bin sluice) || die "cargo build --bin sluice failed"
+  fi
+  [[ -x $bin ]] || die "$bin does not exist: run cargo build --bin sluice (or drop --no-build)"
   sum=$(sha256sum "$bin" | cut -d' ' -f1)
   if alive sluice && [[ $(cat "$STATE/sluice.sha256" 2>/dev/null) == "$sum" ]]; then
     return 0
@@ -290,6 +295,7 @@ cmd_up() {
       --node-memory) NODE_MEMORY=$2; shift 2 ;;
       --node-pods) NODE_PODS=$2; shift 2 ;;
       --with-sluice) WITH_SLUICE=true; shift ;;
+      --no-build) BUILD_SLUICE=false; shift ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown flag '$1' for up (see hack/cluster.sh --help)" ;;
     esac

@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sluice::api::WorkloadPhase;
 use support::*;
@@ -15,7 +15,9 @@ use support::*;
 #[tokio::test]
 async fn quota_holds_and_ended_pods_give_it_back() {
     let mut env = TestEnv::new("quota").await;
-    let queue = env.queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO").await;
+    let queue = env
+        .queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO")
+        .await;
     for i in 0..10 {
         env.create_pod(pod(&format!("p{i}"), &queue, "1")).await;
     }
@@ -26,19 +28,32 @@ async fn quota_holds_and_ended_pods_give_it_back() {
 
     // Every workload has its ledger; a waiting one says why.
     let waiting = gated(&pods)[0].name_any();
-    let dwl = wait_for("the DynamicWorkload of a waiting pod to explain why", Duration::from_secs(30), || async {
-        let d = env.workloads().get(&waiting).await.ok()?;
-        d.status.as_ref().filter(|s| s.message.contains("needs 1 cpu more")).map(|_| d.clone())
-    })
+    let dwl = wait_for(
+        "the DynamicWorkload of a waiting pod to explain why",
+        Duration::from_secs(30),
+        || async {
+            let d = env.workloads().get(&waiting).await.ok()?;
+            d.status
+                .as_ref()
+                .filter(|s| s.message.contains("needs 1 cpu more"))
+                .map(|_| d.clone())
+        },
+    )
     .await;
     let status = dwl.status.expect("status");
     assert_eq!(status.phase, WorkloadPhase::Pending);
-    assert_eq!(status.message, format!("needs 1 cpu more in queue {queue}: 4/4 cpu used, 0 cpu reserved"));
+    assert_eq!(
+        status.message,
+        format!("needs 1 cpu more in queue {queue}: 4/4 cpu used, 0 cpu reserved")
+    );
 
     // Delete two admitted pods: exactly two more are admitted.
     let admitted: Vec<String> = holding(&pods).iter().map(|p| p.name_any()).collect();
     for name in &admitted[..2] {
-        env.pods().delete(name, &DeleteParams::default().grace_period(0)).await.expect("delete");
+        env.pods()
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .expect("delete");
     }
     env.wait_queue_counts(&queue, 4, 4).await;
     let pods = env.list_pods().await;
@@ -64,21 +79,41 @@ async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
     for i in 0..3 {
-        let p = with_annotations(with_labels(pod(&format!("gang-{i}"), &queue, "1"), &[("sluice.dev/workload", "gang")]), &[("sluice.dev/min-count", "3")]);
+        let p = with_annotations(
+            with_labels(
+                pod(&format!("gang-{i}"), &queue, "1"),
+                &[("sluice.dev/workload", "gang")],
+            ),
+            &[("sluice.dev/min-count", "3")],
+        );
         env.create_pod(p).await;
     }
     env.wait_queue_counts(&queue, 3, 1).await;
-    let dwl = wait_for("the gang's DynamicWorkload to say what is missing", Duration::from_secs(30), || async {
-        env.workloads().get("gang").await.ok().filter(|d| d.status.as_ref().is_some_and(|s| s.pending_pods == 3 && !s.message.is_empty()))
-    })
+    let dwl = wait_for(
+        "the gang's DynamicWorkload to say what is missing",
+        Duration::from_secs(30),
+        || async {
+            env.workloads().get("gang").await.ok().filter(|d| {
+                d.status
+                    .as_ref()
+                    .is_some_and(|s| s.pending_pods == 3 && !s.message.is_empty())
+            })
+        },
+    )
     .await;
     let status = dwl.status.expect("status");
     assert_eq!(status.admitted_pods, 0);
-    assert_eq!(status.message, format!("needs 1 cpu more in queue {queue}: 1/3 cpu used, 0 cpu reserved"));
+    assert_eq!(
+        status.message,
+        format!("needs 1 cpu more in queue {queue}: 1/3 cpu used, 0 cpu reserved")
+    );
     assert_eq!(dwl.spec.pod_sets[0].min_count, 3);
 
     // Free the room: the whole gang goes at once.
-    env.pods().delete("holder", &DeleteParams::default().grace_period(0)).await.expect("delete");
+    env.pods()
+        .delete("holder", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
     env.wait_queue_counts(&queue, 0, 3).await;
     let pods = env.list_pods().await;
     assert_eq!(holding(&pods).len(), 3);
@@ -102,9 +137,18 @@ async fn strategy_run(strategy: &str) -> (bool, String) {
     };
     let small: Pod = env.pods().get("small").await.expect("small");
     assert_eq!(!is_gated(&small), small_admitted);
-    let message = wait_for("small's DynamicWorkload status", Duration::from_secs(30), || async {
-        env.workloads().get("small").await.ok().and_then(|d| d.status).map(|s| s.message)
-    })
+    let message = wait_for(
+        "small's DynamicWorkload status",
+        Duration::from_secs(30),
+        || async {
+            env.workloads()
+                .get("small")
+                .await
+                .ok()
+                .and_then(|d| d.status)
+                .map(|s| s.message)
+        },
+    )
     .await;
     env.cleanup().await;
     (small_admitted, message)
@@ -123,10 +167,15 @@ async fn strict_fifo_holds_the_line_best_effort_lets_smaller_pods_pass() {
 async fn a_higher_priority_workload_goes_first() {
     let mut env = TestEnv::new("prio").await;
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
-    let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> = kube::Api::all(env.client.clone());
+    let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+        kube::Api::all(env.client.clone());
     let high = format!("{}-high", env.namespace);
-    let pc = serde_json::from_value(json!({"metadata": {"name": high}, "value": 1000})).expect("pc");
-    classes.create(&PostParams::default(), &pc).await.expect("priority class");
+    let pc =
+        serde_json::from_value(json!({"metadata": {"name": high}, "value": 1000})).expect("pc");
+    classes
+        .create(&PostParams::default(), &pc)
+        .await
+        .expect("priority class");
 
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -137,10 +186,19 @@ async fn a_higher_priority_workload_goes_first() {
     env.create_pod(late).await;
     env.wait_queue_counts(&queue, 2, 1).await;
 
-    env.pods().delete("holder", &DeleteParams::default().grace_period(0)).await.expect("delete");
+    env.pods()
+        .delete("holder", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
     env.wait_queue_counts(&queue, 1, 1).await;
-    assert!(!is_gated(&env.pods().get("late-high").await.expect("pod")), "the high-priority pod was admitted");
-    assert!(is_gated(&env.pods().get("early-low").await.expect("pod")), "the earlier low-priority pod still waits");
+    assert!(
+        !is_gated(&env.pods().get("late-high").await.expect("pod")),
+        "the high-priority pod was admitted"
+    );
+    assert!(
+        is_gated(&env.pods().get("early-low").await.expect("pod")),
+        "the earlier low-priority pod still waits"
+    );
     let _ = classes.delete(&high, &DeleteParams::default()).await;
     env.cleanup().await;
 }
@@ -155,17 +213,35 @@ async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
 
     let remove_gate = json!([{"op": "remove", "path": "/spec/schedulingGates/0"}]);
     let patch: json_patch::Patch = serde_json::from_value(remove_gate).expect("patch");
-    let err = env.pods().patch("waiting", &PatchParams::default(), &Patch::<()>::Json(patch)).await.expect_err("the gate removal must be refused");
+    let err = env
+        .pods()
+        .patch(
+            "waiting",
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+        .expect_err("the gate removal must be refused");
     let text = err.to_string();
-    assert!(text.contains("sluice.dev/admission"), "message names the gate: {text}");
+    assert!(
+        text.contains("sluice.dev/admission"),
+        "message names the gate: {text}"
+    );
 
     let relabel = json!({"metadata": {"labels": {"sluice.dev/queue": "elsewhere"}}});
-    let err = env.pods().patch("waiting", &PatchParams::default(), &Patch::Merge(&relabel)).await.expect_err("relabelling must be refused");
+    let err = env
+        .pods()
+        .patch("waiting", &PatchParams::default(), &Patch::Merge(&relabel))
+        .await
+        .expect_err("relabelling must be refused");
     assert!(err.to_string().contains("sluice.dev/"), "{err}");
 
     // Other edits stay allowed.
     let annotate = json!({"metadata": {"annotations": {"team": "research"}}});
-    env.pods().patch("waiting", &PatchParams::default(), &Patch::Merge(&annotate)).await.expect("annotations are the user's");
+    env.pods()
+        .patch("waiting", &PatchParams::default(), &Patch::Merge(&annotate))
+        .await
+        .expect("annotations are the user's");
     assert!(is_gated(&env.pods().get("waiting").await.expect("pod")));
     env.cleanup().await;
 }
@@ -180,11 +256,20 @@ async fn an_ungoverned_pod_is_untouched() {
     .expect("pod");
     let created = env.create_pod(plain).await;
     assert!(!is_gated(&created));
-    assert!(created.labels().keys().all(|k| !k.starts_with("sluice.dev/")));
-    wait_for("the ungoverned pod to run", Duration::from_secs(60), || async {
-        let p = env.pods().get("plain").await.ok()?;
-        (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())
-    })
+    assert!(
+        created
+            .labels()
+            .keys()
+            .all(|k| !k.starts_with("sluice.dev/"))
+    );
+    wait_for(
+        "the ungoverned pod to run",
+        Duration::from_secs(60),
+        || async {
+            let p = env.pods().get("plain").await.ok()?;
+            (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())
+        },
+    )
     .await;
     env.cleanup().await;
 }

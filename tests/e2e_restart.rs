@@ -22,7 +22,8 @@ fn watch_usage(pods: kube::Api<Pod>) -> (Arc<Mutex<i64>>, tokio::task::JoinHandl
     let peak_out = peak.clone();
     let task = tokio::spawn(async move {
         let mut holding: HashMap<String, i64> = HashMap::new();
-        let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
+        let mut stream =
+            std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
         while let Some(event) = stream.next().await {
             let (pod, gone) = match event {
                 Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => (p, false),
@@ -45,15 +46,22 @@ fn watch_usage(pods: kube::Api<Pod>) -> (Arc<Mutex<i64>>, tokio::task::JoinHandl
 
 fn sluice_pid() -> i32 {
     let path = repo_root().join(".cluster/pids/sluice.pid");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)", path.display()));
-    text.trim().parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)",
+            path.display()
+        )
+    });
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn restart_sluice() {
     let status = std::process::Command::new(repo_root().join("hack/cluster.sh"))
-        .args(["up", "--with-sluice"])
+        .args(["up", "--with-sluice", "--no-build"])
         .status()
-        .expect("run hack/cluster.sh up --with-sluice");
+        .expect("run hack/cluster.sh up --with-sluice --no-build");
     assert!(status.success(), "hack/cluster.sh up --with-sluice failed");
 }
 
@@ -73,11 +81,18 @@ async fn killed_controller_never_over_admits_and_admits_everyone_after_restart()
     let first = holding(&env.list_pods().await)[0].name_any();
     end_pod(&env.pods(), &first, "Succeeded").await;
     let pid = sluice_pid();
-    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
     assert!(killed.success());
 
     // While it is down, more admitted pods end: nobody admits their successors yet.
-    let ended_while_down: Vec<String> = holding(&env.list_pods().await).iter().take(2).map(|p| p.name_any()).collect();
+    let ended_while_down: Vec<String> = holding(&env.list_pods().await)
+        .iter()
+        .take(2)
+        .map(|p| p.name_any())
+        .collect();
     for name in &ended_while_down {
         end_pod(&env.pods(), name, "Succeeded").await;
     }
@@ -85,20 +100,29 @@ async fn killed_controller_never_over_admits_and_admits_everyone_after_restart()
     restart_sluice();
 
     // Keep ending admitted pods until every pod has been admitted and has ended.
-    wait_for("every pod to be admitted and end", Duration::from_secs(180), || async {
-        let pods = env.list_pods().await;
-        for p in holding(&pods) {
-            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && p.annotations().get(KWOK_PHASE_ANNOTATION).is_none() {
-                end_pod(&env.pods(), &p.name_any(), "Succeeded").await;
+    wait_for(
+        "every pod to be admitted and end",
+        Duration::from_secs(180),
+        || async {
+            let pods = env.list_pods().await;
+            for p in holding(&pods) {
+                if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && p.annotations().get(KWOK_PHASE_ANNOTATION).is_none()
+                {
+                    end_pod(&env.pods(), &p.name_any(), "Succeeded").await;
+                }
             }
-        }
-        (pods.len() == PODS && pods.iter().all(is_ended)).then_some(())
-    })
+            (pods.len() == PODS && pods.iter().all(is_ended)).then_some(())
+        },
+    )
     .await;
 
     watch_task.abort();
     let peak = *peak.lock().expect("peak");
-    assert!(peak <= 3000, "admitted pods held {peak}m cpu at some moment, over the 3 cpu quota");
+    assert!(
+        peak <= 3000,
+        "admitted pods held {peak}m cpu at some moment, over the 3 cpu quota"
+    );
     assert!(peak >= 1000, "the usage watch saw admitted pods");
     env.cleanup().await;
 }

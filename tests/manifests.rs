@@ -5,8 +5,12 @@ use std::path::Path;
 
 fn check(path: &str, expected: &str) {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    let actual = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}; run hack/gen-manifests.sh", full.display()));
-    assert!(actual == expected, "{path} is out of date with the Rust types: run hack/gen-manifests.sh and commit the result");
+    let actual = std::fs::read_to_string(&full)
+        .unwrap_or_else(|e| panic!("{}: {e}; run hack/gen-manifests.sh", full.display()));
+    assert!(
+        actual == expected,
+        "{path} is out of date with the Rust types: run hack/gen-manifests.sh and commit the result"
+    );
 }
 
 #[test]
@@ -18,5 +22,8 @@ fn crds_match_the_rust_types() {
 
 #[test]
 fn webhook_configurations_match_the_rust_code() {
-    check("manifests/install/03-webhooks.yaml", &sluice::serve::in_cluster_webhook_manifests().expect("render webhooks"));
+    check(
+        "manifests/install/03-webhooks.yaml",
+        &sluice::serve::in_cluster_webhook_manifests().expect("render webhooks"),
+    );
 }

@@ -21,7 +21,9 @@ pub async fn client() -> Client {
              Run them with `hack/test.sh`, or `hack/cluster.sh up --with-sluice && eval \"$(hack/cluster.sh env)\"` first."
         );
     }
-    Client::try_default().await.expect("a client from KUBECONFIG")
+    Client::try_default()
+        .await
+        .expect("a client from KUBECONFIG")
 }
 
 pub fn repo_root() -> PathBuf {
@@ -30,8 +32,15 @@ pub fn repo_root() -> PathBuf {
 
 /// A short random suffix for names, so tests never collide on the shared cluster.
 pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    format!("{prefix}-{:x}{:04x}", std::process::id() % 0xfff, nanos % 0xffff)
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{:x}{:04x}",
+        std::process::id() % 0xfff,
+        nanos % 0xffff
+    )
 }
 
 /// Polls `check` until it returns Some, or fails the test after `timeout` saying what it waited for.
@@ -62,15 +71,28 @@ impl TestEnv {
     pub async fn new(prefix: &str) -> TestEnv {
         let client = client().await;
         let namespace = unique(prefix);
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace, "labels": {"sluice-e2e": "true"}}})).expect("namespace");
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
+        let ns: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": namespace, "labels": {"sluice-e2e": "true"}}}),
+        )
+        .expect("namespace");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
         // Pods need the default ServiceAccount, which the controller-manager creates.
-        let sa_api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &namespace);
-        wait_for("the default ServiceAccount", Duration::from_secs(30), || async {
-            sa_api.get_opt("default").await.ok().flatten().map(|_| ())
-        })
+        let sa_api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &namespace);
+        wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(30),
+            || async { sa_api.get_opt("default").await.ok().flatten().map(|_| ()) },
+        )
         .await;
-        TestEnv { client, namespace, queues: Vec::new() }
+        TestEnv {
+            client,
+            namespace,
+            queues: Vec::new(),
+        }
     }
 
     pub fn pods(&self) -> Api<Pod> {
@@ -82,7 +104,12 @@ impl TestEnv {
     }
 
     /// Creates a CapacityQueue named after the test namespace.
-    pub async fn queue(&mut self, suffix: &str, quota: serde_json::Value, strategy: &str) -> String {
+    pub async fn queue(
+        &mut self,
+        suffix: &str,
+        quota: serde_json::Value,
+        strategy: &str,
+    ) -> String {
         let name = format!("{}-{suffix}", self.namespace);
         let q: CapacityQueue = serde_json::from_value(json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
@@ -90,35 +117,58 @@ impl TestEnv {
             "spec": {"quota": quota, "queueingStrategy": strategy},
         }))
         .expect("queue");
-        Api::<CapacityQueue>::all(self.client.clone()).create(&PostParams::default(), &q).await.expect("create queue");
+        Api::<CapacityQueue>::all(self.client.clone())
+            .create(&PostParams::default(), &q)
+            .await
+            .expect("create queue");
         self.queues.push(name.clone());
         name
     }
 
     pub async fn create_pod(&self, pod: Pod) -> Pod {
-        self.pods().create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("create pod {}: {e}", pod.name_any()))
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("create pod {}: {e}", pod.name_any()))
     }
 
     pub async fn list_pods(&self) -> Vec<Pod> {
-        self.pods().list(&ListParams::default()).await.expect("list pods").items
+        self.pods()
+            .list(&ListParams::default())
+            .await
+            .expect("list pods")
+            .items
     }
 
     /// Waits until the queue's status reports these pending and admitted pod counts, i.e. the
     /// controller has finished a pass that saw every pod.
-    pub async fn wait_queue_counts(&self, queue: &str, pending: i32, admitted: i32) -> CapacityQueue {
+    pub async fn wait_queue_counts(
+        &self,
+        queue: &str,
+        pending: i32,
+        admitted: i32,
+    ) -> CapacityQueue {
         let api: Api<CapacityQueue> = Api::all(self.client.clone());
-        wait_for(&format!("queue {queue} to report {pending} pending and {admitted} admitted pods"), Duration::from_secs(60), || async {
-            let q = api.get(queue).await.ok()?;
-            let s = q.status.as_ref()?;
-            (s.pending_pods == pending && s.admitted_pods == admitted).then_some(q)
-        })
+        wait_for(
+            &format!("queue {queue} to report {pending} pending and {admitted} admitted pods"),
+            Duration::from_secs(60),
+            || async {
+                let q = api.get(queue).await.ok()?;
+                let s = q.status.as_ref()?;
+                (s.pending_pods == pending && s.admitted_pods == admitted).then_some(q)
+            },
+        )
         .await
     }
 
     pub async fn cleanup(self) {
-        let _ = Api::<Namespace>::all(self.client.clone()).delete(&self.namespace, &DeleteParams::default()).await;
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
         for q in &self.queues {
-            let _ = Api::<CapacityQueue>::all(self.client.clone()).delete(q, &DeleteParams::default()).await;
+            let _ = Api::<CapacityQueue>::all(self.client.clone())
+                .delete(q, &DeleteParams::default())
+                .await;
         }
     }
 }
@@ -153,16 +203,24 @@ pub fn with_annotations(mut pod: Pod, annotations: &[(&str, &str)]) -> Pod {
 }
 
 pub fn is_gated(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE))
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE))
 }
 
 pub fn is_ended(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
 }
 
 /// Pods holding quota: admitted (no gate) and not ended.
 pub fn holding(pods: &[Pod]) -> Vec<&Pod> {
-    pods.iter().filter(|p| !is_gated(p) && !is_ended(p)).collect()
+    pods.iter()
+        .filter(|p| !is_gated(p) && !is_ended(p))
+        .collect()
 }
 
 pub fn gated(pods: &[Pod]) -> Vec<&Pod> {
@@ -173,14 +231,20 @@ pub fn gated(pods: &[Pod]) -> Vec<&Pod> {
 pub fn cpu_millis(pod: &Pod) -> i64 {
     pod.spec
         .as_ref()
-        .map(|s| sluice::queue::resources::pod_requests(s).map(|r| r.get("cpu")).unwrap_or(0))
+        .map(|s| {
+            sluice::queue::resources::pod_requests(s)
+                .map(|r| r.get("cpu"))
+                .unwrap_or(0)
+        })
         .unwrap_or(0)
 }
 
 /// Ends a pod on purpose: kwok moves a pod with this annotation to the given phase.
 pub async fn end_pod(pods: &Api<Pod>, name: &str, phase: &str) {
     let patch = json!({"metadata": {"annotations": {KWOK_PHASE_ANNOTATION: phase}}});
-    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap_or_else(|e| panic!("annotate {name}: {e}"));
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("annotate {name}: {e}"));
 }
 
 /// The annotation hack/cluster.sh's kwok stages react to.

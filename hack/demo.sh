@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The demo: brings up the local cluster with sluice, submits the samples (a CapacityQueue with 4 cpu,
+# a gang of three pods and three single pods of 1 cpu each), shows the queue, ends pods and shows the
+# waiting ones being admitted. The cluster stays up afterwards: hack/cluster.sh down removes it.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+
+hack/cluster.sh up --with-sluice
+eval "$(hack/cluster.sh env)"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+show() { echo "\$ kubectl $*"; kubectl "$@"; }
+
+# Wait for the controller's pass, by the queue's status, not by time.
+wait_queue() { # pending admitted
+  for _ in $(seq 1 300); do
+    [[ $(kubectl get cq research -o jsonpath='{.status.pendingPods}/{.status.admittedPods}' 2>/dev/null) == "$1/$2" ]] && return 0
+    sleep 0.1
+  done
+  echo "demo: the queue did not reach $1 pending / $2 admitted pods; see .cluster/logs/sluice.log" >&2
+  return 1
+}
+
+kubectl delete -f manifests/samples/pods.yaml --ignore-not-found --grace-period=0 >/dev/null 2>&1 || true
+step "A CapacityQueue with 4 cpu"
+show apply -f manifests/samples/capacityqueue.yaml
+step "Six pods ask for 6 cpu: the gang etl (3 pods, all or nothing) and three single pods"
+show apply -f manifests/samples/pods.yaml
+wait_queue 3 3
+show get pods -o wide
+show get dynamicworkloads
+show get capacityqueues
+step "Why does single-2 wait?"
+echo "\$ kubectl get dwl single-2 -o jsonpath='{.status.message}'"
+kubectl get dwl single-2 -o jsonpath='{.status.message}'; echo
+step "The gang's pods end: its 3 cpu go back to the queue and the waiting pods are admitted"
+for i in 0 1 2; do kubectl annotate pod "etl-$i" sluice.dev/kwok-phase=Succeeded --overwrite >/dev/null; done
+wait_queue 0 3
+show get dynamicworkloads
+show get capacityqueues
+step "Done. The cluster is still up: eval \"\$(hack/cluster.sh env)\" to use it, hack/cluster.sh down to remove it."
