@@ -23,11 +23,12 @@ wait_queue() { # pending admitted
 }
 
 kubectl delete -f manifests/samples/pods.yaml --ignore-not-found --grace-period=0 >/dev/null 2>&1 || true
+kubectl delete dynamicworkloads --all --ignore-not-found >/dev/null 2>&1 || true
 step "A CapacityQueue with 4 cpu"
 show apply -f manifests/samples/capacityqueue.yaml
 step "Six pods ask for 6 cpu: the gang etl (3 pods, all or nothing) and three single pods"
 show apply -f manifests/samples/pods.yaml
-wait_queue 3 3
+wait_queue 2 4
 show get pods -o wide
 show get dynamicworkloads
 show get capacityqueues
