@@ -22,7 +22,15 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
             let mut quota = ResourceList::new();
             quota.add("cpu", 2_000_000); // 2000 cpu: some fit, most wait
             quota.add("memory", 8_000 * 1024 * 1024 * 1024 * 1000 / 1000);
-            QueueSnapshot { name: format!("q{q}"), quota, strategy: if q % 2 == 0 { QueueingStrategy::BestEffortFIFO } else { QueueingStrategy::StrictFIFO } }
+            QueueSnapshot {
+                name: format!("q{q}"),
+                quota,
+                strategy: if q % 2 == 0 {
+                    QueueingStrategy::BestEffortFIFO
+                } else {
+                    QueueingStrategy::StrictFIFO
+                },
+            }
         })
         .collect();
     let per_workload = (pods / workloads).max(1);
@@ -41,18 +49,30 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
                 .map(|p| PodSnapshot {
                     name: format!("w{w}-p{p}"),
                     requests: resources(cpu, 1024),
-                    state: if running && p < per_workload / 2 { PodState::Admitted } else { PodState::Gated },
+                    state: if running && p < per_workload / 2 {
+                        PodState::Admitted
+                    } else {
+                        PodState::Gated
+                    },
                     created_at: (next() % 100_000) as i64,
                 })
                 .collect();
             WorkloadSnapshot {
-                key: WorkloadKey { namespace: format!("ns{}", w % 50), name: format!("w{w}") },
+                key: WorkloadKey {
+                    namespace: format!("ns{}", w % 50),
+                    name: format!("w{w}"),
+                },
                 queue: format!("q{}", w % 8),
                 namespace_allowed: true,
                 priority: (next() % 3) as i32,
                 interrupted_count: 0,
                 queued_at: (next() % 100_000) as i64,
-                pod_sets: vec![PodSetSnapshot { name: "main".into(), per_pod: resources(cpu, 1024), min_count: (per_workload as u32).min(3), pods }],
+                pod_sets: vec![PodSetSnapshot {
+                    name: "main".into(),
+                    per_pod: resources(cpu, 1024),
+                    min_count: (per_workload as u32).min(3),
+                    pods,
+                }],
             }
         })
         .collect();
@@ -64,7 +84,11 @@ fn bench(c: &mut Criterion) {
     group.sample_size(20);
     for (workloads, pods) in [(1_000, 10_000), (10_000, 10_000), (10_000, 100_000)] {
         let s = snapshot(workloads, pods);
-        group.bench_with_input(BenchmarkId::from_parameter(format!("{workloads}w_{pods}p")), &s, |b, s| b.iter(|| decide(s)));
+        group.bench_with_input(
+            BenchmarkId::from_parameter(format!("{workloads}w_{pods}p")),
+            &s,
+            |b, s| b.iter(|| decide(s)),
+        );
     }
     group.finish();
 }

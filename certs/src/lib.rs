@@ -15,8 +15,8 @@ use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
 use kube::Client;
+use kube::api::{Api, PostParams};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -45,7 +45,11 @@ pub enum CertError {
         source: kube::Error,
     },
     #[error("Secret {namespace}/{name} has no {key}: delete it and sluice creates a new one")]
-    MissingKey { namespace: String, name: String, key: &'static str },
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: &'static str,
+    },
     #[error("the certificate or key is not valid PEM: {0}")]
     Pem(String),
     #[error("building the TLS configuration: {0}")]
@@ -72,7 +76,12 @@ impl CertSettings {
     /// The names and addresses, sorted and de-duplicated, as recorded on the Secret.
     fn names(&self) -> String {
         let mut names: Vec<String> = self.dns_names.clone();
-        names.extend(self.ip_addresses.iter().filter(|ip| !ip.is_unspecified()).map(IpAddr::to_string));
+        names.extend(
+            self.ip_addresses
+                .iter()
+                .filter(|ip| !ip.is_unspecified())
+                .map(IpAddr::to_string),
+        );
         names.sort();
         names.dedup();
         names.join(",")
@@ -107,15 +116,22 @@ fn offset_after(validity: Duration) -> Result<(time::OffsetDateTime, jiff::Times
     let now = time::OffsetDateTime::now_utc();
     let seconds = i64::try_from(validity.as_secs()).map_err(|_| CertError::Validity(validity))?;
     let not_after = now + time::Duration::seconds(seconds);
-    let ts = jiff::Timestamp::from_second(not_after.unix_timestamp()).map_err(|_| CertError::Validity(validity))?;
+    let ts = jiff::Timestamp::from_second(not_after.unix_timestamp())
+        .map_err(|_| CertError::Validity(validity))?;
     Ok((not_after, ts))
 }
 
 fn ca_params(not_after: time::OffsetDateTime) -> Result<CertificateParams, CertError> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.distinguished_name.push(DnType::CommonName, CA_COMMON_NAME);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, CA_COMMON_NAME);
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     params.not_before = time::OffsetDateTime::now_utc() - time::Duration::minutes(5);
     params.not_after = not_after;
     Ok(params)
@@ -147,11 +163,25 @@ pub fn issue_serving(certs: &mut ServingCerts, settings: &CertSettings) -> Resul
     let issuer = Issuer::new(ca_params(ca_after)?, ca_key);
     let (not_after, not_after_ts) = offset_after(settings.serving_validity)?;
     let mut params = CertificateParams::new(settings.dns_names.clone())?;
-    for ip in settings.ip_addresses.iter().filter(|ip| !ip.is_unspecified()) {
+    for ip in settings
+        .ip_addresses
+        .iter()
+        .filter(|ip| !ip.is_unspecified())
+    {
         params.subject_alt_names.push(SanType::IpAddress(*ip));
     }
-    params.distinguished_name.push(DnType::CommonName, settings.dns_names.first().map(String::as_str).unwrap_or("sluice"));
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.distinguished_name.push(
+        DnType::CommonName,
+        settings
+            .dns_names
+            .first()
+            .map(String::as_str)
+            .unwrap_or("sluice"),
+    );
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.not_before = time::OffsetDateTime::now_utc() - time::Duration::minutes(5);
     params.not_after = not_after;
@@ -176,28 +206,60 @@ pub enum Renewal {
 
 /// Renew when less than a third of a lifetime is left, or when the wanted names changed.
 pub fn renewal_due(certs: &ServingCerts, settings: &CertSettings, now: jiff::Timestamp) -> Renewal {
-    let third = |validity: Duration| jiff::SignedDuration::from_secs((validity.as_secs() / 3) as i64);
-    if now >= certs.ca_not_after.checked_sub(third(CA_VALIDITY)).unwrap_or(certs.ca_not_after) {
+    let third =
+        |validity: Duration| jiff::SignedDuration::from_secs((validity.as_secs() / 3) as i64);
+    if now
+        >= certs
+            .ca_not_after
+            .checked_sub(third(CA_VALIDITY))
+            .unwrap_or(certs.ca_not_after)
+    {
         return Renewal::Everything;
     }
     if certs.names != settings.names()
-        || now >= certs.not_after.checked_sub(third(settings.serving_validity)).unwrap_or(certs.not_after)
+        || now
+            >= certs
+                .not_after
+                .checked_sub(third(settings.serving_validity))
+                .unwrap_or(certs.not_after)
     {
         return Renewal::Serving;
     }
     Renewal::None
 }
 
-fn to_secret(certs: &ServingCerts, settings: &CertSettings, resource_version: Option<String>) -> Secret {
+fn to_secret(
+    certs: &ServingCerts,
+    settings: &CertSettings,
+    resource_version: Option<String>,
+) -> Secret {
     let data = BTreeMap::from([
-        ("tls.crt".to_string(), ByteString(certs.cert_pem.clone().into_bytes())),
-        ("tls.key".to_string(), ByteString(certs.key_pem.clone().into_bytes())),
-        ("ca.crt".to_string(), ByteString(certs.ca_pem.clone().into_bytes())),
-        ("ca.key".to_string(), ByteString(certs.ca_key_pem.clone().into_bytes())),
+        (
+            "tls.crt".to_string(),
+            ByteString(certs.cert_pem.clone().into_bytes()),
+        ),
+        (
+            "tls.key".to_string(),
+            ByteString(certs.key_pem.clone().into_bytes()),
+        ),
+        (
+            "ca.crt".to_string(),
+            ByteString(certs.ca_pem.clone().into_bytes()),
+        ),
+        (
+            "ca.key".to_string(),
+            ByteString(certs.ca_key_pem.clone().into_bytes()),
+        ),
     ]);
     let annotations = BTreeMap::from([
-        (NOT_AFTER_ANNOTATION.to_string(), certs.not_after.to_string()),
-        (CA_NOT_AFTER_ANNOTATION.to_string(), certs.ca_not_after.to_string()),
+        (
+            NOT_AFTER_ANNOTATION.to_string(),
+            certs.not_after.to_string(),
+        ),
+        (
+            CA_NOT_AFTER_ANNOTATION.to_string(),
+            certs.ca_not_after.to_string(),
+        ),
         (NAMES_ANNOTATION.to_string(), certs.names.clone()),
     ]);
     Secret {
@@ -205,7 +267,10 @@ fn to_secret(certs: &ServingCerts, settings: &CertSettings, resource_version: Op
             name: Some(settings.secret_name.clone()),
             namespace: Some(settings.namespace.clone()),
             resource_version,
-            labels: Some(BTreeMap::from([("app.kubernetes.io/name".to_string(), "sluice".to_string())])),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/name".to_string(),
+                "sluice".to_string(),
+            )])),
             annotations: Some(annotations),
             ..ObjectMeta::default()
         },
@@ -216,15 +281,25 @@ fn to_secret(certs: &ServingCerts, settings: &CertSettings, resource_version: Op
 }
 
 fn from_secret(secret: &Secret, settings: &CertSettings) -> Result<ServingCerts, CertError> {
-    let missing = |key| CertError::MissingKey { namespace: settings.namespace.clone(), name: settings.secret_name.clone(), key };
+    let missing = |key| CertError::MissingKey {
+        namespace: settings.namespace.clone(),
+        name: settings.secret_name.clone(),
+        key,
+    };
     let data = secret.data.as_ref();
     let get = |key: &'static str| -> Result<String, CertError> {
         let bytes = data.and_then(|d| d.get(key)).ok_or_else(|| missing(key))?;
-        String::from_utf8(bytes.0.clone()).map_err(|_| CertError::Pem(format!("{key} is not UTF-8")))
+        String::from_utf8(bytes.0.clone())
+            .map_err(|_| CertError::Pem(format!("{key} is not UTF-8")))
     };
     let annotations = secret.metadata.annotations.clone().unwrap_or_default();
     // Missing or unreadable times count as expired: the certificate is renewed.
-    let time = |key: &str| annotations.get(key).and_then(|t| t.parse::<jiff::Timestamp>().ok()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let time = |key: &str| {
+        annotations
+            .get(key)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+    };
     Ok(ServingCerts {
         ca_pem: get("ca.crt")?,
         ca_key_pem: get("ca.key")?,
@@ -232,20 +307,33 @@ fn from_secret(secret: &Secret, settings: &CertSettings) -> Result<ServingCerts,
         key_pem: get("tls.key")?,
         not_after: time(NOT_AFTER_ANNOTATION),
         ca_not_after: time(CA_NOT_AFTER_ANNOTATION),
-        names: annotations.get(NAMES_ANNOTATION).cloned().unwrap_or_default(),
+        names: annotations
+            .get(NAMES_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
     })
 }
 
 /// Reads the Secret, creating it when missing and renewing what is due. Safe when several replicas
 /// do it at once: the loser of a create or update race reads the winner's certificates.
-pub async fn load_or_create(client: Client, settings: &CertSettings) -> Result<ServingCerts, CertError> {
+pub async fn load_or_create(
+    client: Client,
+    settings: &CertSettings,
+) -> Result<ServingCerts, CertError> {
     let api: Api<Secret> = Api::namespaced(client, &settings.namespace);
-    let err = |source| CertError::Api { namespace: settings.namespace.clone(), name: settings.secret_name.clone(), source };
+    let err = |source| CertError::Api {
+        namespace: settings.namespace.clone(),
+        name: settings.secret_name.clone(),
+        source,
+    };
     for _ in 0..5 {
         let existing = api.get_opt(&settings.secret_name).await.map_err(err)?;
         let Some(secret) = existing else {
             let certs = generate(settings)?;
-            match api.create(&PostParams::default(), &to_secret(&certs, settings, None)).await {
+            match api
+                .create(&PostParams::default(), &to_secret(&certs, settings, None))
+                .await
+            {
                 Ok(_) => {
                     info!(secret = %settings.secret_name, "created the webhook CA and serving certificate");
                     return Ok(certs);
@@ -267,7 +355,10 @@ pub async fn load_or_create(client: Client, settings: &CertSettings) -> Result<S
             Renewal::Everything => certs = generate(settings)?,
         }
         let updated = to_secret(&certs, settings, secret.metadata.resource_version.clone());
-        match api.replace(&settings.secret_name, &PostParams::default(), &updated).await {
+        match api
+            .replace(&settings.secret_name, &PostParams::default(), &updated)
+            .await
+        {
             Ok(_) => {
                 info!(secret = %settings.secret_name, not_after = %certs.not_after, "renewed the webhook certificate");
                 return Ok(certs);
@@ -276,27 +367,35 @@ pub async fn load_or_create(client: Client, settings: &CertSettings) -> Result<S
             Err(e) => return Err(err(e)),
         }
     }
-    Err(err(kube::Error::Service("the certificate Secret kept changing under us".into())))
+    Err(err(kube::Error::Service(
+        "the certificate Secret kept changing under us".into(),
+    )))
 }
 
 /// A rustls server configuration for the serving certificate: TLS 1.2 and 1.3, ALPN h2 and
 /// http/1.1, the ring provider.
 pub fn rustls_server_config(certs: &ServingCerts) -> Result<rustls::ServerConfig, CertError> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(certs.cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| CertError::Pem(format!("tls.crt: {e}")))?;
-    let key = PrivateKeyDer::from_pem_slice(certs.key_pem.as_bytes()).map_err(|e| CertError::Pem(format!("tls.key: {e}")))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(certs.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| CertError::Pem(format!("tls.crt: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(certs.key_pem.as_bytes())
+        .map_err(|e| CertError::Pem(format!("tls.key: {e}")))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 
 /// The configuration for axum-server, reloadable in place.
 pub fn axum_rustls_config(certs: &ServingCerts) -> Result<RustlsConfig, CertError> {
-    Ok(RustlsConfig::from_config(Arc::new(rustls_server_config(certs)?)))
+    Ok(RustlsConfig::from_config(Arc::new(rustls_server_config(
+        certs,
+    )?)))
 }
 
 /// Keeps the running server's certificate fresh.
@@ -329,7 +428,9 @@ impl CertReloader {
                                 }
                                 current = Some(certs);
                             }
-                            Err(e) => warn!(%e, "the certificate in the Secret is unusable; keeping the current one"),
+                            Err(e) => {
+                                warn!(%e, "the certificate in the Secret is unusable; keeping the current one")
+                            }
                         }
                     }
                     Ok(_) => {}
@@ -368,7 +469,10 @@ mod tests {
         rustls_server_config(&certs).expect("tls config");
         let back = from_secret(&to_secret(&certs, &s, None), &s).expect("round trip");
         assert_eq!(back, certs);
-        assert_eq!(renewal_due(&certs, &s, jiff::Timestamp::now()), Renewal::None);
+        assert_eq!(
+            renewal_due(&certs, &s, jiff::Timestamp::now()),
+            Renewal::None
+        );
     }
 
     #[test]
@@ -383,7 +487,10 @@ mod tests {
 
         let mut moved = s.clone();
         moved.dns_names.push("sluice.example".into());
-        assert_eq!(renewal_due(&certs, &moved, jiff::Timestamp::now()), Renewal::Serving);
+        assert_eq!(
+            renewal_due(&certs, &moved, jiff::Timestamp::now()),
+            Renewal::Serving
+        );
 
         let far = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 365 * 8);
         assert_eq!(renewal_due(&certs, &s, far), Renewal::Everything);
@@ -393,6 +500,9 @@ mod tests {
     fn an_incomplete_secret_is_reported() {
         let s = settings(Duration::from_secs(60));
         let secret = Secret::default();
-        assert!(matches!(from_secret(&secret, &s), Err(CertError::MissingKey { .. })));
+        assert!(matches!(
+            from_secret(&secret, &s),
+            Err(CertError::MissingKey { .. })
+        ));
     }
 }
