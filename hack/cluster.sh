@@ -17,6 +17,7 @@ export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 
 NODES=4 NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
 WITH_SLUICE=false
+WITH_KUBERAY=false
 BUILD_SLUICE=true
 
 usage() {
@@ -42,6 +43,7 @@ Flags for 'up':
   --node-pods N        pods per node (default 110)
   --with-sluice        also build sluice (cargo build) and run 'sluice serve --local' on the host;
                        restarted when its binary changed or its process is gone
+  --with-kuberay       also build and run the KubeRay operator ($KUBERAY_VERSION) on the host, CRDs applied
   --no-build           with --with-sluice: use target/debug/sluice as it is (no cargo build)
 
 Environment: SLUICE_CACHE (build cache), RUST_LOG (sluice's log filter).
@@ -76,6 +78,7 @@ build_all() {
   build_go etcd "$ETCD_VERSION" etcd .
   build_go k8s "$KUBERNETES_VERSION" k8s .
   build_go kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+  $WITH_KUBERAY && build_go kuberay "$KUBERAY_VERSION" kuberay github.com/ray-project/kuberay/ray-operator
   local c
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     ln -sf "k8s-$KUBERNETES_VERSION" "$BIN/$c"
@@ -262,6 +265,20 @@ nodes_ready() {
   ((ready >= NODES))
 }
 
+# ---- add-ons -------------------------------------------------------------------------------------
+
+start_kuberay() {
+  local crds
+  crds=$(cd "$ROOT/hack/tools/kuberay" && go list -m -f '{{.Dir}}' github.com/ray-project/kuberay/ray-operator)/config/crd/bases
+  # Server-side: the CRDs are too large for client-side apply's last-applied annotation.
+  KUBECTL apply --server-side --force-conflicts -f "$crds" >/dev/null
+  [[ -n ${KUBERAY_METRICS_PORT:-} ]] || { echo "KUBERAY_METRICS_PORT=$(free_port)"; echo "KUBERAY_PROBE_PORT=$(free_port)"; } >> "$STATE/ports.env"
+  load_ports
+  KUBECONFIG=$STATE/kubeconfig start kuberay "$BIN/kuberay-$KUBERAY_VERSION" --enable-leader-election=false \
+    --metrics-addr "127.0.0.1:$KUBERAY_METRICS_PORT" --health-probe-bind-address "127.0.0.1:$KUBERAY_PROBE_PORT"
+  wait_until 60 "the KubeRay operator to be healthy" kuberay curl -sf "http://127.0.0.1:$KUBERAY_PROBE_PORT/readyz"
+}
+
 # ---- sluice --------------------------------------------------------------------------------------
 
 start_sluice() {
@@ -296,6 +313,7 @@ cmd_up() {
       --node-pods) NODE_PODS=$2; shift 2 ;;
       --with-sluice) WITH_SLUICE=true; shift ;;
       --no-build) BUILD_SLUICE=false; shift ;;
+      --with-kuberay) WITH_KUBERAY=true; shift ;;
       -h|--help) usage; exit 0 ;;
       *) die "unknown flag '$1' for up (see hack/cluster.sh --help)" ;;
     esac
@@ -311,13 +329,14 @@ cmd_up() {
   wait_until 60 "the default ServiceAccount" kube-controller-manager KUBECTL -n default get serviceaccount default
   create_nodes
   wait_until 120 "$NODES kwok nodes Ready" kwok nodes_ready
+  $WITH_KUBERAY && start_kuberay
   $WITH_SLUICE && start_sluice
   log "cluster up in $((SECONDS - t0))s: export KUBECONFIG=$STATE/kubeconfig"
 }
 
 cmd_down() {
   local c
-  for c in sluice kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  for c in sluice kuberay kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   rm -rf "$STATE"
   log "cluster down"
 }
@@ -326,10 +345,11 @@ cmd_status() {
   [[ -d $STATE ]] || { echo "no cluster (hack/cluster.sh up starts one)"; return 0; }
   load_ports
   local c port
-  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok sluice; do
+  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay sluice; do
     case $c in
       etcd) port=$ETCD_PORT ;; kube-apiserver) port=$API_PORT ;; kube-controller-manager) port=$KCM_PORT ;;
       kube-scheduler) port=$SCHED_PORT ;; kwok) port=$KWOK_PORT ;; sluice) port=$SLUICE_PORT ;;
+      kuberay) port=${KUBERAY_METRICS_PORT:-} ;;
     esac
     if alive "$c"; then printf '%-24s running  pid %-8s port %s\n' "$c" "$(cat "$PIDS/$c.pid")" "$port"
     else printf '%-24s stopped\n' "$c"; fi

@@ -26,7 +26,7 @@ trap 'exit 130' INT TERM
 
 # Compile the tests while nothing else runs, so the cluster is not up longer than it must be.
 cargo test --workspace --no-run
-hack/cluster.sh up --with-sluice
+hack/cluster.sh up --with-sluice --with-kuberay
 eval "$(hack/cluster.sh env)"
 export SLUICE_REPO=$ROOT
 cargo test --workspace "$@"
