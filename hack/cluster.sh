@@ -34,7 +34,7 @@ Commands:
   down      stop what 'up' started (by pid file) and delete .cluster/
   status    show each component: pid, running or not, port
   env       print 'export KUBECONFIG=...' and PATH with kubectl: eval "\$(hack/cluster.sh env)"
-  build     only build the binaries
+  build     only build the binaries (all of them, add-ons included)
 
 Flags for 'up':
   --nodes N            kwok nodes (default 4; 1000 works for benchmarks)
@@ -366,7 +366,7 @@ case ${1:-} in
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
-  build) build_all ;;
+  build) WITH_KUBERAY=true; build_all ;;
   -h|--help|help|"") usage ;;
   *) die "unknown command '$1' (see hack/cluster.sh --help)" ;;
 esac
