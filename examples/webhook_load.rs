@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
 use serde_json::json;
 
 struct Args {

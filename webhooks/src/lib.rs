@@ -10,4 +10,4 @@ mod server;
 
 pub use metrics::WebhookMetrics;
 pub use pods::{GateSettings, PodClassifier};
-pub use server::{WebhookError, WebhookServer, WebhookServerBuilder, router};
+pub use server::{ApplicationHandler, WebhookError, WebhookServer, WebhookServerBuilder, router};

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -30,6 +31,14 @@ pub enum WebhookError {
     },
 }
 
+/// An admission handler for application objects (SparkApplication, RayCluster, ...), registered
+/// under a path of its own. Pure and synchronous: no API call on the webhook's hot path.
+pub trait ApplicationHandler: Send + Sync + 'static {
+    /// The operation label used in metrics, e.g. "mutate_applications".
+    fn name(&self) -> &'static str;
+    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse;
+}
+
 struct AppState {
     gate: GateSettings,
     classifier: Arc<dyn PodClassifier>,
@@ -44,20 +53,52 @@ pub fn router(
     ready: Arc<AtomicBool>,
     metrics: WebhookMetrics,
     max_body_bytes: usize,
-) -> Router {
+    applications: Vec<(String, Arc<dyn ApplicationHandler>)>,
+) -> Router<()> {
     let state = Arc::new(AppState {
         gate,
         classifier,
         ready,
         metrics,
     });
-    Router::new()
+    let mut router: Router<Arc<AppState>> = Router::new();
+    for (path, handler) in applications {
+        let metrics = state.metrics.clone();
+        router = router.route(
+            &path,
+            post(move |headers: HeaderMap, body: Bytes| {
+                let (handler, metrics) = (handler.clone(), metrics.clone());
+                async move { application(handler.as_ref(), &metrics, &headers, &body) }
+            }),
+        );
+    }
+    router
         .route("/mutate-pods", post(mutate_pods))
         .route("/validate-pods", post(validate_pods))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
+}
+
+fn application(handler: &dyn ApplicationHandler, metrics: &WebhookMetrics, headers: &HeaderMap, body: &[u8]) -> Response {
+    let started = Instant::now();
+    let (response, outcome) = match decode::<DynamicObject>(headers, body) {
+        Err(r) => (*r, "rejected_bad_request"),
+        Ok(request) => {
+            let answer = handler.admit(&request);
+            let outcome = if !answer.allowed {
+                "denied"
+            } else if answer.patch.is_some() {
+                "patched"
+            } else {
+                "allowed"
+            };
+            (respond(answer), outcome)
+        }
+    };
+    metrics.record(handler.name(), outcome, started.elapsed().as_secs_f64());
+    response
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -81,8 +122,11 @@ fn bad_request(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
-/// Decodes a pod AdmissionReview, or answers what is wrong with it.
-fn decode(headers: &HeaderMap, body: &[u8]) -> Result<AdmissionRequest<Pod>, Box<Response>> {
+/// Decodes an AdmissionReview, or answers what is wrong with it.
+fn decode<K>(headers: &HeaderMap, body: &[u8]) -> Result<AdmissionRequest<K>, Box<Response>>
+where
+    K: kube::Resource + serde::de::DeserializeOwned,
+{
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -93,10 +137,10 @@ fn decode(headers: &HeaderMap, body: &[u8]) -> Result<AdmissionRequest<Pod>, Box
             format!("expected Content-Type application/json, got {content_type:?}"),
         )));
     }
-    let review: AdmissionReview<Pod> = serde_json::from_slice(body).map_err(|e| {
+    let review: AdmissionReview<K> = serde_json::from_slice(body).map_err(|e| {
         Box::new(bad_request(
             StatusCode::BAD_REQUEST,
-            format!("body is not an admission.k8s.io/v1 AdmissionReview of a Pod: {e}"),
+            format!("body is not an admission.k8s.io/v1 AdmissionReview of this kind of object: {e}"),
         ))
     })?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {
@@ -137,7 +181,7 @@ async fn mutate_pods(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let (response, outcome) = match decode(&headers, &body) {
+    let (response, outcome) = match decode::<Pod>(&headers, &body) {
         Err(r) => (*r, "rejected_bad_request"),
         Ok(request) => {
             let (answer, outcome) = mutate(&state, &request);
@@ -192,7 +236,7 @@ async fn validate_pods(
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let (response, outcome) = match decode(&headers, &body) {
+    let (response, outcome) = match decode::<Pod>(&headers, &body) {
         Err(r) => (*r, "rejected_bad_request"),
         Ok(request) => {
             let answer = AdmissionResponse::from(&request);
@@ -239,6 +283,7 @@ pub struct WebhookServerBuilder {
     ready: Arc<AtomicBool>,
     metrics: WebhookMetrics,
     max_body_bytes: usize,
+    applications: Vec<(String, Arc<dyn ApplicationHandler>)>,
 }
 
 impl WebhookServer {
@@ -251,6 +296,7 @@ impl WebhookServer {
             ready: Arc::new(AtomicBool::new(true)),
             metrics: WebhookMetrics::default(),
             max_body_bytes: 8 * 1024 * 1024,
+            applications: Vec::new(),
         }
     }
 
@@ -302,6 +348,11 @@ impl WebhookServerBuilder {
         self.max_body_bytes = bytes;
         self
     }
+    /// Serves an application handler at `path` (e.g. "/mutate-applications").
+    pub fn application(mut self, path: &str, handler: Arc<dyn ApplicationHandler>) -> Self {
+        self.applications.push((path.to_string(), handler));
+        self
+    }
     pub fn build(self) -> WebhookServer {
         let gate = self.gate.unwrap_or(GateSettings {
             gate_name: "sluice.dev/admission".into(),
@@ -319,6 +370,7 @@ impl WebhookServerBuilder {
                 self.ready,
                 self.metrics,
                 self.max_body_bytes,
+                self.applications,
             ),
         }
     }
@@ -360,6 +412,7 @@ mod tests {
             Arc::new(AtomicBool::new(ready)),
             WebhookMetrics::default(),
             64 * 1024,
+            Vec::new(),
         )
     }
 
