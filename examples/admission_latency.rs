@@ -15,23 +15,46 @@ use serde_json::json;
 use sluice::api::{ADMISSION_GATE, CapacityQueue};
 
 fn gated(p: &Pod) -> bool {
-    p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE))
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let count: usize = std::env::args().nth(1).map(|n| n.parse()).transpose()?.unwrap_or(100);
+    let count: usize = std::env::args()
+        .nth(1)
+        .map(|n| n.parse())
+        .transpose()?
+        .unwrap_or(100);
     let client = Client::try_default().await?;
     let ns = format!("latency-{}", std::process::id());
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?).await?;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await?;
     let queues: Api<CapacityQueue> = Api::all(client.clone());
-    queues.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}, "spec": {"quota": {"cpu": "100000"}}}))?).await?;
+    queues
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": ns}, "spec": {"quota": {"cpu": "100000"}}}),
+            )?,
+        )
+        .await?;
     let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &ns);
     while sa.get_opt("default").await?.is_none() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let mut events = std::pin::pin!(watcher(pods.clone(), watcher::Config::default()).default_backoff().applied_objects());
+    let mut events = std::pin::pin!(
+        watcher(pods.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+    );
     let mut latencies = Vec::with_capacity(count);
     for i in 0..count {
         let pod: Pod = serde_json::from_value(json!({
@@ -49,9 +72,19 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0;
-    println!("pods {count}: creation to admission ms p50 {:.1} p90 {:.1} p99 {:.1} max {:.1}", pct(0.5), pct(0.9), pct(0.99), pct(1.0));
-    let _ = Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await;
+    let pct = |p: f64| {
+        latencies[((latencies.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
+    };
+    println!(
+        "pods {count}: creation to admission ms p50 {:.1} p90 {:.1} p99 {:.1} max {:.1}",
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        pct(1.0)
+    );
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
     let _ = queues.delete(&ns, &DeleteParams::default()).await;
     Ok(())
 }

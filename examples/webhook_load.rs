@@ -29,20 +29,38 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { url: None, ca: None, requests: 100_000, concurrency: 32, rate: 0.0, seconds: 0.0, http2: false };
+    let mut args = Args {
+        url: None,
+        ca: None,
+        requests: 100_000,
+        concurrency: 32,
+        rate: 0.0,
+        seconds: 0.0,
+        http2: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--url" => args.url = Some(value()?),
             "--ca" => args.ca = Some(value()?),
-            "--requests" => args.requests = value()?.parse().map_err(|e| format!("--requests: {e}"))?,
-            "--concurrency" => args.concurrency = value()?.parse().map_err(|e| format!("--concurrency: {e}"))?,
+            "--requests" => {
+                args.requests = value()?.parse().map_err(|e| format!("--requests: {e}"))?
+            }
+            "--concurrency" => {
+                args.concurrency = value()?
+                    .parse()
+                    .map_err(|e| format!("--concurrency: {e}"))?
+            }
             "--rate" => args.rate = value()?.parse().map_err(|e| format!("--rate: {e}"))?,
-            "--seconds" => args.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--seconds" => {
+                args.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?
+            }
             "--http2" => args.http2 = true,
             "-h" | "--help" => {
-                println!("webhook_load [--url https://127.0.0.1:9443] [--ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2]");
+                println!(
+                    "webhook_load [--url https://127.0.0.1:9443] [--ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown flag {other} (see --help)")),
@@ -115,7 +133,10 @@ async fn main() {
                 eprintln!("webhook_load: --url needs --ca (the CA bundle, e.g. from the Secret sluice-webhook-tls)");
                 std::process::exit(2)
             });
-            (url.clone(), std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")))
+            (
+                url.clone(),
+                std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")),
+            )
         }
         None => {
             let settings = sluice_certs::CertSettings {
@@ -128,7 +149,11 @@ async fn main() {
             };
             let certs = sluice_certs::generate(&settings).expect("certificates");
             let tls = sluice_certs::axum_rustls_config(&certs).expect("tls");
-            let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .expect("port")
+                .local_addr()
+                .expect("addr")
+                .port();
             let listen: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
             let server = sluice_webhooks::WebhookServer::builder(listen, tls)
                 .gate(sluice_webhooks::GateSettings {
@@ -149,33 +174,62 @@ async fn main() {
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.expect("CA PEM")).expect("CA");
     }
-    let tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
-    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only();
-    let connector = if args.http2 { builder.enable_http2().build() } else { builder.enable_http1().build() };
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).http2_only(args.http2).pool_max_idle_per_host(args.concurrency).build(connector);
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only();
+    let connector = if args.http2 {
+        builder.enable_http2().build()
+    } else {
+        builder.enable_http1().build()
+    };
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(args.http2)
+        .pool_max_idle_per_host(args.concurrency)
+        .build(connector);
     let target: hyper::Uri = format!("{url}/mutate-pods").parse().expect("url");
 
     // Wait for the server, then warm up the connections.
     let bodies: Arc<Vec<Bytes>> = Arc::new((0..256).map(|i| Bytes::from(review(i))).collect());
     println!("review size: {} bytes", bodies[0].len());
     let send = |client: Client<_, Full<Bytes>>, body: Bytes, target: hyper::Uri| async move {
-        let request = hyper::Request::post(target).header("content-type", "application/json").body(Full::new(body)).expect("request");
+        let request = hyper::Request::post(target)
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .expect("request");
         let response = client.request(request).await.map_err(|e| e.to_string())?;
         let status = response.status();
-        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         if !status.is_success() || !body.windows(9).any(|w| w == b"JSONPatch") {
-            return Err(format!("unexpected answer {status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)])));
+            return Err(format!(
+                "unexpected answer {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ));
         }
         Ok::<(), String>(())
     };
     for _ in 0..200 {
-        if send(client.clone(), bodies[0].clone(), target.clone()).await.is_ok() {
+        if send(client.clone(), bodies[0].clone(), target.clone())
+            .await
+            .is_ok()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 
-    let total = if args.rate > 0.0 { (args.rate * args.seconds.max(1.0)) as usize } else { args.requests };
+    let total = if args.rate > 0.0 {
+        (args.rate * args.seconds.max(1.0)) as usize
+    } else {
+        args.requests
+    };
     let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let started = Instant::now();
     let semaphore = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
@@ -187,8 +241,14 @@ async fn main() {
             tokio::time::sleep_until(due.into()).await;
         }
         let permit = semaphore.clone().acquire_owned().await.expect("semaphore");
-        let (client, body, target) = (client.clone(), bodies[i % bodies.len()].clone(), target.clone());
-        let scheduled = interval.map(|iv| started + iv * i as u32).unwrap_or_else(Instant::now);
+        let (client, body, target) = (
+            client.clone(),
+            bodies[i % bodies.len()].clone(),
+            target.clone(),
+        );
+        let scheduled = interval
+            .map(|iv| started + iv * i as u32)
+            .unwrap_or_else(Instant::now);
         tasks.push(tokio::spawn(async move {
             let result = send(client, body, target).await;
             drop(permit);
@@ -217,7 +277,11 @@ async fn main() {
         latencies.len(),
         errors,
         args.concurrency,
-        if args.rate > 0.0 { format!("target {:.0}/s", args.rate) } else { "max rate".to_string() },
+        if args.rate > 0.0 {
+            format!("target {:.0}/s", args.rate)
+        } else {
+            "max rate".to_string()
+        },
         elapsed.as_secs_f64(),
         latencies.len() as f64 / elapsed.as_secs_f64(),
         ms(percentile(&latencies, 0.50)),

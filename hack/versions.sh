@@ -1,6 +1,13 @@
-# Pinned versions of everything hack/ builds. Sourced by the other scripts; change versions here only
-# (and the matching go.mod under hack/tools/).
-KUBERNETES_VERSION=v1.36.3   # k8s.io/kubernetes; staging modules at v0.36.3 (hack/tools/k8s/go.mod)
-ETCD_VERSION=v3.6.16         # go.etcd.io/etcd/server/v3 (hack/tools/etcd/go.mod)
-KWOK_VERSION=v0.8.0          # sigs.k8s.io/kwok (hack/tools/kwok/go.mod)
-KUBERAY_VERSION=v1.6.0       # github.com/ray-project/kuberay/ray-operator (hack/tools/kuberay/go.mod); v1.7.0 is refused by the Go proxy (403)
+# Pinned versions of everything hack/ builds or installs: the one place to change them (together with
+# the go.mod of the matching module under hack/tools/). Sourced by hack/cluster.sh.
+# shellcheck disable=SC2034  # the variables are used by the scripts that source this file
+
+KUBERNETES_VERSION=v1.36.3     # k8s.io/kubernetes; every staging module replaced by v0.36.3 (hack/tools/k8s/go.mod)
+ETCD_VERSION=v3.6.16           # go.etcd.io/etcd/server/v3 (hack/tools/etcd/go.mod)
+KWOK_VERSION=v0.8.0            # sigs.k8s.io/kwok (hack/tools/kwok/go.mod)
+# github.com/ray-project/kuberay/ray-operator (hack/tools/kuberay/go.mod). v1.7.0 cannot be had here:
+# the Go module proxy answers its .zip with 403 "not available"; v1.6.2 is the newest it serves.
+KUBERAY_VERSION=v1.6.2
+SPARK_OPERATOR_VERSION=v2.5.2  # github.com/kubeflow/spark-operator/v2 (hack/tools/spark-operator/go.mod)
+PYSPARK_VERSION=4.0.4          # pyspark on PyPI: spark-submit for the Spark operator (its image ships Spark 4.0.4)
+KUEUE_VERSION=v0.19.2          # sigs.k8s.io/kueue (hack/tools/kueue/go.mod)

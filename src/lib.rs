@@ -6,9 +6,11 @@
 
 pub mod adapters;
 pub mod api;
+pub mod app_webhooks;
 pub mod install;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
+pub mod recorder;
 pub mod serve;
 pub mod webhook_config;

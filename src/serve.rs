@@ -387,7 +387,36 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         governed_label: QUEUE_LABEL.into(),
         controller_usernames: vec![controller_user.clone()],
     };
+    // Every replica caches the queues for the application validator (no API call on the hot path).
+    let (queue_store, queue_writer) =
+        kube::runtime::reflector::store::<crate::api::CapacityQueue>();
+    {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        let stream = kube::runtime::reflector::reflector(
+            queue_writer,
+            kube::runtime::watcher(
+                Api::<crate::api::CapacityQueue>::all(client.clone()),
+                kube::runtime::watcher::Config::default(),
+            )
+            .default_backoff(),
+        );
+        tokio::spawn(async move { stream.for_each(|_| async {}).await });
+    }
     let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
+        .application(
+            "/mutate-applications",
+            Arc::new(crate::app_webhooks::MutateApplications {
+                adapters: crate::adapters::applications(),
+            }),
+        )
+        .application(
+            "/validate-applications",
+            Arc::new(crate::app_webhooks::ValidateApplications {
+                adapters: crate::adapters::applications(),
+                queues: queue_store,
+            }),
+        )
         .gate(gate)
         .classifier(Arc::new(Adapters::default()))
         .readiness(ready.clone())

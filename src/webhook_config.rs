@@ -93,6 +93,23 @@ fn pod_rule(operations: &[&str]) -> RuleWithOperations {
     }
 }
 
+/// The application kinds sluice records (RayCluster, ...), for the application webhooks.
+fn application_rules() -> Vec<RuleWithOperations> {
+    crate::adapters::applications()
+        .iter()
+        .map(|a| {
+            let r = a.api_resource();
+            RuleWithOperations {
+                api_groups: Some(vec![r.group.clone()]),
+                api_versions: Some(vec![r.version.clone()]),
+                operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                resources: Some(vec![r.plural.clone()]),
+                scope: Some("Namespaced".into()),
+            }
+        })
+        .collect()
+}
+
 pub fn mutating(
     endpoint: &Endpoint,
     own_namespace: &str,
@@ -104,21 +121,38 @@ pub fn mutating(
             labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
             ..ObjectMeta::default()
         },
-        webhooks: Some(vec![MutatingWebhook {
-            name: "pods.sluice.dev".into(),
-            admission_review_versions: vec!["v1".into()],
-            client_config: endpoint.client_config("/mutate-pods", ca_bundle),
-            // A governed pod that could not be gated would escape its quota: fail closed.
-            failure_policy: Some("Fail".into()),
-            match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(namespace_selector(own_namespace)),
-            object_selector: Some(governed_pods()),
-            reinvocation_policy: Some("IfNeeded".into()),
-            rules: Some(vec![pod_rule(&["CREATE"])]),
-            side_effects: "None".into(),
-            timeout_seconds: Some(5),
-            match_conditions: None,
-        }]),
+        webhooks: Some(vec![
+            MutatingWebhook {
+                name: "pods.sluice.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: endpoint.client_config("/mutate-pods", ca_bundle),
+                // A governed pod that could not be gated would escape its quota: fail closed.
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(namespace_selector(own_namespace)),
+                object_selector: Some(governed_pods()),
+                reinvocation_policy: Some("IfNeeded".into()),
+                rules: Some(vec![pod_rule(&["CREATE"])]),
+                side_effects: "None".into(),
+                timeout_seconds: Some(5),
+                match_conditions: None,
+            },
+            MutatingWebhook {
+                name: "applications.sluice.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: endpoint.client_config("/mutate-applications", ca_bundle),
+                // Without the queue label in its templates, an application's pods would escape the gate.
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(namespace_selector(own_namespace)),
+                object_selector: Some(governed_pods()),
+                reinvocation_policy: Some("Never".into()),
+                rules: Some(application_rules()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(5),
+                match_conditions: None,
+            },
+        ]),
     }
 }
 
@@ -164,19 +198,34 @@ pub fn validating(
             labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
             ..ObjectMeta::default()
         },
-        webhooks: Some(vec![ValidatingWebhook {
-            name: "pods.sluice.dev".into(),
-            admission_review_versions: vec!["v1".into()],
-            client_config: endpoint.client_config("/validate-pods", ca_bundle),
-            failure_policy: Some("Fail".into()),
-            match_policy: Some("Equivalent".into()),
-            namespace_selector: Some(namespace_selector(own_namespace)),
-            // Matches when the old or the new object carries the label: removing it is caught too.
-            object_selector: Some(governed_pods()),
-            rules: Some(vec![pod_rule(&["UPDATE"])]),
-            side_effects: "None".into(),
-            timeout_seconds: Some(5),
-            match_conditions: Some(validation_conditions(controller_user)),
-        }]),
+        webhooks: Some(vec![
+            ValidatingWebhook {
+                name: "pods.sluice.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: endpoint.client_config("/validate-pods", ca_bundle),
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(namespace_selector(own_namespace)),
+                // Matches when the old or the new object carries the label: removing it is caught too.
+                object_selector: Some(governed_pods()),
+                rules: Some(vec![pod_rule(&["UPDATE"])]),
+                side_effects: "None".into(),
+                timeout_seconds: Some(5),
+                match_conditions: Some(validation_conditions(controller_user)),
+            },
+            ValidatingWebhook {
+                name: "applications.sluice.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: endpoint.client_config("/validate-applications", ca_bundle),
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(namespace_selector(own_namespace)),
+                object_selector: Some(governed_pods()),
+                rules: Some(application_rules()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(5),
+                match_conditions: None,
+            },
+        ]),
     }
 }

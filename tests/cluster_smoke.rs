@@ -137,13 +137,20 @@ async fn a_pod_is_ended_on_purpose() {
 #[tokio::test]
 async fn kuberay_reconciles_a_raycluster_into_a_head_pod() {
     let env = TestEnv::new("smoke-ray").await;
-    let resource = kube::core::ApiResource::from_gvk_with_plural(&kube::core::GroupVersionKind::gvk("ray.io", "v1", "RayCluster"), "rayclusters");
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
+        "rayclusters",
+    );
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(env.client.clone());
     assert!(
-        crds.get_opt("rayclusters.ray.io").await.expect("get CRD").is_some(),
+        crds.get_opt("rayclusters.ray.io")
+            .await
+            .expect("get CRD")
+            .is_some(),
         "the RayCluster CRD is missing: run the tests with hack/test.sh (it starts the cluster with --with-kuberay)"
     );
-    let clusters: Api<kube::api::DynamicObject> = Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
+    let clusters: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
     let container = |name: &str| json!({"name": name, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}});
     let rc: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
@@ -155,11 +162,25 @@ async fn kuberay_reconciles_a_raycluster_into_a_head_pod() {
         },
     }))
     .expect("raycluster");
-    clusters.create(&Default::default(), &rc).await.expect("create RayCluster");
-    wait_for("KubeRay to create a running head pod", Duration::from_secs(90), || async {
-        let pods = env.pods().list(&ListParams::default().labels("ray.io/cluster=smoke,ray.io/node-type=head")).await.ok()?.items;
-        pods.into_iter().find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).map(|_| ())
-    })
+    clusters
+        .create(&Default::default(), &rc)
+        .await
+        .expect("create RayCluster");
+    wait_for(
+        "KubeRay to create a running head pod",
+        Duration::from_secs(90),
+        || async {
+            let pods = env
+                .pods()
+                .list(&ListParams::default().labels("ray.io/cluster=smoke,ray.io/node-type=head"))
+                .await
+                .ok()?
+                .items;
+            pods.into_iter()
+                .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .map(|_| ())
+        },
+    )
     .await;
     env.cleanup().await;
 }

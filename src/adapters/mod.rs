@@ -2,15 +2,18 @@
 //! pod belongs to. Adding a kind of application is one new file here and one line in [`all`].
 
 mod plain;
+pub mod ray;
 
 pub use plain::PlainPods;
+pub use ray::RayClusters;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::{ApiResource, DynamicObject};
 
-use crate::api::{MIN_COUNT_ANNOTATION, POD_SET_LABEL, QUEUE_LABEL, WORKLOAD_LABEL};
+use crate::api::{MIN_COUNT_ANNOTATION, POD_SET_LABEL, PodSetSpec, QUEUE_LABEL, WORKLOAD_LABEL};
 
 /// Where a governed pod belongs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +27,9 @@ pub struct PodIdentity {
     pub pod_set: String,
     /// The minimum gang of the pod's set, when the pod says.
     pub min_count: Option<u32>,
+    /// The pod belongs to an application object (RayCluster...): its DynamicWorkload comes from the
+    /// recorder, and until it exists the pod waits (its gang is not known from pods alone).
+    pub recorded: bool,
 }
 
 /// Tells a kind of application's pods apart.
@@ -34,9 +40,38 @@ pub trait Adapter: Send + Sync + 'static {
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity>;
 }
 
+/// An application's declared demand could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum DemandError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A kind of application with an object of its own (RayCluster, SparkApplication...): sluice records
+/// one DynamicWorkload per object, from the demand the object declares.
+pub trait ApplicationAdapter: Adapter {
+    /// The custom resource.
+    fn api_resource(&self) -> ApiResource;
+    /// The DynamicWorkload name of the application called `app` (the same its pods map to).
+    fn workload_name(&self, app: &str) -> String;
+    /// The pod sets the application declares: per-pod requests, gang minimum, maximum.
+    fn demand(&self, app: &DynamicObject) -> Result<Vec<PodSetSpec>, DemandError>;
+    /// JSON pointers to the object's pod templates, with their current labels: the application
+    /// webhook copies the queue label into each, so the pods the operator creates are governed.
+    fn pod_template_label_paths(
+        &self,
+        app: &DynamicObject,
+    ) -> Vec<(String, Option<BTreeMap<String, String>>)>;
+}
+
+/// Every kind of application with an object of its own.
+pub fn applications() -> Vec<Arc<dyn ApplicationAdapter>> {
+    vec![Arc::new(RayClusters)]
+}
+
 /// Every adapter, most specific first: the first that recognises a pod wins.
 pub fn all() -> Vec<Arc<dyn Adapter>> {
-    vec![Arc::new(PlainPods)]
+    vec![Arc::new(RayClusters), Arc::new(PlainPods)]
 }
 
 /// The adapters as one: the identity of a pod by the first adapter that knows it.

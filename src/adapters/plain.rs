@@ -24,6 +24,7 @@ impl Adapter for PlainPods {
             workload,
             pod_set: label(pod, POD_SET_LABEL).unwrap_or("main").to_string(),
             min_count: min_count_annotation(pod),
+            recorded: false,
         })
     }
 }

@@ -214,7 +214,7 @@ pub fn build(
         let mut remaining = group.sets;
         let declared = dwl.map(|d| d.spec.pod_sets.clone()).unwrap_or_default();
         for spec in &declared {
-            let (min_from_pods, pods) = remaining.remove(&spec.name).unwrap_or_default();
+            let (_, pods) = remaining.remove(&spec.name).unwrap_or_default();
             let per_pod = match ResourceList::from_quantities(&spec.requests) {
                 Ok(list) => list,
                 Err(e) => {
@@ -225,7 +225,6 @@ pub fn build(
                 }
             };
             let min_count = u32::try_from(spec.min_count).unwrap_or(0);
-            let _ = min_from_pods;
             let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
             sets.push(PodSetSnapshot {
                 name: spec.name.clone(),

@@ -81,7 +81,12 @@ pub fn router(
         .with_state(state)
 }
 
-fn application(handler: &dyn ApplicationHandler, metrics: &WebhookMetrics, headers: &HeaderMap, body: &[u8]) -> Response {
+fn application(
+    handler: &dyn ApplicationHandler,
+    metrics: &WebhookMetrics,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
     let started = Instant::now();
     let (response, outcome) = match decode::<DynamicObject>(headers, body) {
         Err(r) => (*r, "rejected_bad_request"),
@@ -140,7 +145,9 @@ where
     let review: AdmissionReview<K> = serde_json::from_slice(body).map_err(|e| {
         Box::new(bad_request(
             StatusCode::BAD_REQUEST,
-            format!("body is not an admission.k8s.io/v1 AdmissionReview of this kind of object: {e}"),
+            format!(
+                "body is not an admission.k8s.io/v1 AdmissionReview of this kind of object: {e}"
+            ),
         ))
     })?;
     if review.types.api_version != "admission.k8s.io/v1" || review.types.kind != "AdmissionReview" {

@@ -1,0 +1,239 @@
+//! Admission for application objects (RayCluster, ...). Pure: they read a cache of CapacityQueues,
+//! never the API server.
+//! - mutation: copies the application's `sluice.dev/queue` label into every pod template, so the
+//!   pods its operator creates carry it and are gated like any governed pod;
+//! - validation: the queue exists, and the minimum gang can ever fit its quota; otherwise a clear
+//!   denial at submit time instead of an application that waits forever.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
+
+use crate::adapters::ApplicationAdapter;
+use crate::api::{CapacityQueue, QUEUE_LABEL};
+use crate::queue::resources::{ResourceList, describe_quantity};
+
+fn adapter_for<'a>(
+    adapters: &'a [Arc<dyn ApplicationAdapter>],
+    request: &AdmissionRequest<DynamicObject>,
+) -> Option<&'a Arc<dyn ApplicationAdapter>> {
+    adapters.iter().find(|a| {
+        let r = a.api_resource();
+        r.group == request.kind.group && r.kind == request.kind.kind
+    })
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Patch operations that put `queue` into every pod template's labels.
+pub fn label_templates(
+    adapter: &dyn ApplicationAdapter,
+    app: &DynamicObject,
+    queue: &str,
+) -> Vec<Value> {
+    let data = serde_json::to_value(app).unwrap_or(Value::Null);
+    let mut ops = Vec::new();
+    for (path, labels) in adapter.pod_template_label_paths(app) {
+        match labels {
+            Some(l) if l.get(QUEUE_LABEL).map(String::as_str) == Some(queue) => {}
+            Some(_) => ops.push(json!({"op": "add", "path": format!("{path}/metadata/labels/{}", escape(QUEUE_LABEL)), "value": queue})),
+            None if data.pointer(&format!("{path}/metadata")).is_some_and(Value::is_object) => {
+                ops.push(json!({"op": "add", "path": format!("{path}/metadata/labels"), "value": {QUEUE_LABEL: queue}}))
+            }
+            None => ops.push(json!({"op": "add", "path": format!("{path}/metadata"), "value": {"labels": {QUEUE_LABEL: queue}}})),
+        }
+    }
+    ops
+}
+
+pub struct MutateApplications {
+    pub adapters: Vec<Arc<dyn ApplicationAdapter>>,
+}
+
+impl sluice_webhooks::ApplicationHandler for MutateApplications {
+    fn name(&self) -> &'static str {
+        "mutate_applications"
+    }
+
+    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let response = AdmissionResponse::from(request);
+        let (Some(adapter), Some(app)) = (
+            adapter_for(&self.adapters, request),
+            request.object.as_ref(),
+        ) else {
+            return response;
+        };
+        let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
+            return response;
+        };
+        let ops = label_templates(adapter.as_ref(), app, &queue);
+        if ops.is_empty() {
+            return response;
+        }
+        match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+            Ok(patch) => response.with_patch(patch).unwrap_or_else(|e| {
+                AdmissionResponse::from(request)
+                    .deny(format!("sluice could not encode its patch: {e}"))
+            }),
+            Err(e) => response.deny(format!("sluice could not build its patch: {e}")),
+        }
+    }
+}
+
+pub struct ValidateApplications {
+    pub adapters: Vec<Arc<dyn ApplicationAdapter>>,
+    pub queues: Store<CapacityQueue>,
+}
+
+impl ValidateApplications {
+    /// Err carries the message for the user.
+    pub fn check(
+        &self,
+        adapter: &dyn ApplicationAdapter,
+        app: &DynamicObject,
+        queue_name: &str,
+    ) -> Result<(), String> {
+        let kind = adapter.api_resource().kind;
+        let who = format!(
+            "{kind} {}/{}",
+            app.namespace().unwrap_or_default(),
+            app.name_any()
+        );
+        let Some(queue) = self.queues.get(&ObjectRef::new(queue_name)) else {
+            return Err(format!(
+                "sluice: {who} names CapacityQueue {queue_name:?}, which does not exist: create it (kubectl get capacityqueues lists them) or fix the label {QUEUE_LABEL}"
+            ));
+        };
+        let sets = adapter
+            .demand(app)
+            .map_err(|e| format!("sluice: {who}: {e}"))?;
+        let mut gang = ResourceList::new();
+        for set in &sets {
+            let per_pod = ResourceList::from_quantities(&set.requests)
+                .map_err(|e| format!("sluice: {who}: {e}"))?;
+            gang.add_scaled(&per_pod, i64::from(set.min_count.max(0)));
+        }
+        let quota = ResourceList::from_quantities(&queue.spec.quota)
+            .map_err(|e| format!("sluice: CapacityQueue {queue_name}: {e}"))?;
+        for (resource, limit) in &quota.0 {
+            let needed = gang.get(resource);
+            if needed > *limit {
+                return Err(format!(
+                    "sluice: the minimum gang of {who} needs {} {resource} but CapacityQueue {queue_name} has a quota of {} {resource}: it could never start. Lower the minimum (e.g. minReplicas) or raise the quota",
+                    describe_quantity(resource, needed),
+                    describe_quantity(resource, *limit)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl sluice_webhooks::ApplicationHandler for ValidateApplications {
+    fn name(&self) -> &'static str {
+        "validate_applications"
+    }
+
+    fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let response = AdmissionResponse::from(request);
+        if !matches!(request.operation, Operation::Create | Operation::Update) {
+            return response;
+        }
+        let (Some(adapter), Some(app)) = (
+            adapter_for(&self.adapters, request),
+            request.object.as_ref(),
+        ) else {
+            return response;
+        };
+        let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
+            return response;
+        };
+        match self.check(adapter.as_ref(), app, &queue) {
+            Ok(()) => response,
+            Err(message) => response.deny(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::RayClusters;
+
+    fn rc(with_metadata: bool) -> DynamicObject {
+        let mut head = json!({"spec": {"containers": [{"name": "h", "image": "ray", "resources": {"requests": {"cpu": "2"}}}]}});
+        if with_metadata {
+            head["metadata"] = json!({"labels": {"app": "x"}});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
+            "spec": {
+                "headGroupSpec": {"template": head},
+                "workerGroupSpecs": [{"groupName": "w", "minReplicas": 3, "maxReplicas": 5, "template": {"metadata": {}, "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"requests": {"cpu": "1"}}}]}}}],
+            },
+        }))
+        .expect("rc")
+    }
+
+    #[test]
+    fn copies_the_queue_label_into_every_template() {
+        for with_metadata in [false, true] {
+            let app = rc(with_metadata);
+            let ops = label_templates(&RayClusters, &app, "q");
+            assert_eq!(ops.len(), 2);
+            let mut doc = serde_json::to_value(&app).expect("json");
+            json_patch::patch(
+                &mut doc,
+                &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).expect("patch"),
+            )
+            .expect("applies");
+            assert_eq!(
+                doc.pointer("/spec/headGroupSpec/template/metadata/labels/sluice.dev~1queue"),
+                Some(&json!("q"))
+            );
+            assert_eq!(
+                doc.pointer("/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue"),
+                Some(&json!("q"))
+            );
+            let patched: DynamicObject = serde_json::from_value(doc).expect("obj");
+            assert!(
+                label_templates(&RayClusters, &patched, "q").is_empty(),
+                "idempotent"
+            );
+        }
+    }
+
+    fn validator(cpu: &str) -> ValidateApplications {
+        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
+        let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": "q"}, "spec": {"quota": {"cpu": cpu}}})).expect("q");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        ValidateApplications {
+            adapters: vec![Arc::new(RayClusters)],
+            queues: reader,
+        }
+    }
+
+    #[test]
+    fn refuses_a_gang_that_could_never_fit_and_a_missing_queue() {
+        let app = rc(false);
+        assert!(validator("5").check(&RayClusters, &app, "q").is_ok());
+        let err = validator("4")
+            .check(&RayClusters, &app, "q")
+            .expect_err("5 cpu gang in 4 cpu");
+        assert!(
+            err.contains("needs 5 cpu") && err.contains("quota of 4 cpu"),
+            "{err}"
+        );
+        let err = validator("8")
+            .check(&RayClusters, &app, "nope")
+            .expect_err("missing queue");
+        assert!(err.contains("does not exist"), "{err}");
+    }
+}
