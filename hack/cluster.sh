@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane on loopback, built from Go modules: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, and kwok simulating nodes. Optional: sluice on the host.
+# A real Kubernetes control plane on loopback for sluice's tests, demo and benchmarks, built from Go
+# modules: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok (simulated
+# nodes). Optional add-ons: sluice, KubeRay, the Spark operator (with spark-submit), Kueue.
+# Everything runs as plain processes on 127.0.0.1; see usage() below.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,162 +14,317 @@ STATE=$ROOT/.cluster
 LOGS=$STATE/logs
 PIDS=$STATE/pids
 PKI=$STATE/pki
+# Go's module and build caches live in the cache too, so a warm machine rebuilds nothing.
 export GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build GOPATH=$CACHE/go GOFLAGS=-mod=mod GOTOOLCHAIN=local
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 
-NODES=4 NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
-WITH_SLUICE=false
-WITH_KUBERAY=false
-BUILD_SLUICE=true
+# Every component, in start order; `down` stops them in reverse.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay spark-operator kueue sluice)
+
+NODES=${SLUICE_NODES:-4} NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
+WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true
+TIMEOUT=${SLUICE_CLUSTER_TIMEOUT:-120}   # seconds to wait for each component to become ready
+STOP_TIMEOUT=10                          # seconds between TERM and KILL in `down`
 
 usage() {
   cat <<USAGE
 usage: hack/cluster.sh COMMAND [flags]
 
-A local Kubernetes control plane for sluice's tests and demo: etcd, kube-apiserver,
-kube-controller-manager and kube-scheduler ($KUBERNETES_VERSION) and kwok ($KWOK_VERSION) nodes,
-built from their Go modules into \$SLUICE_CACHE (default ~/.cache/sluice) and run as plain processes
-on 127.0.0.1. State, kubeconfig and logs live in .cluster/ of the repository.
+A local Kubernetes control plane for sluice: etcd $ETCD_VERSION, kube-apiserver, kube-controller-manager,
+kube-scheduler and kubectl $KUBERNETES_VERSION, and kwok $KWOK_VERSION simulating nodes (pods on them
+become Running without containers). Built from their Go modules (hack/tools/, versions in
+hack/versions.sh) into \$SLUICE_CACHE, only when missing, and run as plain processes on 127.0.0.1
+with free ports. State lives in .cluster/ of the repository: kubeconfig (admin), pki/, etcd/,
+logs/<component>.log, pids/<component>.pid, ports.env.
 
 Commands:
-  up        build what is missing, start what is not running, wait until ready (idempotent)
-  down      stop what 'up' started (by pid file) and delete .cluster/
-  status    show each component: pid, running or not, port
-  env       print 'export KUBECONFIG=...' and PATH with kubectl: eval "\$(hack/cluster.sh env)"
-  build     only build the binaries (all of them, add-ons included)
+  up [flags]      build what is missing, start what is not running, wait until the API server is
+                  ready, the kwok nodes are Ready and the default ServiceAccount exists. Idempotent:
+                  with everything running it only checks and exits 0.
+  down            stop the processes 'up' started (by pid file: TERM, KILL after ${STOP_TIMEOUT}s) and
+                  delete .cluster/
+  status          each component: pid, running or not, port
+  env             print shell exports for the cluster: eval "\$(hack/cluster.sh env)" sets KUBECONFIG,
+                  puts kubectl (from the cache) on PATH and, with sluice running, SLUICE_WEBHOOK_ADDR
+                  and SLUICE_METRICS_ADDR
+  build [flags]   only build (the add-ons named by --with-* flags too; --all builds every add-on)
+  help            this text
 
-Flags for 'up':
-  --nodes N            kwok nodes (default 4; 1000 works for benchmarks)
-  --node-cpu Q         cpu of each node (default 32)
-  --node-memory Q      memory of each node (default 128Gi)
-  --node-pods N        pods per node (default 110)
-  --with-sluice        also build sluice (cargo build) and run 'sluice serve --local' on the host;
-                       restarted when its binary changed or its process is gone
-  --with-kuberay       also build and run the KubeRay operator ($KUBERAY_VERSION) on the host, CRDs applied
+Flags of 'up' (and 'build'):
+  --nodes N            number of kwok nodes (default 4; 1000 works for benchmarks). Nodes are named
+                       kwok-node-<i>, labelled type=kwok, annotated kwok.x-k8s.io/node=fake, not tainted.
+                       Existing nodes are kept; 'up --nodes N' adds the missing ones.
+  --node-cpu Q         allocatable cpu of each node (default 32)
+  --node-memory Q      allocatable memory of each node (default 128Gi)
+  --node-pods N        allocatable pods of each node (default 110)
+  --with-sluice        build sluice (cargo build --bin sluice) and run 'sluice serve --local' on the host;
+                       writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR). Restarted
+                       when its binary changed or its process is gone, on the same ports.
   --no-build           with --with-sluice: use target/debug/sluice as it is (no cargo build)
+  --with-kuberay       the KubeRay operator $KUBERAY_VERSION on the host, its CRDs applied
+  --with-spark-operator
+                       the Spark operator $SPARK_OPERATOR_VERSION (controller only, no webhook) on the host,
+                       CRDs applied, with spark-submit from pyspark $PYSPARK_VERSION (a venv in the cache;
+                       needs Java 17: /usr/bin/java, installed with apt-get when missing and run as root)
+  --with-kueue         Kueue $KUEUE_VERSION on the host, CRDs applied, its webhooks registered by URL
+                       (frameworks: batch/job, pod, ray.io/rayjob, ray.io/raycluster,
+                       sparkoperator.k8s.io/sparkapplication)
+  --all                (build only) every add-on
+  --timeout S          seconds to wait for each component to become ready (default $TIMEOUT)
 
-Environment: SLUICE_CACHE (build cache), RUST_LOG (sluice's log filter).
-Logs: .cluster/logs/<component>.log. End any pod on purpose: annotate it sluice.dev/kwok-phase=Succeeded|Failed.
+Environment:
+  SLUICE_CACHE         build cache (default ~/.cache/sluice): bin/<name>-<version>, go/ (module and build
+                       caches), pyspark-<version>/ (venv)
+  SLUICE_NODES         default for --nodes
+  RUST_LOG             sluice's log filter (default info)
+  CARGO_TARGET_DIR     where cargo puts target/debug/sluice (default target/ of the repository)
+
+kwok stages (hack/kwok/stages.yaml): pods on kwok nodes become Running; pods owned by a Job complete;
+any pod annotated sluice.dev/kwok-phase=Succeeded or =Failed ends so (exit code 0 or 1).
 USAGE
 }
 
-die() { echo "cluster.sh: $*" >&2; exit 1; }
+die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 # ---- building ------------------------------------------------------------------------------------
 
-build_go() { # name version module-dir package
-  local name=$1 version=$2 dir=$3 pkg=$4 out=$BIN/$1-$2
+# Builds a Go main from the module hack/tools/<dir> into $BIN/<name>-<version>, once.
+build_go() { # name version module-dir package [extra ldflags]
+  local name=$1 version=$2 dir=$3 pkg=$4 extra=${5:-} out=$BIN/$1-$2
   [[ -x $out ]] && return 0
+  command -v go >/dev/null || die "Go is needed to build $name: install Go 1.26 (expected at /usr/local/go/bin/go)"
   mkdir -p "$BIN"
-  log "building $name $version (first time only; cached in $CACHE)"
-  local ldflags="-s -w"
-  if [[ $name == k8s ]]; then
-    ldflags+=" -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1"
-    ldflags+=" -X k8s.io/component-base/version.gitMinor=36 -X k8s.io/component-base/version.gitTreeState=clean"
-    ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
-  fi
+  log "building $name $version (first time only, cached in $BIN)"
   local start=$SECONDS
-  (cd "$ROOT/hack/tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") \
-    || die "building $name failed (see the Go errors above)"
+  (cd "$ROOT/hack/tools/$dir" && go build -trimpath -ldflags "-s -w $extra" -o "$out.tmp" "$pkg") \
+    || die "building $name $version failed (the Go errors are above); module: hack/tools/$dir"
   mv "$out.tmp" "$out"
-  log "built $name in $((SECONDS - start))s"
+  log "built $name $version in $((SECONDS - start))s"
 }
 
-build_all() {
+build_core() {
   build_go etcd "$ETCD_VERSION" etcd .
-  build_go k8s "$KUBERNETES_VERSION" k8s .
-  build_go kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
-  $WITH_KUBERAY && build_go kuberay "$KUBERAY_VERSION" kuberay github.com/ray-project/kuberay/ray-operator
+  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  local v="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
+  v+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  v+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  v+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+  v+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  # One multi-call binary (hack/tools/k8s/main.go) for the four: linked once, a quarter of the disk.
+  build_go k8s "$KUBERNETES_VERSION" k8s . "$v"
   local c
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    ln -sf "k8s-$KUBERNETES_VERSION" "$BIN/$c"
+    ln -sfn "k8s-$KUBERNETES_VERSION" "$BIN/$c"
   done
+  build_go kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
 }
 
-KUBECTL() { "$BIN/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
+build_addons() {
+  if $WITH_KUBERAY; then build_go kuberay "$KUBERAY_VERSION" kuberay github.com/ray-project/kuberay/ray-operator; fi
+  if $WITH_SPARK; then
+    build_go spark-operator "$SPARK_OPERATOR_VERSION" spark-operator github.com/kubeflow/spark-operator/v2/cmd/operator
+    install_pyspark
+  fi
+  if $WITH_KUEUE; then build_go kueue "$KUEUE_VERSION" kueue sigs.k8s.io/kueue/cmd/kueue; fi
+  return 0
+}
+
+PYSPARK_VENV=$CACHE/pyspark-$PYSPARK_VERSION
+
+# spark-submit comes from the pyspark wheel (it carries Spark's jars and bin/); a venv in the cache.
+install_pyspark() {
+  [[ -f $PYSPARK_VENV/.installed ]] && return 0
+  command -v python3 >/dev/null || die "python3 is needed to install pyspark (spark-submit)"
+  log "installing pyspark $PYSPARK_VERSION into $PYSPARK_VENV (first time only)"
+  local start=$SECONDS
+  rm -rf "$PYSPARK_VENV"
+  python3 -m venv "$PYSPARK_VENV" || die "python3 -m venv $PYSPARK_VENV failed (Debian: apt-get install python3-venv)"
+  "$PYSPARK_VENV/bin/pip" install --quiet --disable-pip-version-check "pyspark==$PYSPARK_VERSION" \
+    || die "pip install pyspark==$PYSPARK_VERSION failed (see pip's errors above)"
+  touch "$PYSPARK_VENV/.installed"
+  log "installed pyspark $PYSPARK_VERSION in $((SECONDS - start))s"
+}
+
+spark_home() { "$PYSPARK_VENV/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
+
+# Spark 4 needs Java 17 or 21. Prints a JAVA_HOME.
+java_home() {
+  local d
+  for d in /usr/lib/jvm/java-17-openjdk-* /usr/lib/jvm/java-21-openjdk-*; do
+    [[ -x $d/bin/java ]] && { echo "$d"; return 0; }
+  done
+  if ! command -v java >/dev/null; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+      log "installing Java 17 for spark-submit (apt-get install openjdk-17-jre-headless)"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } >&2 \
+        || die "apt-get install openjdk-17-jre-headless failed"
+      java_home; return
+    fi
+    die "spark-submit needs Java 17: install it (Debian: apt-get install openjdk-17-jre-headless)"
+  fi
+  d=$(readlink -f "$(command -v java)"); echo "${d%/bin/java}"
+}
+
+go_module_dir() { # tools-dir module
+  (cd "$ROOT/hack/tools/$1" && go list -m -f '{{.Dir}}' "$2") || die "cannot find Go module $2 (hack/tools/$1)"
+}
 
 # ---- processes -----------------------------------------------------------------------------------
+# Each process runs in its own session (setsid), so its pid is also its process group: `down` ends
+# it with any children (spark-submit JVMs). A pid file holds the pid; <name>.start its start time,
+# so a pid reused by another process after a reboot is never taken for ours.
 
-alive() { [[ -f $PIDS/$1.pid ]] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+proc_field() { # pid field-number (of /proc/<pid>/stat, 1-based)
+  local stat rest n=$2
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  rest=${stat##*) }
+  local -a f
+  read -r -a f <<<"$rest"
+  echo "${f[n - 3]}"
+}
+
+pid_of() { [[ -f $PIDS/$1.pid ]] && cat "$PIDS/$1.pid"; }
+
+alive() {
+  local pid started
+  pid=$(pid_of "$1") || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  started=$(cat "$PIDS/$1.start" 2>/dev/null || true)
+  [[ -z $started || $(proc_field "$pid" 22) == "$started" ]]
+}
 
 start() { # name command...
-  local name=$1; shift
+  local name=$1 pid; shift
   alive "$name" && return 0
   mkdir -p "$LOGS" "$PIDS"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
-  echo $! > "$PIDS/$name.pid"
+  echo "---- $(date -u +%FT%TZ) cluster.sh starts: $*" >>"$LOGS/$name.log"
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$PIDS/$name.pid"
+  proc_field "$pid" 22 >"$PIDS/$name.start" 2>/dev/null || rm -f "$PIDS/$name.start"
 }
 
-stop() {
-  local name=$1 pid
-  [[ -f $PIDS/$name.pid ]] || return 0
-  pid=$(cat "$PIDS/$name.pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+signal() { # signal name: to the process group when the process leads one, else to the process
+  local pid
+  pid=$(pid_of "$2") || return 0
+  if [[ $(proc_field "$pid" 5 2>/dev/null) == "$pid" ]]; then
+    kill "-$1" -- "-$pid" 2>/dev/null || true
+  else
+    kill "-$1" "$pid" 2>/dev/null || true
   fi
-  rm -f "$PIDS/$name.pid"
 }
 
-# Waits until "$@" succeeds, at most $1 seconds; on timeout tails the given log.
-wait_until() { # timeout what logname command...
-  local timeout=$1 what=$2 logname=$3; shift 3
+# TERM to every named process that runs, then wait for all of them; KILL what is left after STOP_TIMEOUT.
+stop() { # names...
+  local name running=() deadline=$((SECONDS + STOP_TIMEOUT))
+  for name in "$@"; do
+    if alive "$name"; then signal TERM "$name"; running+=("$name"); else rm -f "$PIDS/$name.pid" "$PIDS/$name.start"; fi
+  done
+  while ((${#running[@]})); do
+    local left=()
+    for name in "${running[@]}"; do alive "$name" && left+=("$name"); done
+    running=("${left[@]+"${left[@]}"}")
+    ((${#running[@]})) || break
+    if ((SECONDS >= deadline)); then
+      for name in "${running[@]}"; do log "$name did not stop within ${STOP_TIMEOUT}s: KILL"; signal KILL "$name"; done
+      STOP_TIMEOUT=2; deadline=$((SECONDS + 2))
+    fi
+    sleep 0.1
+  done
+  for name in "$@"; do rm -f "$PIDS/$name.pid" "$PIDS/$name.start"; done
+}
+
+fail_with_log() { # component message
+  if [[ -f $LOGS/$1.log ]]; then
+    echo "---- last lines of .cluster/logs/$1.log ----" >&2
+    tail -n 40 "$LOGS/$1.log" >&2
+    echo "----" >&2
+  fi
+  die "$2 (full log: $LOGS/$1.log)"
+}
+
+# Polls "$@" until it succeeds, for at most `timeout` seconds; fails early when the component exits.
+wait_until() { # timeout what component command...
+  local timeout=$1 what=$2 component=$3; shift 3
   local deadline=$((SECONDS + timeout))
   until "$@" >/dev/null 2>&1; do
-    if ((SECONDS > deadline)); then
-      [[ -f $LOGS/$logname.log ]] && tail -n 30 "$LOGS/$logname.log" >&2
-      die "timed out after ${timeout}s waiting for $what (log: .cluster/logs/$logname.log)"
-    fi
-    alive "$logname" || { [[ -f $LOGS/$logname.log ]] && tail -n 30 "$LOGS/$logname.log" >&2; die "$logname exited while waiting for $what"; }
+    alive "$component" || fail_with_log "$component" "$component exited while waiting for $what"
+    ((SECONDS < deadline)) || fail_with_log "$component" "timed out after ${timeout}s waiting for $what"
     sleep 0.2
   done
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# ---- ports ---------------------------------------------------------------------------------------
+# Chosen once per cluster (free loopback ports) and kept in .cluster/ports.env, so restarts reuse them.
 
-# Ports are chosen once per cluster and kept in .cluster/ports.env.
+PORT_NAMES=(ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT SLUICE_PORT SLUICE_METRICS_PORT
+  KUBERAY_METRICS_PORT KUBERAY_PROBE_PORT SPARK_OPERATOR_PROBE_PORT SPARK_OPERATOR_METRICS_PORT
+  KUEUE_WEBHOOK_PORT KUEUE_PROBE_PORT KUEUE_METRICS_PORT)
+
 load_ports() {
-  if [[ ! -f $STATE/ports.env ]]; then
-    mkdir -p "$STATE"
-    {
-      echo "ETCD_PORT=$(free_port)"; echo "ETCD_PEER_PORT=$(free_port)"; echo "API_PORT=$(free_port)"
-      echo "KCM_PORT=$(free_port)"; echo "SCHED_PORT=$(free_port)"; echo "KWOK_PORT=$(free_port)"
-      echo "SLUICE_PORT=$(free_port)"; echo "SLUICE_METRICS_PORT=$(free_port)"
-    } > "$STATE/ports.env"
-  fi
+  mkdir -p "$STATE"
   # shellcheck source=/dev/null
-  source "$STATE/ports.env"
+  [[ -f $STATE/ports.env ]] && source "$STATE/ports.env"
+  local missing=() taken=() name
+  for name in "${PORT_NAMES[@]}"; do
+    if [[ -z ${!name:-} ]]; then missing+=("$name"); else taken+=("${!name}"); fi
+  done
+  ((${#missing[@]})) || return 0
+  command -v python3 >/dev/null || die "python3 is needed to pick free ports"
+  local ports
+  # Binds them all at once (so they differ), skipping the ones already given out.
+  ports=$(python3 - "${#missing[@]}" "${taken[@]+"${taken[@]}"}" <<'PY'
+import socket, sys
+want, taken, held, out = int(sys.argv[1]), set(sys.argv[2:]), [], []
+while len(out) < want:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); held.append(s)
+    p = str(s.getsockname()[1])
+    if p not in taken: out.append(p)
+print(" ".join(out))
+PY
+  ) || die "could not pick free ports"
+  local -a list
+  read -r -a list <<<"$ports"
+  local i
+  for i in "${!missing[@]}"; do
+    echo "${missing[i]}=${list[i]}" >>"$STATE/ports.env"
+    printf -v "${missing[i]}" %s "${list[i]}"
+  done
 }
 
 # ---- certificates and kubeconfigs ----------------------------------------------------------------
 
 pki() {
   [[ -f $PKI/done ]] && return 0
-  mkdir -p "$PKI"; cd "$PKI"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=sluice-local-ca" 2>/dev/null
-  cat > apiserver.ext <<EXT
-subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-extendedKeyUsage=serverAuth
-EXT
-  issue() { # name subject extfile
-    openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 3650 ${3:+-extfile "$3"} 2>/dev/null
-  }
-  printf 'extendedKeyUsage=clientAuth\n' > client.ext
-  issue apiserver "/CN=kube-apiserver" apiserver.ext
-  issue admin "/O=system:masters/CN=admin" client.ext
-  issue controller-manager "/CN=system:kube-controller-manager" client.ext
-  issue scheduler "/CN=system:kube-scheduler" client.ext
-  openssl genrsa -out sa.key 2048 2>/dev/null
-  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  touch done
-  cd - >/dev/null
+  command -v openssl >/dev/null || die "openssl is needed (Debian: apt-get install openssl)"
+  mkdir -p "$PKI" "$LOGS"
+  (
+    set -e
+    cd "$PKI"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=sluice-local-ca"
+    issue() { # name subject extensions
+      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2"
+      printf '%s\n' "$3" >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 3650 -extfile "$1.ext"
+    }
+    local_san="subjectAltName=IP:127.0.0.1,DNS:localhost"
+    issue apiserver "/CN=kube-apiserver" "$local_san,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth"
+    # Serving certificate for add-on webhooks on 127.0.0.1 (Kueue).
+    issue webhook "/CN=127.0.0.1" "$local_san
+extendedKeyUsage=serverAuth"
+    issue admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
+    issue controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+    issue scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
+    openssl genrsa -out sa.key 2048
+    openssl rsa -in sa.key -pubout -out sa.pub
+  ) >"$LOGS/pki.log" 2>&1 || fail_with_log pki "generating certificates with openssl failed"
+  touch "$PKI/done"
 }
 
 kubeconfig() { # file user
-  cat > "$1" <<KC
+  cat >"$1" <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -187,16 +344,25 @@ current-context: sluice-local
 KC
 }
 
-# ---- components ----------------------------------------------------------------------------------
+KUBECTL() { "$BIN/kubectl" --kubeconfig "$STATE/kubeconfig" "$@"; }
 
-start_control_plane() {
+api_ready() {
+  curl -sf --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$API_PORT/readyz" >/dev/null
+}
+
+# ---- control plane -------------------------------------------------------------------------------
+
+start_etcd() {
   start etcd "$BIN/etcd-$ETCD_VERSION" --name default --data-dir "$STATE/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync \
-    --quota-backend-bytes 8589934592 --snapshot-count 10000 --log-level warn
-  wait_until 60 "etcd" etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+    --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync --quota-backend-bytes 4294967296 --snapshot-count 10000 --log-level warn
+  wait_until "$TIMEOUT" "etcd to be healthy" etcd curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
+}
 
+start_apiserver() {
   start kube-apiserver "$BIN/kube-apiserver" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
     --advertise-address 127.0.0.1 --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" --client-ca-file "$PKI/ca.crt" \
@@ -206,8 +372,10 @@ start_control_plane() {
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota \
     --endpoint-reconciler-type none --enable-priority-and-fairness=false \
     --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling=false
-  wait_until 120 "kube-apiserver /readyz" kube-apiserver KUBECTL get --raw /readyz
+  wait_until "$TIMEOUT" "kube-apiserver /readyz" kube-apiserver api_ready
+}
 
+start_controllers() {
   kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
   kubeconfig "$STATE/scheduler.kubeconfig" scheduler
   start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$STATE/controller-manager.kubeconfig" \
@@ -215,33 +383,35 @@ start_control_plane() {
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --use-service-account-credentials \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-    --kube-api-qps 500 --kube-api-burst 1000 --concurrent-gc-syncs 50 --controllers '*,-nodeipam'
-  cat > "$STATE/scheduler.yaml" <<CFG
+    --kube-api-qps 200 --kube-api-burst 400 --concurrent-gc-syncs 50 --controllers '*,-nodeipam'
+  cat >"$STATE/scheduler.yaml" <<CFG
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: $STATE/scheduler.kubeconfig
-  qps: 500
-  burst: 1000
+  qps: 200
+  burst: 400
 leaderElection:
   leaderElect: false
 CFG
   start kube-scheduler "$BIN/kube-scheduler" --config "$STATE/scheduler.yaml" \
     --authentication-kubeconfig "$STATE/scheduler.kubeconfig" --authorization-kubeconfig "$STATE/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT"
+  # kwok manages only the nodes annotated kwok.x-k8s.io/node=fake, never another node.
   start kwok "$BIN/kwok-$KWOK_VERSION" --kubeconfig "$STATE/kubeconfig" --config "$ROOT/hack/kwok/stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --cidr 10.244.0.1/16 --node-ip 10.0.0.1 --server-address "127.0.0.1:$KWOK_PORT" \
     --node-lease-duration-seconds 40
+  wait_until "$TIMEOUT" "kube-controller-manager to be healthy" kube-controller-manager \
+    curl -sfk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz"
+  wait_until "$TIMEOUT" "kube-scheduler to be healthy" kube-scheduler curl -sfk --max-time 2 "https://127.0.0.1:$SCHED_PORT/healthz"
+  wait_until "$TIMEOUT" "the default ServiceAccount (made by the controller-manager)" kube-controller-manager \
+    KUBECTL -n default get serviceaccount default
 }
 
-create_nodes() {
-  local existing
-  existing=$(KUBECTL get nodes -l type=kwok --no-headers 2>/dev/null | wc -l)
-  ((existing >= NODES)) && return 0
-  log "creating $NODES kwok nodes ($NODE_CPU cpu, $NODE_MEMORY, $NODE_PODS pods each)"
+node_yaml() { # indices...
   local i
-  for ((i = 0; i < NODES; i++)); do
+  for i in "$@"; do
     cat <<NODE
 ---
 apiVersion: v1
@@ -256,27 +426,123 @@ status:
   nodeInfo: {architecture: amd64, kubeletVersion: fake, kubeProxyVersion: fake, operatingSystem: linux}
   phase: Running
 NODE
-  done | KUBECTL apply --server-side --force-conflicts -f - >/dev/null
+  done
 }
 
-nodes_ready() {
-  local ready
-  ready=$(KUBECTL get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true)
-  ((ready >= NODES))
+count_ready_nodes() {
+  local out
+  out=$(KUBECTL get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}') || return 1
+  grep -c '^True$' <<<"$out" || true
 }
+
+# Creates the kwok nodes kwok-node-0..N-1 that do not exist yet, with one kubectl for all of them
+# (create keeps the status it is given: the nodes' capacity).
+create_nodes() {
+  local names i missing=()
+  names=$(KUBECTL get nodes -l type=kwok -o 'jsonpath={range .items[*]}{.metadata.name}{" "}{end}') || die "cannot list the nodes"
+  local -A have=()
+  for i in $names; do have[$i]=1; done
+  for ((i = 0; i < NODES; i++)); do [[ -n ${have[kwok-node-$i]:-} ]] || missing+=("$i"); done
+  ((${#missing[@]})) || return 0
+  log "creating ${#missing[@]} kwok nodes ($NODE_CPU cpu, $NODE_MEMORY, $NODE_PODS pods each)"
+  node_yaml "${missing[@]}" | KUBECTL create -f - >/dev/null 2>"$LOGS/nodes.log" \
+    || fail_with_log nodes "creating the kwok nodes failed"
+}
+
+nodes_ready() { local n; n=$(count_ready_nodes) || return 1; ((n >= NODES)); }
 
 # ---- add-ons -------------------------------------------------------------------------------------
 
+apply_crds() { # what dir
+  # Server-side: some CRDs are too large for client-side apply's last-applied annotation.
+  KUBECTL apply --server-side --force-conflicts -f "$2" >"$LOGS/crds.log" 2>&1 || fail_with_log crds "applying the $1 CRDs failed"
+  KUBECTL wait --for condition=Established --timeout "${TIMEOUT}s" -f "$2" >/dev/null 2>>"$LOGS/crds.log" \
+    || fail_with_log crds "the $1 CRDs did not become Established"
+}
+
 start_kuberay() {
-  local crds
-  crds=$(cd "$ROOT/hack/tools/kuberay" && go list -m -f '{{.Dir}}' github.com/ray-project/kuberay/ray-operator)/config/crd/bases
-  # Server-side: the CRDs are too large for client-side apply's last-applied annotation.
-  KUBECTL apply --server-side --force-conflicts -f "$crds" >/dev/null
-  [[ -n ${KUBERAY_METRICS_PORT:-} ]] || { echo "KUBERAY_METRICS_PORT=$(free_port)"; echo "KUBERAY_PROBE_PORT=$(free_port)"; } >> "$STATE/ports.env"
-  load_ports
-  KUBECONFIG=$STATE/kubeconfig start kuberay "$BIN/kuberay-$KUBERAY_VERSION" --enable-leader-election=false \
-    --metrics-addr "127.0.0.1:$KUBERAY_METRICS_PORT" --health-probe-bind-address "127.0.0.1:$KUBERAY_PROBE_PORT"
-  wait_until 60 "the KubeRay operator to be healthy" kuberay curl -sf "http://127.0.0.1:$KUBERAY_PROBE_PORT/readyz"
+  apply_crds KubeRay "$(go_module_dir kuberay github.com/ray-project/kuberay/ray-operator)/config/crd/bases"
+  start kuberay env KUBECONFIG="$STATE/kubeconfig" "$BIN/kuberay-$KUBERAY_VERSION" --enable-leader-election=false \
+    --metrics-addr "127.0.0.1:$KUBERAY_METRICS_PORT" --health-probe-bind-address "127.0.0.1:$KUBERAY_PROBE_PORT" \
+    --qps 200 --burst 400
+  wait_until "$TIMEOUT" "the KubeRay operator to be ready" kuberay curl -sf --max-time 2 "http://127.0.0.1:$KUBERAY_PROBE_PORT/readyz"
+}
+
+start_spark_operator() {
+  local dir sparkhome javahome
+  dir=$(go_module_dir spark-operator github.com/kubeflow/spark-operator/v2)
+  apply_crds "Spark operator" "$dir/config/crd/bases"
+  sparkhome=$(spark_home) || die "pyspark in $PYSPARK_VENV is broken: delete that directory and run up again"
+  javahome=$(java_home)
+  # The operator runs $SPARK_HOME/bin/spark-submit with --master k8s://https://$KUBERNETES_SERVICE_HOST:PORT;
+  # spark-submit (fabric8) authenticates with KUBECONFIG.
+  start spark-operator env KUBECONFIG="$STATE/kubeconfig" SPARK_HOME="$sparkhome" JAVA_HOME="$javahome" \
+    PATH="$javahome/bin:$PATH" KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT="$API_PORT" \
+    "$BIN/spark-operator-$SPARK_OPERATOR_VERSION" controller start --leader-election=false \
+    --health-probe-bind-address "127.0.0.1:$SPARK_OPERATOR_PROBE_PORT" \
+    --enable-metrics --metrics-bind-address "127.0.0.1:$SPARK_OPERATOR_METRICS_PORT" \
+    --enable-ui-service=false --kube-api-qps 200 --kube-api-burst 400
+  wait_until "$TIMEOUT" "the Spark operator to be ready" spark-operator \
+    curl -sf --max-time 2 "http://127.0.0.1:$SPARK_OPERATOR_PROBE_PORT/readyz"
+}
+
+# Kueue's webhook configurations with their service references turned into url clientConfigs on
+# 127.0.0.1 (caBundle: our CA).
+kueue_webhooks() { # module-dir
+  local ca
+  ca=$(base64 -w0 <"$PKI/ca.crt")
+  KUBECTL kustomize "$1/config/components/webhook" | awk -v url="https://127.0.0.1:$KUEUE_WEBHOOK_PORT" -v ca="$ca" '
+    /^kind: Service$/ { skip = 1 }
+    /^---/ { if (doc != "" && !skipdoc) printf "%s", doc; doc = ""; skipdoc = 0; skip = 0 }
+    {
+      if (skip) { skipdoc = 1 }
+      if ($1 == "service:") { indent = substr($0, 1, index($0, "s") - 1); insvc = 1; next }
+      if (insvc && ($1 == "name:" || $1 == "namespace:" || $1 == "port:")) next
+      if (insvc && $1 == "path:") { doc = doc indent "url: " url $2 "\n" indent "caBundle: " ca "\n"; insvc = 0; next }
+      insvc = 0
+      doc = doc $0 "\n"
+    }
+    END { if (doc != "" && !skipdoc) printf "%s", doc }' |
+    sed -e 's/^  name: mutating-webhook-configuration$/  name: kueue-mutating-webhook-configuration/' \
+      -e 's/^  name: validating-webhook-configuration$/  name: kueue-validating-webhook-configuration/'
+}
+
+start_kueue() {
+  local dir
+  dir=$(go_module_dir kueue sigs.k8s.io/kueue)
+  apply_crds Kueue "$dir/config/components/crd/bases"
+  KUBECTL create namespace kueue-system >/dev/null 2>&1 || true
+  mkdir -p "$STATE/kueue-certs"
+  cp "$PKI/webhook.crt" "$STATE/kueue-certs/tls.crt"; cp "$PKI/webhook.key" "$STATE/kueue-certs/tls.key"
+  cat >"$STATE/kueue.yaml" <<CFG
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health:
+  healthProbeBindAddress: 127.0.0.1:$KUEUE_PROBE_PORT
+metrics:
+  bindAddress: 127.0.0.1:$KUEUE_METRICS_PORT
+webhook:
+  host: 127.0.0.1
+  port: $KUEUE_WEBHOOK_PORT
+  certDir: $STATE/kueue-certs
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+clientConnection:
+  qps: 200
+  burst: 400
+featureGates:
+  VisibilityOnDemand: false
+integrations:
+  frameworks: [batch/job, pod, ray.io/rayjob, ray.io/raycluster, sparkoperator.k8s.io/sparkapplication]
+CFG
+  start kueue env KUBECONFIG="$STATE/kubeconfig" "$BIN/kueue-$KUEUE_VERSION" --config "$STATE/kueue.yaml"
+  wait_until "$TIMEOUT" "Kueue to be ready" kueue curl -sf --max-time 2 "http://127.0.0.1:$KUEUE_PROBE_PORT/readyz"
+  kueue_webhooks "$dir" >"$STATE/kueue-webhooks.yaml"
+  KUBECTL apply --server-side --force-conflicts -f "$STATE/kueue-webhooks.yaml" >>"$LOGS/kueue.log" 2>&1 \
+    || fail_with_log kueue "registering Kueue's webhooks failed"
 }
 
 # ---- sluice --------------------------------------------------------------------------------------
@@ -284,89 +550,139 @@ start_kuberay() {
 start_sluice() {
   local bin=${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice sum
   if $BUILD_SLUICE; then
+    command -v cargo >/dev/null || die "cargo is needed for --with-sluice (rustup: ~/.cargo/bin)"
     log "building sluice (cargo build --bin sluice)"
-    (cd "$ROOT" && cargo build --quiet --bin sluice) || die "cargo build --bin sluice failed"
+    (cd "$ROOT" && cargo build --quiet --bin sluice) || die "cargo build --bin sluice failed (errors above)"
   fi
   [[ -x $bin ]] || die "$bin does not exist: run cargo build --bin sluice (or drop --no-build)"
   sum=$(sha256sum "$bin" | cut -d' ' -f1)
   if alive sluice && [[ $(cat "$STATE/sluice.sha256" 2>/dev/null) == "$sum" ]]; then
     return 0
   fi
-  alive sluice && { log "sluice binary changed: restarting"; stop sluice; }
-  cp "$bin" "$STATE/sluice"   # run a copy: a rebuild never replaces the running binary
-  echo "$sum" > "$STATE/sluice.sha256"
-  printf 'SLUICE_WEBHOOK_ADDR=127.0.0.1:%s\nSLUICE_METRICS_ADDR=127.0.0.1:%s\n' "$SLUICE_PORT" "$SLUICE_METRICS_PORT" > "$STATE/sluice.env"
-  KUBECONFIG=$STATE/kubeconfig RUST_LOG=${RUST_LOG:-info} start sluice "$STATE/sluice" serve --local \
+  if alive sluice; then log "sluice's binary changed: restarting it"; stop sluice; fi
+  # Run a copy: a rebuild never replaces the binary of the running process.
+  cp "$bin" "$STATE/sluice.tmp" && mv "$STATE/sluice.tmp" "$STATE/sluice"
+  echo "$sum" >"$STATE/sluice.sha256"
+  printf 'SLUICE_WEBHOOK_ADDR=127.0.0.1:%s\nSLUICE_METRICS_ADDR=127.0.0.1:%s\n' "$SLUICE_PORT" "$SLUICE_METRICS_PORT" >"$STATE/sluice.env"
+  start sluice env KUBECONFIG="$STATE/kubeconfig" RUST_LOG="${RUST_LOG:-info}" "$STATE/sluice" serve --local \
     --listen "127.0.0.1:$SLUICE_PORT" --metrics-listen "127.0.0.1:$SLUICE_METRICS_PORT"
-  wait_until 60 "sluice /readyz" sluice curl -sfk "https://127.0.0.1:$SLUICE_PORT/readyz"
-  log "sluice serving on https://127.0.0.1:$SLUICE_PORT (metrics http://127.0.0.1:$SLUICE_METRICS_PORT/metrics)"
+  wait_until "$TIMEOUT" "sluice /readyz" sluice curl -sfk --max-time 2 "https://127.0.0.1:$SLUICE_PORT/readyz"
+  log "sluice serving on https://127.0.0.1:$SLUICE_PORT (metrics: http://127.0.0.1:$SLUICE_METRICS_PORT/metrics)"
 }
 
 # ---- commands ------------------------------------------------------------------------------------
 
-cmd_up() {
+parse_flags() { # command flags...
+  local cmd=$1; shift
   while (($#)); do
     case $1 in
-      --nodes) NODES=$2; shift 2 ;;
-      --node-cpu) NODE_CPU=$2; shift 2 ;;
-      --node-memory) NODE_MEMORY=$2; shift 2 ;;
-      --node-pods) NODE_PODS=$2; shift 2 ;;
+      --nodes | --node-cpu | --node-memory | --node-pods | --timeout)
+        (($# >= 2)) || die "$1 needs a value (see hack/cluster.sh help)"
+        case $1 in
+          --nodes) NODES=$2 ;; --node-cpu) NODE_CPU=$2 ;; --node-memory) NODE_MEMORY=$2 ;;
+          --node-pods) NODE_PODS=$2 ;; --timeout) TIMEOUT=$2 ;;
+        esac
+        shift 2 ;;
       --with-sluice) WITH_SLUICE=true; shift ;;
       --no-build) BUILD_SLUICE=false; shift ;;
       --with-kuberay) WITH_KUBERAY=true; shift ;;
-      -h|--help) usage; exit 0 ;;
-      *) die "unknown flag '$1' for up (see hack/cluster.sh --help)" ;;
+      --with-spark-operator) WITH_SPARK=true; shift ;;
+      --with-kueue) WITH_KUEUE=true; shift ;;
+      --all) [[ $cmd == build ]] || die "--all is a flag of build"; WITH_KUBERAY=true WITH_SPARK=true WITH_KUEUE=true; shift ;;
+      -h | --help) usage; exit 0 ;;
+      *) die "unknown flag '$1' for $cmd (see hack/cluster.sh help)" ;;
     esac
   done
-  command -v openssl >/dev/null || die "openssl is needed (apt-get install openssl)"
-  command -v go >/dev/null || die "Go is needed on PATH"
+  [[ $NODES =~ ^[0-9]+$ && $NODES -ge 1 ]] || die "--nodes wants a positive number, not '$NODES'"
+  [[ $NODE_PODS =~ ^[0-9]+$ ]] || die "--node-pods wants a number, not '$NODE_PODS'"
+  [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout wants seconds, not '$TIMEOUT'"
+}
+
+cmd_up() {
+  parse_flags up "$@"
+  command -v curl >/dev/null || die "curl is needed (Debian: apt-get install curl)"
   local t0=$SECONDS
-  build_all
+  build_core
+  build_addons
   load_ports
   pki
   [[ -f $STATE/kubeconfig ]] || kubeconfig "$STATE/kubeconfig" admin
-  start_control_plane
-  wait_until 60 "the default ServiceAccount" kube-controller-manager KUBECTL -n default get serviceaccount default
+  start_etcd
+  start_apiserver
+  start_controllers
   create_nodes
-  wait_until 120 "$NODES kwok nodes Ready" kwok nodes_ready
-  $WITH_KUBERAY && start_kuberay
-  $WITH_SLUICE && start_sluice
-  log "cluster up in $((SECONDS - t0))s: export KUBECONFIG=$STATE/kubeconfig"
+  wait_until $((TIMEOUT + NODES / 10)) "$NODES kwok nodes to be Ready" kwok nodes_ready
+  if $WITH_KUBERAY; then start_kuberay; fi
+  if $WITH_SPARK; then start_spark_operator; fi
+  if $WITH_KUEUE; then start_kueue; fi
+  if $WITH_SLUICE; then start_sluice; fi
+  log "cluster up in $((SECONDS - t0))s: eval \"\$(hack/cluster.sh env)\" (KUBECONFIG=$STATE/kubeconfig)"
 }
 
 cmd_down() {
-  local c
-  for c in sluice kuberay kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  (($# == 0)) || die "down takes no flags"
+  if [[ -d $PIDS ]]; then
+    local c reversed=()
+    for c in "${COMPONENTS[@]}"; do reversed=("$c" "${reversed[@]+"${reversed[@]}"}"); done
+    # Everything but etcd at once, then etcd (the API server shuts down faster with its storage there).
+    stop "${reversed[@]:0:${#reversed[@]}-1}"
+    stop etcd
+    local left
+    left=$(find "$PIDS" -name '*.pid' 2>/dev/null | head -n 1)
+    [[ -z $left ]] || die "a process in $left is still known; not deleting .cluster"
+  fi
   rm -rf "$STATE"
   log "cluster down"
 }
 
 cmd_status() {
-  [[ -d $STATE ]] || { echo "no cluster (hack/cluster.sh up starts one)"; return 0; }
-  load_ports
-  local c port
-  for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay sluice; do
+  (($# == 0)) || die "status takes no flags"
+  [[ -d $STATE ]] || { echo "no cluster (start one with: hack/cluster.sh up)"; return 0; }
+  # shellcheck source=/dev/null
+  [[ -f $STATE/ports.env ]] && source "$STATE/ports.env"
+  local c port pid state
+  printf '%-24s %-8s %-8s %s\n' COMPONENT PID STATE PORT
+  for c in "${COMPONENTS[@]}"; do
     case $c in
-      etcd) port=$ETCD_PORT ;; kube-apiserver) port=$API_PORT ;; kube-controller-manager) port=$KCM_PORT ;;
-      kube-scheduler) port=$SCHED_PORT ;; kwok) port=$KWOK_PORT ;; sluice) port=$SLUICE_PORT ;;
-      kuberay) port=${KUBERAY_METRICS_PORT:-} ;;
+      etcd) port=${ETCD_PORT:-} ;; kube-apiserver) port=${API_PORT:-} ;; kube-controller-manager) port=${KCM_PORT:-} ;;
+      kube-scheduler) port=${SCHED_PORT:-} ;; kwok) port=${KWOK_PORT:-} ;; kuberay) port=${KUBERAY_PROBE_PORT:-} ;;
+      spark-operator) port=${SPARK_OPERATOR_PROBE_PORT:-} ;; kueue) port=${KUEUE_WEBHOOK_PORT:-} ;;
+      sluice) port=${SLUICE_PORT:-} ;;
     esac
-    if alive "$c"; then printf '%-24s running  pid %-8s port %s\n' "$c" "$(cat "$PIDS/$c.pid")" "$port"
-    else printf '%-24s stopped\n' "$c"; fi
+    pid=$(pid_of "$c" || true)
+    if [[ -z $pid ]]; then
+      case $c in kuberay | spark-operator | kueue | sluice) continue ;; esac  # add-on never started
+      state=stopped
+    elif alive "$c"; then state=running
+    else state=dead; fi
+    printf '%-24s %-8s %-8s %s\n' "$c" "${pid:--}" "$state" "${port:--}"
   done
+  [[ -f $STATE/kubeconfig ]] && echo "kubeconfig: $STATE/kubeconfig"
+  return 0
 }
 
 cmd_env() {
+  (($# == 0)) || die "env takes no flags"
   echo "export KUBECONFIG=$STATE/kubeconfig"
   echo "export PATH=$BIN:\$PATH"
+  if [[ -f $STATE/sluice.env ]]; then
+    sed 's/^/export /' "$STATE/sluice.env"
+  fi
+}
+
+cmd_build() {
+  parse_flags build "$@"
+  build_core
+  build_addons
 }
 
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
-  down) cmd_down ;;
-  status) cmd_status ;;
-  env) cmd_env ;;
-  build) WITH_KUBERAY=true; build_all ;;
-  -h|--help|help|"") usage ;;
-  *) die "unknown command '$1' (see hack/cluster.sh --help)" ;;
+  down) shift; cmd_down "$@" ;;
+  status) shift; cmd_status "$@" ;;
+  env) shift; cmd_env "$@" ;;
+  build) shift; cmd_build "$@" ;;
+  -h | --help | help) usage ;;
+  "") usage >&2; exit 2 ;;
+  *) die "unknown command '$1' (see hack/cluster.sh help)" ;;
 esac

@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
-# The one test command: brings the local cluster up with sluice, runs every test (unit, property,
-# manifest and end-to-end: `cargo test --workspace`), and always brings the cluster down again.
-# Extra arguments go to cargo test, e.g. hack/test.sh --test e2e_gate
+# The one test command. Compiles the tests, brings the local cluster up (hack/cluster.sh up with the
+# add-ons the tests need), runs every test (cargo test --workspace, with KUBECONFIG and SLUICE_REPO
+# set) and always brings the cluster down again: on success, failure or Ctrl-C.
+#
+# usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
+#
+# Environment:
+#   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay)
+#   SLUICE_CACHE               where the cluster's binaries are built (default ~/.cache/sluice)
+#   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
+# Exits with cargo test's status (or the cluster's, if it could not come up).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH (install Rust with rustup: ~/.cargo/bin)" >&2; exit 1; }
+read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay}"
 
 cleanup() {
   local status=$?
+  trap - EXIT INT TERM
   if ((status != 0)) && [[ -d .cluster/logs ]]; then
-    echo "--- last lines of sluice's log (.cluster/logs/sluice.log) ---" >&2
-    tail -n 40 .cluster/logs/sluice.log >&2 2>/dev/null || true
+    echo "test.sh: failed ($status); component logs are in .cluster/logs/ until the cluster is down:" >&2
+    ls .cluster/logs >&2 || true
+    if [[ -f .cluster/logs/sluice.log ]]; then
+      echo "--- last lines of .cluster/logs/sluice.log ---" >&2
+      tail -n 40 .cluster/logs/sluice.log >&2 || true
+    fi
   fi
-  hack/cluster.sh down || true
+  hack/cluster.sh down || echo "test.sh: hack/cluster.sh down failed" >&2
   exit "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-# Compile the tests while nothing else runs, so the cluster is not up longer than it must be.
+# Compile everything before the cluster is up, so the cluster runs no longer than the tests need.
 cargo test --workspace --no-run
-hack/cluster.sh up --with-sluice --with-kuberay
+hack/cluster.sh up "${CLUSTER_FLAGS[@]}"
 eval "$(hack/cluster.sh env)"
 export SLUICE_REPO=$ROOT
 cargo test --workspace "$@"
