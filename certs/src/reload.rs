@@ -1,0 +1,103 @@
+//! Keeps the running server's certificate fresh without a restart.
+
+use std::sync::Arc;
+
+use axum_server::tls_rustls::RustlsConfig;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{CertError, CertSettings, ServingCerts, load_or_create, rustls_server_config};
+
+/// What one check changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Applied {
+    pub(crate) reloaded: bool,
+    pub(crate) ca_changed: bool,
+}
+
+/// The certificates the server currently presents, and where to publish changes.
+pub(crate) struct ReloadState {
+    current: Option<ServingCerts>,
+    tls: RustlsConfig,
+    ca_bundle: watch::Sender<String>,
+}
+
+impl ReloadState {
+    pub(crate) fn new(tls: RustlsConfig, ca_bundle: watch::Sender<String>) -> Self {
+        ReloadState {
+            current: None,
+            tls,
+            ca_bundle,
+        }
+    }
+
+    /// Puts `certs` into service when they differ from the current ones. A certificate that
+    /// cannot make a TLS configuration is refused and the current one stays.
+    pub(crate) fn apply(&mut self, certs: ServingCerts) -> Result<Applied, CertError> {
+        if self.current.as_ref() == Some(&certs) {
+            return Ok(Applied::default());
+        }
+        let config = rustls_server_config(&certs)?;
+        // Reloaded on the first check too: the Secret may have moved on since the server started.
+        self.tls.reload_from_config(Arc::new(config));
+        let ca_changed = self.current.as_ref().map(|c| &c.ca_pem) != Some(&certs.ca_pem);
+        if ca_changed {
+            self.ca_bundle.send_replace(certs.ca_pem.clone());
+        }
+        self.current = Some(certs);
+        Ok(Applied {
+            reloaded: true,
+            ca_changed,
+        })
+    }
+}
+
+/// Keeps the running server's certificate fresh.
+pub struct CertReloader;
+
+impl CertReloader {
+    /// At once and then every `settings.check_interval` until `shutdown`: reads the Secret
+    /// (renewing what is due, see [`load_or_create`]), reloads `tls` in place when the certificate
+    /// changed, and publishes the CA bundle on the returned channel when it changed. The channel
+    /// holds an empty string until the first check succeeds; after that, every change of the
+    /// bundle (first check included) must reach the webhook configurations' `caBundle`.
+    /// Errors are logged and retried at the next interval; the server keeps its certificate.
+    pub fn spawn(
+        client: Client,
+        settings: CertSettings,
+        tls: RustlsConfig,
+        shutdown: CancellationToken,
+    ) -> (JoinHandle<()>, watch::Receiver<String>) {
+        let (ca_tx, ca_rx) = watch::channel(String::new());
+        let handle = tokio::spawn(async move {
+            let mut state = ReloadState::new(tls, ca_tx);
+            loop {
+                match load_or_create(client.clone(), &settings).await {
+                    Ok(certs) => {
+                        let not_after = certs.not_after;
+                        match state.apply(certs) {
+                            Ok(Applied {
+                                reloaded: false, ..
+                            }) => {}
+                            Ok(Applied { ca_changed, .. }) => {
+                                info!(%not_after, ca_changed, "serving the certificate from the Secret");
+                            }
+                            Err(e) => {
+                                warn!(error = %e, "the certificate in the Secret is unusable; keeping the current one");
+                            }
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "could not check the certificate Secret; retrying"),
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(settings.check_interval) => {}
+                }
+            }
+        });
+        (handle, ca_rx)
+    }
+}
