@@ -2,12 +2,19 @@
 //! sluice's admission webhooks: an HTTPS server (axum on rustls) answering AdmissionReview v1, and
 //! the pod mutation (add the scheduling gate and sluice's labels, one JSON patch) and validation
 //! (only sluice removes its gate or edits its labels). Pure: no API call on the hot path. The
-//! root crate plugs in what it knows about applications through [`PodClassifier`].
+//! root crate plugs in what it knows about applications through [`PodClassifier`],
+//! [`AdmissionHandler`] and [`ApplicationHandler`]; this crate never depends on it.
 
+mod handler;
 mod metrics;
 pub mod pods;
+mod review;
 mod server;
 
-pub use metrics::WebhookMetrics;
-pub use pods::{GateSettings, PodClassifier};
-pub use server::{ApplicationHandler, WebhookError, WebhookServer, WebhookServerBuilder, router};
+pub use handler::{AdmissionHandler, ApplicationHandler};
+pub use metrics::{Outcome, WebhookMetrics};
+pub use pods::{GateSettings, PodClassifier, mutate_pod, mutation_patch, validate_pod};
+pub use server::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_SHUTDOWN_GRACE, WebhookError, WebhookServer,
+    WebhookServerBuilder, Webhooks, router,
+};

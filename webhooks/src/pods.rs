@@ -1,9 +1,17 @@
-//! The pod webhooks' decisions, as pure functions.
+//! The pod webhooks' decisions, as pure functions: gate and label governed pods on CREATE, and
+//! refuse anyone but sluice's controller removing the gate or editing sluice's labels.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::{Value, json};
+use tracing::{debug, warn};
+
+use crate::handler::AdmissionHandler;
 
 /// Tells sluice's governed pods from the rest (implemented by the root crate's adapters).
 pub trait PodClassifier: Send + Sync + 'static {
@@ -12,7 +20,7 @@ pub trait PodClassifier: Send + Sync + 'static {
 }
 
 /// What the pod webhooks protect and who may change it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GateSettings {
     /// The scheduling gate sluice adds, e.g. `sluice.dev/admission`.
     pub gate_name: String,
@@ -24,41 +32,72 @@ pub struct GateSettings {
     pub controller_usernames: Vec<String>,
 }
 
-/// Escapes a map key for a JSON pointer (RFC 6901).
-fn pointer_escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
+impl Default for GateSettings {
+    /// sluice's names, with the controller's service account of a standard install.
+    fn default() -> Self {
+        GateSettings {
+            gate_name: "sluice.dev/admission".into(),
+            protected_label_prefix: "sluice.dev/".into(),
+            governed_label: "sluice.dev/queue".into(),
+            controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
+        }
+    }
 }
 
-/// The JSON patch operations that gate a governed pod and set sluice's labels; empty when the pod
-/// already has both.
-pub fn mutation_ops(pod: &Pod, labels: &BTreeMap<String, String>, gate_name: &str) -> Vec<Value> {
-    let mut ops = Vec::new();
-    let gates = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
-    match gates {
-        None => ops.push(
-            json!({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": gate_name}]}),
-        ),
-        Some(g) if g.iter().any(|g| g.name == gate_name) => {}
-        Some(_) => ops.push(
-            json!({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": gate_name}}),
-        ),
+impl GateSettings {
+    fn is_controller(&self, username: &str) -> bool {
+        self.controller_usernames.iter().any(|u| u == username)
+    }
+
+    fn controllers(&self) -> String {
+        if self.controller_usernames.is_empty() {
+            "sluice's controller".into()
+        } else {
+            self.controller_usernames.join(", ")
+        }
+    }
+}
+
+fn pointer(tokens: &[&str]) -> PointerBuf {
+    // Tokens are escaped here (`/` as ~1, `~` as ~0), so label keys can be used as they are.
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+fn add(tokens: &[&str], value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: pointer(tokens),
+        value,
+    })
+}
+
+/// The JSON patch that adds the scheduling gate `gate_name` and sets `labels` on `pod`; empty when
+/// the pod already has both. Other gates and labels are left alone.
+pub fn mutation_patch(pod: &Pod, labels: &BTreeMap<String, String>, gate_name: &str) -> Patch {
+    let mut operations = Vec::new();
+    let gate = json!({ "name": gate_name });
+    match pod.spec.as_ref().map(|s| s.scheduling_gates.as_ref()) {
+        None => operations.push(add(&["spec"], json!({ "schedulingGates": [gate] }))),
+        Some(None) => operations.push(add(&["spec", "schedulingGates"], json!([gate]))),
+        Some(Some(gates)) if gates.iter().any(|g| g.name == gate_name) => {}
+        Some(Some(_)) => operations.push(add(&["spec", "schedulingGates", "-"], gate)),
     }
     match pod.metadata.labels.as_ref() {
-        None => {
-            if !labels.is_empty() {
-                ops.push(json!({"op": "add", "path": "/metadata/labels", "value": labels}));
-            }
-        }
+        None if labels.is_empty() => {}
+        None => operations.push(add(&["metadata", "labels"], json!(labels))),
         Some(existing) => {
             for (key, value) in labels {
-                if existing.get(key) != Some(value) {
-                    // "add" replaces an existing member, so one operation covers both cases.
-                    ops.push(json!({"op": "add", "path": format!("/metadata/labels/{}", pointer_escape(key)), "value": value}));
+                match existing.get(key) {
+                    Some(current) if current == value => {}
+                    Some(_) => operations.push(PatchOperation::Replace(ReplaceOperation {
+                        path: pointer(&["metadata", "labels", key]),
+                        value: json!(value),
+                    })),
+                    None => operations.push(add(&["metadata", "labels", key], json!(value))),
                 }
             }
         }
     }
-    ops
+    Patch(operations)
 }
 
 fn has_gate(pod: &Pod, gate: &str) -> bool {
@@ -68,185 +107,182 @@ fn has_gate(pod: &Pod, gate: &str) -> bool {
         .is_some_and(|g| g.iter().any(|g| g.name == gate))
 }
 
-fn labels(pod: &Pod) -> BTreeMap<String, String> {
-    pod.metadata.labels.clone().unwrap_or_default()
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a String> {
+    pod.metadata.labels.as_ref()?.get(key)
 }
 
-/// Checks an update of a pod. Err carries the message for the user.
-pub fn validate_update(
-    old: &Pod,
-    new: &Pod,
-    username: &str,
-    settings: &GateSettings,
-) -> Result<(), String> {
-    let (old_labels, new_labels) = (labels(old), labels(new));
-    let governed = old_labels.contains_key(&settings.governed_label)
-        || new_labels.contains_key(&settings.governed_label);
-    if !governed || settings.controller_usernames.iter().any(|u| u == username) {
-        return Ok(());
-    }
-    let namespace = new
-        .metadata
+/// `namespace/name` for messages; a pod being created may only have a generateName yet.
+fn pod_name<K>(request: &AdmissionRequest<K>, pod: &Pod) -> String
+where
+    K: kube::Resource,
+{
+    let namespace = request
         .namespace
         .as_deref()
-        .or(old.metadata.namespace.as_deref())
+        .or(pod.metadata.namespace.as_deref())
         .unwrap_or("default");
-    let name = new
-        .metadata
-        .name
-        .as_deref()
-        .or(old.metadata.name.as_deref())
-        .unwrap_or("");
-    let queue = old_labels
-        .get(&settings.governed_label)
-        .or_else(|| new_labels.get(&settings.governed_label))
-        .cloned()
-        .unwrap_or_default();
-    let sluice = settings
-        .controller_usernames
-        .first()
-        .map(String::as_str)
-        .unwrap_or("sluice");
-    if has_gate(old, &settings.gate_name) && !has_gate(new, &settings.gate_name) {
+    let name = match (
+        pod.metadata.name.as_deref(),
+        pod.metadata.generate_name.as_deref(),
+    ) {
+        (Some(name), _) if !name.is_empty() => name.to_string(),
+        (_, Some(prefix)) => format!("{prefix}<generated>"),
+        _ => request.name.clone(),
+    };
+    format!("{namespace}/{name}")
+}
+
+/// Adds the gate and sluice's labels to a pod the classifier says is governed (CREATE only, dry
+/// runs alike). Never denies: the validator and the controller handle the rest.
+pub fn mutate_pod(
+    request: &AdmissionRequest<Pod>,
+    classifier: &dyn PodClassifier,
+    gate: &GateSettings,
+) -> AdmissionResponse {
+    let allowed = AdmissionResponse::from(request);
+    if request.operation != Operation::Create {
+        return allowed;
+    }
+    let Some(pod) = request.object.as_ref() else {
+        return allowed;
+    };
+    let Some(labels) = classifier.classify(pod) else {
+        return allowed;
+    };
+    let patch = mutation_patch(pod, &labels, &gate.gate_name);
+    if patch.0.is_empty() {
+        return allowed;
+    }
+    match AdmissionResponse::from(request).with_patch(patch) {
+        Ok(patched) => patched,
+        Err(e) => {
+            // The validator refuses the ungated governed pod, so this cannot admit it silently.
+            warn!(error = %e, pod = %pod_name(request, pod), "could not encode the pod patch");
+            allowed
+        }
+    }
+}
+
+/// How a protected label changed, for the message.
+fn describe_change(old: Option<&String>, new: Option<&String>) -> String {
+    match (old, new) {
+        (None, Some(new)) => format!("adding it with value {new:?}"),
+        (Some(old), None) => format!("removing it (value {old:?})"),
+        (Some(old), Some(new)) => format!("changing it from {old:?} to {new:?}"),
+        (None, None) => "leaving it absent".into(),
+    }
+}
+
+/// Refuses, unless the user is sluice's controller: removing the gate from a governed pod, adding,
+/// changing or removing a protected label (UPDATE), and creating a governed pod without the gate
+/// (CREATE: a safety net for a mutation that did not happen). Everything else is allowed.
+pub fn validate_pod(request: &AdmissionRequest<Pod>, gate: &GateSettings) -> AdmissionResponse {
+    let allowed = AdmissionResponse::from(request);
+    let username = request.user_info.username.as_deref().unwrap_or("");
+    if gate.is_controller(username) {
+        return allowed;
+    }
+    let verdict = match (
+        &request.operation,
+        request.old_object.as_ref(),
+        request.object.as_ref(),
+    ) {
+        (Operation::Update, Some(old), Some(new)) => check_update(request, old, new, gate),
+        (Operation::Create, _, Some(new)) => check_create(request, new, gate),
+        _ => Ok(()),
+    };
+    match verdict {
+        Ok(()) => allowed,
+        Err(message) => {
+            debug!(user = username, %message, "denied a pod change");
+            allowed.deny(message)
+        }
+    }
+}
+
+fn check_update(
+    request: &AdmissionRequest<Pod>,
+    old: &Pod,
+    new: &Pod,
+    gate: &GateSettings,
+) -> Result<(), String> {
+    let Some(queue) = label(old, &gate.governed_label).or(label(new, &gate.governed_label)) else {
+        return Ok(());
+    };
+    let namespace = request.namespace.as_deref().unwrap_or("default");
+    if has_gate(old, &gate.gate_name) && !has_gate(new, &gate.gate_name) {
         return Err(format!(
-            "sluice: pod {namespace}/{name} waits for quota in queue {queue:?}; only sluice's controller ({sluice}) may remove the scheduling gate {:?}. See why it waits: kubectl get dynamicworkloads -n {namespace}",
-            settings.gate_name
+            "sluice: pod {pod} waits for quota in queue {queue:?}; only sluice's controller ({controllers}) may remove the scheduling gate {gate_name:?}. See why it waits: kubectl get dynamicworkloads -n {namespace}",
+            pod = pod_name(request, new),
+            controllers = gate.controllers(),
+            gate_name = gate.gate_name,
         ));
     }
-    let keys: std::collections::BTreeSet<&String> = old_labels
+    let empty = BTreeMap::new();
+    let old_labels = old.metadata.labels.as_ref().unwrap_or(&empty);
+    let new_labels = new.metadata.labels.as_ref().unwrap_or(&empty);
+    let protected: BTreeSet<&String> = old_labels
         .keys()
         .chain(new_labels.keys())
-        .filter(|k| k.starts_with(&settings.protected_label_prefix))
+        .filter(|k| k.starts_with(&gate.protected_label_prefix))
         .collect();
-    for key in keys {
-        if old_labels.get(key) != new_labels.get(key) {
+    for key in protected {
+        let (before, after) = (old_labels.get(key), new_labels.get(key));
+        if before != after {
             return Err(format!(
-                "sluice: label {key:?} of pod {namespace}/{name} belongs to sluice and cannot be changed (only {sluice} may); to use another queue, create a new pod",
+                "sluice: label {key:?} of pod {pod} belongs to sluice, which uses it to account the pod to queue {queue:?}; refused {change} because only sluice's controller ({controllers}) may add, change or remove labels starting with {prefix:?}. To run in another queue, create a new pod with {governed:?} set to that queue",
+                pod = pod_name(request, new),
+                change = describe_change(before, after),
+                controllers = gate.controllers(),
+                prefix = gate.protected_label_prefix,
+                governed = gate.governed_label,
             ));
         }
     }
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GATE: &str = "sluice.dev/admission";
-
-    fn settings() -> GateSettings {
-        GateSettings {
-            gate_name: GATE.into(),
-            protected_label_prefix: "sluice.dev/".into(),
-            governed_label: "sluice.dev/queue".into(),
-            controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
-        }
+fn check_create(
+    request: &AdmissionRequest<Pod>,
+    new: &Pod,
+    gate: &GateSettings,
+) -> Result<(), String> {
+    let Some(queue) = label(new, &gate.governed_label) else {
+        return Ok(());
+    };
+    if has_gate(new, &gate.gate_name) {
+        return Ok(());
     }
+    Err(format!(
+        "sluice: pod {pod} is in queue {queue:?} (label {governed:?}) but lacks the scheduling gate {gate_name:?}, so it would start without waiting for quota. sluice's mutating webhook adds the gate: retry, and if this persists check that the sluice webhook is running and that no other webhook removes the gate",
+        pod = pod_name(request, new),
+        governed = gate.governed_label,
+        gate_name = gate.gate_name,
+    ))
+}
 
-    fn pod(value: Value) -> Pod {
-        serde_json::from_value(value).expect("pod")
-    }
+/// `/mutate-pods`.
+pub(crate) struct MutatePods {
+    pub(crate) gate: GateSettings,
+    pub(crate) classifier: Arc<dyn PodClassifier>,
+}
 
-    fn apply(p: &Pod, ops: Vec<Value>) -> Pod {
-        let mut doc = serde_json::to_value(p).expect("json");
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch");
-        json_patch::patch(&mut doc, &patch).expect("applies");
-        serde_json::from_value(doc).expect("pod")
-    }
-
-    fn wanted() -> BTreeMap<String, String> {
-        BTreeMap::from([
-            ("sluice.dev/queue".to_string(), "q".to_string()),
-            ("sluice.dev/pod-set".to_string(), "main".to_string()),
-        ])
-    }
-
-    #[test]
-    fn gates_and_labels_a_bare_pod() {
-        let p = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
-        let out = apply(&p, mutation_ops(&p, &wanted(), GATE));
-        assert!(has_gate(&out, GATE));
-        assert_eq!(labels(&out), wanted());
-    }
-
-    #[test]
-    fn appends_to_other_gates_and_keeps_other_labels() {
-        let p = pod(
-            json!({"metadata": {"name": "p", "labels": {"app": "x", "sluice.dev/queue": "q"}}, "spec": {"containers": [], "schedulingGates": [{"name": "other"}]}}),
-        );
-        let ops = mutation_ops(&p, &wanted(), GATE);
-        assert_eq!(
-            ops.len(),
-            2,
-            "gate + pod-set label; the equal queue label is left alone: {ops:?}"
-        );
-        let out = apply(&p, ops);
-        let gates: Vec<String> = out
-            .spec
-            .unwrap()
-            .scheduling_gates
-            .unwrap()
-            .into_iter()
-            .map(|g| g.name)
-            .collect();
-        assert_eq!(gates, vec!["other".to_string(), GATE.to_string()]);
-        assert_eq!(
-            out.metadata.labels.unwrap().get("app").map(String::as_str),
-            Some("x")
-        );
-    }
-
-    #[test]
-    fn replaces_a_differing_label_and_does_nothing_when_all_is_in_place() {
-        let p = pod(
-            json!({"metadata": {"labels": {"sluice.dev/queue": "q", "sluice.dev/pod-set": "old"}}, "spec": {"containers": [], "schedulingGates": [{"name": GATE}]}}),
-        );
-        let out = apply(&p, mutation_ops(&p, &wanted(), GATE));
-        assert_eq!(labels(&out), wanted());
-        assert!(mutation_ops(&out, &wanted(), GATE).is_empty());
-    }
-
-    #[test]
-    fn refuses_a_user_removing_the_gate_and_allows_sluice() {
-        let old = pod(
-            json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}}, "spec": {"containers": [], "schedulingGates": [{"name": GATE}]}}),
-        );
-        let new = pod(
-            json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}}, "spec": {"containers": []}}),
-        );
-        let err = validate_update(&old, &new, "alice", &settings()).expect_err("denied");
-        assert!(
-            err.contains("sluice.dev/admission") && err.contains("ns/p"),
-            "{err}"
-        );
-        assert!(
-            validate_update(
-                &old,
-                &new,
-                "system:serviceaccount:sluice-system:sluice",
-                &settings()
-            )
-            .is_ok()
-        );
-    }
-
-    #[test]
-    fn refuses_changes_to_sluice_labels_allows_the_rest() {
-        let old = pod(
-            json!({"metadata": {"labels": {"sluice.dev/queue": "q"}}, "spec": {"containers": []}}),
-        );
-        let moved = pod(
-            json!({"metadata": {"labels": {"sluice.dev/queue": "other"}}, "spec": {"containers": []}}),
-        );
-        let removed = pod(json!({"metadata": {"labels": {}}, "spec": {"containers": []}}));
-        let annotated = pod(
-            json!({"metadata": {"labels": {"sluice.dev/queue": "q", "team": "a"}, "annotations": {"x": "y"}}, "spec": {"containers": []}}),
-        );
-        assert!(validate_update(&old, &moved, "alice", &settings()).is_err());
-        assert!(validate_update(&old, &removed, "alice", &settings()).is_err());
-        assert!(validate_update(&old, &annotated, "alice", &settings()).is_ok());
-        let ungoverned =
-            pod(json!({"metadata": {"labels": {"app": "x"}}, "spec": {"containers": []}}));
-        assert!(validate_update(&ungoverned, &ungoverned, "alice", &settings()).is_ok());
+impl AdmissionHandler<Pod> for MutatePods {
+    fn admit(&self, request: &AdmissionRequest<Pod>) -> AdmissionResponse {
+        mutate_pod(request, self.classifier.as_ref(), &self.gate)
     }
 }
+
+/// `/validate-pods`.
+pub(crate) struct ValidatePods {
+    pub(crate) gate: GateSettings,
+}
+
+impl AdmissionHandler<Pod> for ValidatePods {
+    fn admit(&self, request: &AdmissionRequest<Pod>) -> AdmissionResponse {
+        validate_pod(request, &self.gate)
+    }
+}
+
+#[cfg(test)]
+mod tests;
