@@ -91,7 +91,9 @@ where
     let review: AdmissionReview<K> = serde_json::from_slice(&body).map_err(|e| {
         Rejection::new(
             StatusCode::BAD_REQUEST,
-            format!("the body is not a {API_VERSION} {KIND} of the expected kind of object: {e}"),
+            format!(
+                "the body is not an {KIND} ({API_VERSION}) of the expected kind of object: {e}"
+            ),
         )
     })?;
     if review.types.api_version != API_VERSION || review.types.kind != KIND {

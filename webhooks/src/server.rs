@@ -344,3 +344,6 @@ impl WebhookServerBuilder {
         self.server
     }
 }
+
+#[cfg(test)]
+mod tests;
