@@ -14,8 +14,10 @@ use crate::{CertError, CertSettings, ServingCerts};
 
 pub const CA_COMMON_NAME: &str = "sluice-ca";
 pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-/// Certificates start a little in the past so that clocks running slightly behind accept them.
-const BACKDATE: Duration = Duration::from_secs(5 * 60);
+/// Certificates start a little in the past so that clocks running slightly behind accept them;
+/// at most a tenth of the validity, so that short-lived test certificates keep their renewal
+/// point (a third of the lifetime before expiry) after the moment they are issued.
+const MAX_BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 fn generate_error(what: &'static str) -> impl FnOnce(rcgen::Error) -> CertError {
     move |source| CertError::Generate { what, source }
@@ -26,12 +28,12 @@ fn offset(ts: Timestamp) -> Result<time::OffsetDateTime, CertError> {
         .map_err(|_| CertError::Validity(Duration::from_secs(ts.as_second().unsigned_abs())))
 }
 
-fn not_before(now: Timestamp) -> Result<time::OffsetDateTime, CertError> {
-    let backdated = now
-        .checked_sub(
-            jiff::SignedDuration::try_from(BACKDATE).map_err(|_| CertError::Validity(BACKDATE))?,
-        )
-        .map_err(|_| CertError::Validity(BACKDATE))?;
+fn not_before(now: Timestamp, validity: Duration) -> Result<time::OffsetDateTime, CertError> {
+    let backdate = MAX_BACKDATE.min(validity / 10);
+    let backdated = jiff::SignedDuration::try_from(backdate)
+        .ok()
+        .and_then(|d| now.checked_sub(d).ok())
+        .ok_or(CertError::Validity(backdate))?;
     offset(backdated)
 }
 
@@ -48,7 +50,7 @@ fn new_ca(now: Timestamp) -> Result<(String, String), CertError> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    params.not_before = not_before(now)?;
+    params.not_before = not_before(now, CA_VALIDITY)?;
     params.not_after = offset(add(now, CA_VALIDITY)?)?;
     let key = KeyPair::generate().map_err(generate_error("the CA key"))?;
     let cert = params
@@ -94,7 +96,7 @@ fn sign_serving(
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.not_before = not_before(now)?;
+    params.not_before = not_before(now, settings.serving_validity)?;
     params.not_after = offset(not_after)?;
     let key = KeyPair::generate().map_err(generate_error("the serving key"))?;
     let cert = params

@@ -398,3 +398,20 @@ fn the_reloader_reloads_on_change_and_publishes_only_a_new_ca_bundle() {
     );
     assert_eq!(*ca_rx.borrow_and_update(), rotated.ca_pem);
 }
+
+#[test]
+fn a_short_lived_certificate_is_not_renewed_the_moment_it_is_issued() {
+    // End-to-end tests use minute-long certificates to watch renewal happen.
+    let s = settings(Duration::from_secs(60));
+    let now = Timestamp::now();
+    let certs = generate_at(&s, now).expect("generate");
+    assert_eq!(renewal_due(&certs, &s, now), Renewal::NotDue);
+    assert_eq!(
+        renewal_due(&certs, &s, now + SignedDuration::from_secs(30)),
+        Renewal::NotDue
+    );
+    assert!(matches!(
+        renewal_due(&certs, &s, now + SignedDuration::from_secs(45)),
+        Renewal::Serving { .. }
+    ));
+}

@@ -12,7 +12,7 @@ mod review;
 mod server;
 
 pub use handler::{AdmissionHandler, ApplicationHandler};
-pub use metrics::{Outcome, WebhookMetrics};
+pub use metrics::{OperationLabels, Outcome, OutcomeLabels, WebhookMetrics};
 pub use pods::{GateSettings, PodClassifier, mutate_pod, mutation_patch, validate_pod};
 pub use server::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_SHUTDOWN_GRACE, WebhookError, WebhookServer,
