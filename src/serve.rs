@@ -497,11 +497,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let metrics = controller_metrics.clone();
                 let settings = settings.clone();
                 async move {
+                    // The recorder writes DynamicWorkloads from application objects: leader only,
+                    // like the controller.
+                    let recorder =
+                        tokio::spawn(crate::recorder::run(client.clone(), token.clone()));
                     if let Err(e) =
                         controller::run(client, Adapters::default(), metrics, settings, token).await
                     {
                         error!(%e, "queue controller stopped");
                     }
+                    let _ = recorder.await;
                 }
             },
         )
