@@ -12,7 +12,10 @@ use serde_json::json;
 use support::*;
 
 fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", "RayCluster"), "rayclusters");
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
+        "rayclusters",
+    );
     Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
 }
 
@@ -36,7 +39,9 @@ async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
         {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas},
     ]))
     .expect("patch");
-    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await.unwrap_or_else(|e| panic!("scale {name}: {e}"));
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .unwrap_or_else(|e| panic!("scale {name}: {e}"));
 }
 
 #[tokio::test]
@@ -46,25 +51,71 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     let api = rayclusters(&env);
 
     // A: head + 2 minimum workers = 3 cpu: admitted together.
-    api.create(&PostParams::default(), &raycluster("a", &queue, 2, 2)).await.expect("create a");
+    api.create(&PostParams::default(), &raycluster("a", &queue, 2, 2))
+        .await
+        .expect("create a");
     env.wait_queue_counts(&queue, 0, 3).await;
-    let dwl = wait_for("raycluster-a's DynamicWorkload", Duration::from_secs(30), || async { env.workloads().get("raycluster-a").await.ok() }).await;
-    let sets: Vec<(String, i32)> = dwl.spec.pod_sets.iter().map(|s| (s.name.clone(), s.min_count)).collect();
-    assert_eq!(sets, vec![("head".to_string(), 1), ("workers".to_string(), 2)]);
-    assert_eq!(dwl.spec.source.as_ref().map(|s| s.kind.as_str()), Some("RayCluster"));
-    assert_eq!(dwl.metadata.owner_references.as_ref().map(|o| o[0].name.as_str()), Some("a"), "owned by its RayCluster");
+    let dwl = wait_for(
+        "raycluster-a's DynamicWorkload",
+        Duration::from_secs(30),
+        || async { env.workloads().get("raycluster-a").await.ok() },
+    )
+    .await;
+    let sets: Vec<(String, i32)> = dwl
+        .spec
+        .pod_sets
+        .iter()
+        .map(|s| (s.name.clone(), s.min_count))
+        .collect();
+    assert_eq!(
+        sets,
+        vec![("head".to_string(), 1), ("workers".to_string(), 2)]
+    );
+    assert_eq!(
+        dwl.spec.source.as_ref().map(|s| s.kind.as_str()),
+        Some("RayCluster")
+    );
+    assert_eq!(
+        dwl.metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].name.as_str()),
+        Some("a"),
+        "owned by its RayCluster"
+    );
 
     // B: head + 1 worker = 2 cpu, no room: nothing of it is admitted.
-    api.create(&PostParams::default(), &raycluster("b", &queue, 1, 1)).await.expect("create b");
+    api.create(&PostParams::default(), &raycluster("b", &queue, 1, 1))
+        .await
+        .expect("create b");
     env.wait_queue_counts(&queue, 2, 3).await;
     let pods = env.list_pods().await;
-    let b_admitted = holding(&pods).iter().filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get("ray.io/cluster")).map(String::as_str) == Some("b")).count();
+    let b_admitted = holding(&pods)
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("ray.io/cluster"))
+                .map(String::as_str)
+                == Some("b")
+        })
+        .count();
     assert_eq!(b_admitted, 0, "no part of B's gang runs");
     let message = wait_for("B's message", Duration::from_secs(30), || async {
-        env.workloads().get("raycluster-b").await.ok()?.status.filter(|s| s.pending_pods == 2).map(|s| s.message)
+        env.workloads()
+            .get("raycluster-b")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.pending_pods == 2)
+            .map(|s| s.message)
     })
     .await;
-    assert_eq!(message, format!("needs 2 cpu more in queue {queue}: 3/3 cpu used, 0 cpu reserved"));
+    assert_eq!(
+        message,
+        format!("needs 2 cpu more in queue {queue}: 3/3 cpu used, 0 cpu reserved")
+    );
 
     // A grows like the autoscaler would: the new worker waits.
     scale(&api, "a", 3, 2).await;
@@ -74,7 +125,19 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     scale(&api, "a", 0, 0).await;
     env.wait_queue_counts(&queue, 0, 3).await;
     let pods = env.list_pods().await;
-    let by_cluster = |c: &str| holding(&pods).iter().filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get("ray.io/cluster")).map(String::as_str) == Some(c)).count();
+    let by_cluster = |c: &str| {
+        holding(&pods)
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("ray.io/cluster"))
+                    .map(String::as_str)
+                    == Some(c)
+            })
+            .count()
+    };
     assert_eq!((by_cluster("a"), by_cluster("b")), (1, 2));
     env.cleanup().await;
 }
@@ -86,15 +149,31 @@ async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
     let api = rayclusters(&env);
     // The queue cache of the webhook may lag the queue's creation by a moment: retry until it answers
     // about the quota rather than a missing queue.
-    let message = wait_for("a denial that names the quota", Duration::from_secs(30), || async {
-        match api.create(&PostParams::default(), &raycluster("big", &queue, 3, 3)).await {
-            Ok(_) => panic!("a 4-cpu gang in a 2-cpu queue must be refused"),
-            Err(e) => Some(e.to_string()).filter(|m| m.contains("quota")),
-        }
-    })
+    let message = wait_for(
+        "a denial that names the quota",
+        Duration::from_secs(30),
+        || async {
+            match api
+                .create(&PostParams::default(), &raycluster("big", &queue, 3, 3))
+                .await
+            {
+                Ok(_) => panic!("a 4-cpu gang in a 2-cpu queue must be refused"),
+                Err(e) => Some(e.to_string()).filter(|m| m.contains("quota")),
+            }
+        },
+    )
     .await;
-    assert!(message.contains("needs 4 cpu") && message.contains("quota of 2 cpu"), "{message}");
-    let err = api.create(&PostParams::default(), &raycluster("lost", "no-such-queue", 1, 1)).await.expect_err("missing queue");
+    assert!(
+        message.contains("needs 4 cpu") && message.contains("quota of 2 cpu"),
+        "{message}"
+    );
+    let err = api
+        .create(
+            &PostParams::default(),
+            &raycluster("lost", "no-such-queue", 1, 1),
+        )
+        .await
+        .expect_err("missing queue");
     assert!(err.to_string().contains("does not exist"), "{err}");
     env.cleanup().await;
 }
