@@ -59,6 +59,21 @@ async fn quota_holds_and_ended_pods_give_it_back() {
     let pods = env.list_pods().await;
     assert_eq!(holding(&pods).len(), 4);
     assert_eq!(gated(&pods).len(), 4);
+    // A workload recorded from a pod goes with its last pod.
+    for name in &admitted[..2] {
+        wait_for(
+            &format!("DynamicWorkload {name} to be deleted with its pod"),
+            Duration::from_secs(30),
+            || async {
+                env.workloads()
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .and_then(|d| d.is_none().then_some(()))
+            },
+        )
+        .await;
+    }
 
     // Complete two: two more again.
     let running: Vec<String> = holding(&pods).iter().map(|p| p.name_any()).collect();

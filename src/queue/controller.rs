@@ -22,7 +22,7 @@ use crate::adapters::Adapters;
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, CapacityQueue, CapacityQueueStatus, Condition,
     ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER, PodSetSpec,
-    PodSetStatus, QUEUE_LABEL, WorkloadPhase,
+    PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
 };
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, PodRef, PodState, WorkloadTally, decide};
@@ -387,10 +387,21 @@ impl Controller {
     /// pod sets of such pod-only workloads up to date.
     async fn record_workloads(&self, built: &Built) {
         let mut applies = Vec::new();
+        let mut deletes = Vec::new();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
             let existing = built.workloads[w].as_ref();
             if existing.is_some_and(|d| d.spec.source.is_some()) {
                 continue; // recorded from an application object: its recorder owns the spec
+            }
+            if workload.pod_sets.iter().all(|s| s.pods.is_empty()) {
+                // A workload recorded from pods goes when its last pod is gone.
+                if let Some(d) = existing
+                    && d.labels().get(RECORDED_FROM_LABEL).map(String::as_str) == Some("pods")
+                    && let Some(uid) = d.uid()
+                {
+                    deletes.push((workload.key.clone(), uid));
+                }
+                continue;
             }
             let pod_sets: Vec<PodSetSpec> = workload
                 .pod_sets
@@ -415,7 +426,11 @@ impl Controller {
             applies.push((workload.key.clone(), json!({
                 "apiVersion": "sluice.dev/v1alpha1",
                 "kind": "DynamicWorkload",
-                "metadata": {"name": workload.key.name, "namespace": workload.key.namespace},
+                "metadata": {
+                    "name": workload.key.name,
+                    "namespace": workload.key.namespace,
+                    "labels": {RECORDED_FROM_LABEL: "pods", "app.kubernetes.io/managed-by": "sluice"},
+                },
                 "spec": {"queueName": workload.queue, "priority": workload.priority, "podSets": pod_sets},
             })));
         }
@@ -428,6 +443,28 @@ impl Controller {
                     let params = PatchParams::apply(FIELD_MANAGER).force();
                     if let Err(e) = api.patch(&key.name, &params, &Patch::Apply(body)).await {
                         warn!(%e, workload = %key, "could not record DynamicWorkload");
+                    }
+                },
+            )
+            .await;
+        stream::iter(deletes)
+            .for_each_concurrent(
+                self.settings.max_concurrent_writes,
+                |(key, uid)| async move {
+                    let api: Api<DynamicWorkload> =
+                        Api::namespaced(self.client.clone(), &key.namespace);
+                    // Only the object this pass saw: a workload re-created meanwhile stays.
+                    let params = kube::api::DeleteParams {
+                        preconditions: Some(kube::api::Preconditions {
+                            uid: Some(uid),
+                            resource_version: None,
+                        }),
+                        ..kube::api::DeleteParams::default()
+                    };
+                    match api.delete(&key.name, &params).await {
+                        Ok(_) => debug!(workload = %key, "deleted: its last pod is gone"),
+                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                        Err(e) => warn!(%e, workload = %key, "could not delete DynamicWorkload"),
                     }
                 },
             )
