@@ -186,10 +186,11 @@ proc_field() { # pid field-number (of /proc/<pid>/stat, 1-based)
 
 pid_of() { [[ -f $PIDS/$1.pid ]] && cat "$PIDS/$1.pid"; }
 
-alive() {
-  local pid started
+alive() { # name: its process runs (a zombie, or another process that got the pid, does not count)
+  local pid started state
   pid=$(pid_of "$1") || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
+  state=$(proc_field "$pid" 3) || return 1
+  [[ $state != Z && $state != X ]] || return 1
   started=$(cat "$PIDS/$1.start" 2>/dev/null || true)
   [[ -z $started || $(proc_field "$pid" 22) == "$started" ]]
 }
@@ -217,7 +218,7 @@ signal() { # signal name: to the process group when the process leads one, else 
 
 # TERM to every named process that runs, then wait for all of them; KILL what is left after STOP_TIMEOUT.
 stop() { # names...
-  local name running=() deadline=$((SECONDS + STOP_TIMEOUT))
+  local name running=() killed=0 deadline=$((SECONDS + STOP_TIMEOUT))
   for name in "$@"; do
     if alive "$name"; then signal TERM "$name"; running+=("$name"); else rm -f "$PIDS/$name.pid" "$PIDS/$name.start"; fi
   done
@@ -227,8 +228,9 @@ stop() { # names...
     running=("${left[@]+"${left[@]}"}")
     ((${#running[@]})) || break
     if ((SECONDS >= deadline)); then
+      ((killed)) && die "could not stop ${running[*]} (pids in $PIDS)"
       for name in "${running[@]}"; do log "$name did not stop within ${STOP_TIMEOUT}s: KILL"; signal KILL "$name"; done
-      STOP_TIMEOUT=2; deadline=$((SECONDS + 2))
+      killed=1 deadline=$((SECONDS + 5))
     fi
     sleep 0.1
   done
@@ -310,9 +312,6 @@ pki() {
     }
     local_san="subjectAltName=IP:127.0.0.1,DNS:localhost"
     issue apiserver "/CN=kube-apiserver" "$local_san,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-extendedKeyUsage=serverAuth"
-    # Serving certificate for add-on webhooks on 127.0.0.1 (Kueue).
-    issue webhook "/CN=127.0.0.1" "$local_san
 extendedKeyUsage=serverAuth"
     issue admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
     issue controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
@@ -477,7 +476,7 @@ start_spark_operator() {
   # The operator runs $SPARK_HOME/bin/spark-submit with --master k8s://https://$KUBERNETES_SERVICE_HOST:PORT;
   # spark-submit (fabric8) authenticates with KUBECONFIG.
   start spark-operator env KUBECONFIG="$STATE/kubeconfig" SPARK_HOME="$sparkhome" JAVA_HOME="$javahome" \
-    PATH="$javahome/bin:$PATH" KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT="$API_PORT" \
+    PATH="$javahome/bin:$PATH" SPARK_LOCAL_IP=127.0.0.1 KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT="$API_PORT" \
     "$BIN/spark-operator-$SPARK_OPERATOR_VERSION" controller start --leader-election=false \
     --health-probe-bind-address "127.0.0.1:$SPARK_OPERATOR_PROBE_PORT" \
     --enable-metrics --metrics-bind-address "127.0.0.1:$SPARK_OPERATOR_METRICS_PORT" \
@@ -486,34 +485,83 @@ start_spark_operator() {
     curl -sf --max-time 2 "http://127.0.0.1:$SPARK_OPERATOR_PROBE_PORT/readyz"
 }
 
-# Kueue's webhook configurations with their service references turned into url clientConfigs on
-# 127.0.0.1 (caBundle: our CA).
-kueue_webhooks() { # module-dir
+# Kueue on the host. Its webhooks (and the conversion webhooks of its CRDs) are registered with url
+# clientConfigs on 127.0.0.1 instead of service references. Its internal certificate management stays
+# on (with it off, Kueue insists on metrics certificates under /etc/kueue), fed with a CA and a serving
+# certificate made here, valid both for its service name and for 127.0.0.1, that it accepts as they are.
+KUEUE_SERVICE=kueue-webhook-service KUEUE_SECRET=kueue-webhook-server-cert
+
+kueue_pki() {
+  [[ -f $PKI/kueue/done ]] && return 0
+  mkdir -p "$PKI/kueue"
+  (
+    set -e
+    cd "$PKI/kueue"
+    # Kueue's certificate rotator checks its CA for the name kueue-ca and the serving certificate for
+    # <service>.<namespace>.svc.
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/O=kueue/CN=kueue-ca" \
+      -addext "subjectAltName=DNS:kueue-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,digitalSignature"
+    openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj "/CN=$KUEUE_SERVICE.kueue-system.svc"
+    printf 'subjectAltName=DNS:%s.kueue-system.svc,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' "$KUEUE_SERVICE" >tls.ext
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.crt -days 3650 -extfile tls.ext
+    # The rotator parses the CA key as PKCS#1 only.
+    openssl rsa -in ca.key -out ca.key -traditional
+  ) >"$LOGS/pki.log" 2>&1 || fail_with_log pki "generating Kueue's certificates with openssl failed"
+  touch "$PKI/kueue/done"
+}
+
+# Rewrites clientConfig.service (name, namespace, path, port) into clientConfig.url on 127.0.0.1 and
+# adds a caBundle; drops Service objects. Reads and writes multi-document YAML as kubectl kustomize
+# prints it.
+url_client_configs() { # url ca-file
   local ca
-  ca=$(base64 -w0 <"$PKI/ca.crt")
-  KUBECTL kustomize "$1/config/components/webhook" | awk -v url="https://127.0.0.1:$KUEUE_WEBHOOK_PORT" -v ca="$ca" '
-    /^kind: Service$/ { skip = 1 }
-    /^---/ { if (doc != "" && !skipdoc) printf "%s", doc; doc = ""; skipdoc = 0; skip = 0 }
+  ca=$(base64 -w0 <"$2")
+  awk -v url="$1" -v ca="$ca" '
+    function flush_doc() { if (!isservice) printf "%s", doc; doc = ""; isservice = 0 }
+    function emit(line) { doc = doc line "\n" }
+    /^---/ { flush_doc() }
+    /^kind: Service$/ { isservice = 1 }
     {
-      if (skip) { skipdoc = 1 }
-      if ($1 == "service:") { indent = substr($0, 1, index($0, "s") - 1); insvc = 1; next }
-      if (insvc && ($1 == "name:" || $1 == "namespace:" || $1 == "port:")) next
-      if (insvc && $1 == "path:") { doc = doc indent "url: " url $2 "\n" indent "caBundle: " ca "\n"; insvc = 0; next }
-      insvc = 0
-      doc = doc $0 "\n"
+      if (insvc) {
+        match($0, /^ */)
+        if (RLENGTH > length(indent)) { if ($1 == "path:") path = $2; next }
+        doc = doc indent "url: " url path "\n" indent "caBundle: " ca "\n"; insvc = 0
+      }
+      if (prevcc && $1 == "service:") { match($0, /^ */); indent = substr($0, 1, RLENGTH); insvc = 1; path = ""; prevcc = 0; next }
+      prevcc = ($1 == "clientConfig:")
+      emit($0)
     }
-    END { if (doc != "" && !skipdoc) printf "%s", doc }' |
-    sed -e 's/^  name: mutating-webhook-configuration$/  name: kueue-mutating-webhook-configuration/' \
-      -e 's/^  name: validating-webhook-configuration$/  name: kueue-validating-webhook-configuration/'
+    END {
+      if (insvc) doc = doc indent "url: " url path "\n" indent "caBundle: " ca "\n"
+      flush_doc()
+    }'
 }
 
 start_kueue() {
-  local dir
+  local dir url
   dir=$(go_module_dir kueue sigs.k8s.io/kueue)
-  apply_crds Kueue "$dir/config/components/crd/bases"
-  KUBECTL create namespace kueue-system >/dev/null 2>&1 || true
+  url=https://127.0.0.1:$KUEUE_WEBHOOK_PORT
+  kueue_pki
+  KUBECTL kustomize "$dir/config/components/crd" | url_client_configs "$url" "$PKI/kueue/ca.crt" >"$STATE/kueue-crds.yaml" \
+    || die "rendering Kueue's CRDs failed"
+  apply_crds Kueue "$STATE/kueue-crds.yaml"
+  KUBECTL kustomize "$dir/config/components/webhook" | url_client_configs "$url" "$PKI/kueue/ca.crt" |
+    sed -e 's/^  name: mutating-webhook-configuration$/  name: kueue-mutating-webhook-configuration/' \
+      -e 's/^  name: validating-webhook-configuration$/  name: kueue-validating-webhook-configuration/' \
+      >"$STATE/kueue-webhooks.yaml" || die "rendering Kueue's webhook configurations failed"
+  {
+    KUBECTL create namespace kueue-system --dry-run=client -o yaml
+    echo ---
+    KUBECTL -n kueue-system create secret generic "$KUEUE_SECRET" --dry-run=client -o yaml \
+      --from-file=ca.crt="$PKI/kueue/ca.crt" --from-file=ca.key="$PKI/kueue/ca.key" \
+      --from-file=tls.crt="$PKI/kueue/tls.crt" --from-file=tls.key="$PKI/kueue/tls.key"
+    echo ---
+    cat "$STATE/kueue-webhooks.yaml"
+  } | KUBECTL apply --server-side --force-conflicts -f - >>"$LOGS/kueue.log" 2>&1 \
+    || fail_with_log kueue "registering Kueue's namespace, certificate Secret and webhooks failed"
   mkdir -p "$STATE/kueue-certs"
-  cp "$PKI/webhook.crt" "$STATE/kueue-certs/tls.crt"; cp "$PKI/webhook.key" "$STATE/kueue-certs/tls.key"
+  cp "$PKI/kueue/tls.crt" "$PKI/kueue/tls.key" "$STATE/kueue-certs/"
   cat >"$STATE/kueue.yaml" <<CFG
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -529,20 +577,20 @@ webhook:
 leaderElection:
   leaderElect: false
 internalCertManagement:
-  enable: false
+  enable: true
+  webhookServiceName: $KUEUE_SERVICE
+  webhookSecretName: $KUEUE_SECRET
 clientConnection:
   qps: 200
   burst: 400
 featureGates:
   VisibilityOnDemand: false
+  SparkApplicationIntegration: true
 integrations:
   frameworks: [batch/job, pod, ray.io/rayjob, ray.io/raycluster, sparkoperator.k8s.io/sparkapplication]
 CFG
   start kueue env KUBECONFIG="$STATE/kubeconfig" "$BIN/kueue-$KUEUE_VERSION" --config "$STATE/kueue.yaml"
   wait_until "$TIMEOUT" "Kueue to be ready" kueue curl -sf --max-time 2 "http://127.0.0.1:$KUEUE_PROBE_PORT/readyz"
-  kueue_webhooks "$dir" >"$STATE/kueue-webhooks.yaml"
-  KUBECTL apply --server-side --force-conflicts -f "$STATE/kueue-webhooks.yaml" >>"$LOGS/kueue.log" 2>&1 \
-    || fail_with_log kueue "registering Kueue's webhooks failed"
 }
 
 # ---- sluice --------------------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Pinned versions of everything hack/ builds or installs: the one place to change them (together with
 # the go.mod of the matching module under hack/tools/). Sourced by hack/cluster.sh.
 # shellcheck disable=SC2034  # the variables are used by the scripts that source this file
