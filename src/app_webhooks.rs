@@ -31,7 +31,7 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// Patch operations that put `queue` into every pod template's labels.
+/// Patch operations that put `queue` into the labels of every object the operator copies onto pods.
 pub fn label_templates(
     adapter: &dyn ApplicationAdapter,
     app: &DynamicObject,
@@ -42,11 +42,11 @@ pub fn label_templates(
     for (path, labels) in adapter.pod_template_label_paths(app) {
         match labels {
             Some(l) if l.get(QUEUE_LABEL).map(String::as_str) == Some(queue) => {}
-            Some(_) => ops.push(json!({"op": "add", "path": format!("{path}/metadata/labels/{}", escape(QUEUE_LABEL)), "value": queue})),
-            None if data.pointer(&format!("{path}/metadata")).is_some_and(Value::is_object) => {
-                ops.push(json!({"op": "add", "path": format!("{path}/metadata/labels"), "value": {QUEUE_LABEL: queue}}))
+            Some(_) => ops.push(json!({"op": "add", "path": format!("{path}/labels/{}", escape(QUEUE_LABEL)), "value": queue})),
+            None if data.pointer(&path).is_some_and(Value::is_object) => {
+                ops.push(json!({"op": "add", "path": format!("{path}/labels"), "value": {QUEUE_LABEL: queue}}))
             }
-            None => ops.push(json!({"op": "add", "path": format!("{path}/metadata"), "value": {"labels": {QUEUE_LABEL: queue}}})),
+            None => ops.push(json!({"op": "add", "path": path, "value": {"labels": {QUEUE_LABEL: queue}}})),
         }
     }
     ops

@@ -3,9 +3,11 @@
 
 mod plain;
 pub mod ray;
+pub mod spark;
 
 pub use plain::PlainPods;
 pub use ray::RayClusters;
+pub use spark::SparkApplications;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,8 +58,9 @@ pub trait ApplicationAdapter: Adapter {
     fn workload_name(&self, app: &str) -> String;
     /// The pod sets the application declares: per-pod requests, gang minimum, maximum.
     fn demand(&self, app: &DynamicObject) -> Result<Vec<PodSetSpec>, DemandError>;
-    /// JSON pointers to the object's pod templates, with their current labels: the application
-    /// webhook copies the queue label into each, so the pods the operator creates are governed.
+    /// JSON pointers to the objects holding the `labels` the operator puts on its pods (a pod
+    /// template's metadata, a SparkApplication's driver / executor), with those labels now: the
+    /// application webhook copies the queue label into each, so the operator's pods are governed.
     fn pod_template_label_paths(
         &self,
         app: &DynamicObject,
@@ -66,12 +69,16 @@ pub trait ApplicationAdapter: Adapter {
 
 /// Every kind of application with an object of its own.
 pub fn applications() -> Vec<Arc<dyn ApplicationAdapter>> {
-    vec![Arc::new(RayClusters)]
+    vec![Arc::new(RayClusters), Arc::new(SparkApplications)]
 }
 
 /// Every adapter, most specific first: the first that recognises a pod wins.
 pub fn all() -> Vec<Arc<dyn Adapter>> {
-    vec![Arc::new(RayClusters), Arc::new(PlainPods)]
+    vec![
+        Arc::new(RayClusters),
+        Arc::new(SparkApplications),
+        Arc::new(PlainPods),
+    ]
 }
 
 /// The adapters as one: the identity of a pod by the first adapter that knows it.

@@ -145,7 +145,7 @@ impl ApplicationAdapter for RayClusters {
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
         };
         let mut paths = vec![(
-            "/spec/headGroupSpec/template".to_string(),
+            "/spec/headGroupSpec/template/metadata".to_string(),
             labels_at(spec.and_then(|s| s.pointer("/headGroupSpec/template"))),
         )];
         for (i, group) in spec
@@ -156,7 +156,7 @@ impl ApplicationAdapter for RayClusters {
             .enumerate()
         {
             paths.push((
-                format!("/spec/workerGroupSpecs/{i}/template"),
+                format!("/spec/workerGroupSpecs/{i}/template/metadata"),
                 labels_at(group.get("template")),
             ));
         }
@@ -243,9 +243,9 @@ mod tests {
         assert_eq!(
             names,
             vec![
-                "/spec/headGroupSpec/template",
-                "/spec/workerGroupSpecs/0/template",
-                "/spec/workerGroupSpecs/1/template"
+                "/spec/headGroupSpec/template/metadata",
+                "/spec/workerGroupSpecs/0/template/metadata",
+                "/spec/workerGroupSpecs/1/template/metadata"
             ]
         );
         assert!(paths[2].1.as_ref().is_some_and(|l| l.contains_key("x")));
