@@ -46,7 +46,8 @@ Commands:
   status          each component: pid, running or not, port
   env             print shell exports for the cluster: eval "\$(hack/cluster.sh env)" sets KUBECONFIG,
                   puts kubectl (from the cache) on PATH and, with sluice running, SLUICE_WEBHOOK_ADDR
-                  and SLUICE_METRICS_ADDR
+                  and SLUICE_METRICS_ADDR; with the Spark operator, SPARK_HOME, JAVA_HOME and
+                  PYSPARK_PYTHON (spark-submit from the pinned pyspark)
   build [flags]   only build (the add-ons named by --with-* flags too; --all builds every add-on)
   help            this text
 
@@ -476,6 +477,8 @@ start_spark_operator() {
   apply_crds "Spark operator" "$dir/config/crd/bases"
   sparkhome=$(spark_home) || die "pyspark in $PYSPARK_VENV is broken: delete that directory and run up again"
   javahome=$(java_home)
+  # For tests and people that run spark-submit themselves: hack/cluster.sh env exports these.
+  printf 'SPARK_HOME=%s\nJAVA_HOME=%s\nPYSPARK_PYTHON=%s\n' "$sparkhome" "$javahome" "$PYSPARK_VENV/bin/python" >"$STATE/spark.env"
   # The operator runs $SPARK_HOME/bin/spark-submit with --master k8s://https://$KUBERNETES_SERVICE_HOST:PORT;
   # spark-submit (fabric8) authenticates with KUBECONFIG.
   start spark-operator env KUBECONFIG="$STATE/kubeconfig" SPARK_HOME="$sparkhome" JAVA_HOME="$javahome" \
@@ -716,9 +719,10 @@ cmd_env() {
   (($# == 0)) || die "env takes no flags"
   echo "export KUBECONFIG=$STATE/kubeconfig"
   echo "export PATH=$BIN:\$PATH"
-  if [[ -f $STATE/sluice.env ]]; then
-    sed 's/^/export /' "$STATE/sluice.env"
-  fi
+  local f
+  for f in sluice.env spark.env; do
+    if [[ -f $STATE/$f ]]; then sed 's/^/export /' "$STATE/$f"; fi
+  done
 }
 
 cmd_build() {

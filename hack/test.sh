@@ -6,7 +6,8 @@
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
 # Environment:
-#   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay)
+#   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay
+#                              --with-spark-operator)
 #   SLUICE_CACHE               where the cluster's binaries are built (default ~/.cache/sluice)
 #   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
 # Exits with cargo test's status (or the cluster's, if it could not come up).
@@ -14,12 +15,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   exit 0
 fi
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH (install Rust with rustup: ~/.cargo/bin)" >&2; exit 1; }
-read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay}"
+read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay --with-spark-operator}"
 
 cleanup() {
   local status=$?
