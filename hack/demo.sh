@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The demo: brings up the local cluster with sluice, submits the samples (a CapacityQueue with 4 cpu,
-# a gang of three pods and three single pods of 1 cpu each, then a RayCluster through the real KubeRay
-# operator), shows the queue, ends pods and shows the waiting ones being admitted. The cluster stays up
-# afterwards: hack/cluster.sh down removes it.
+# a gang of three pods and three single pods of 1 cpu each, a RayCluster through the real KubeRay
+# operator, a SparkApplication through the real Spark operator), shows the queue, ends pods and shows
+# the waiting ones being admitted. The cluster stays up afterwards: hack/cluster.sh down removes it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 
-hack/cluster.sh up --with-sluice --with-kuberay
+hack/cluster.sh up --with-sluice --with-kuberay --with-spark-operator
 eval "$(hack/cluster.sh env)"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 show() { echo "\$ kubectl $*"; kubectl "$@"; }
@@ -25,6 +25,8 @@ wait_queue() { # pending admitted
 
 kubectl delete -f manifests/samples/pods.yaml --ignore-not-found --grace-period=0 >/dev/null 2>&1 || true
 kubectl delete -f manifests/samples/raycluster.yaml --ignore-not-found >/dev/null 2>&1 || true
+kubectl delete -f manifests/samples/sparkapplication.yaml --ignore-not-found >/dev/null 2>&1 || true
+kubectl delete pods -l spark-role --ignore-not-found --grace-period=0 >/dev/null 2>&1 || true
 kubectl delete dynamicworkloads --all --ignore-not-found >/dev/null 2>&1 || true
 step "A CapacityQueue with 4 cpu"
 show apply -f manifests/samples/capacityqueue.yaml
@@ -53,5 +55,19 @@ step "The single pods end: the RayCluster's whole gang is admitted at once"
 for i in 0 1 2; do kubectl annotate pod "single-$i" sluice.dev/kwok-phase=Succeeded --overwrite >/dev/null; done
 wait_queue 0 3
 show get pods -l ray.io/cluster=analytics
+show get capacityqueues
+step "A SparkApplication (driver + 1 minimum executor = 2 cpu) with 1 cpu free: the real Spark operator creates the driver pod, which waits"
+show apply -f manifests/samples/sparkapplication.yaml
+wait_queue 1 3
+show get pods -l spark-role=driver
+show get dynamicworkloads sparkapplication-spark-pi
+echo "\$ kubectl get dwl sparkapplication-spark-pi -o jsonpath='{.status.message}'"
+kubectl get dwl sparkapplication-spark-pi -o jsonpath='{.status.message}'; echo
+step "The RayCluster is deleted: its quota goes back, the driver is admitted with its minimum executor's quota reserved"
+show delete raycluster analytics
+wait_queue 0 1
+show get dynamicworkloads
+echo "\$ kubectl get dwl sparkapplication-spark-pi -o jsonpath='{.status.reserved}'"
+kubectl get dwl sparkapplication-spark-pi -o jsonpath='{.status.reserved}'; echo
 show get capacityqueues
 step "Done. The cluster is still up: eval \"\$(hack/cluster.sh env)\" to use it, hack/cluster.sh down to remove it."

@@ -1,9 +1,10 @@
 //! Admission for application objects (RayCluster, ...). Pure: they read a cache of CapacityQueues,
 //! never the API server.
-//! - mutation: copies the application's `sluice.dev/queue` label into every pod template, so the
-//!   pods its operator creates carry it and are gated like any governed pod;
-//! - validation: the queue exists, and the minimum gang can ever fit its quota; otherwise a clear
-//!   denial at submit time instead of an application that waits forever.
+//! - mutation: gives an application without a `sluice.dev/queue` label its namespace's default queue
+//!   (namespace label `sluice.dev/default-queue`), and copies the queue label into every pod
+//!   template, so the pods its operator creates carry it and are gated like any governed pod;
+//! - validation: the queue exists, admits the namespace, and the minimum gang can ever fit its
+//!   quota; otherwise a clear denial at submit time instead of an application that waits forever.
 
 use std::sync::Arc;
 
@@ -14,8 +15,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
 use crate::adapters::ApplicationAdapter;
-use crate::api::{CapacityQueue, QUEUE_LABEL};
+use crate::api::{CapacityQueue, DEFAULT_QUEUE_LABEL, QUEUE_LABEL};
+use crate::namespaces::{DefaultQueue, Namespaces};
 use crate::queue::resources::{ResourceList, describe_quantity};
+use crate::queue::snapshot::selector_matches;
 
 fn adapter_for<'a>(
     adapters: &'a [Arc<dyn ApplicationAdapter>],
@@ -52,8 +55,19 @@ pub fn label_templates(
     ops
 }
 
+/// The patch operation that labels the application itself with `queue`.
+fn label_object(app: &DynamicObject, queue: &str) -> Value {
+    if app.metadata.labels.is_some() {
+        json!({"op": "add", "path": format!("/metadata/labels/{}", escape(QUEUE_LABEL)), "value": queue})
+    } else {
+        json!({"op": "add", "path": "/metadata/labels", "value": {QUEUE_LABEL: queue}})
+    }
+}
+
 pub struct MutateApplications {
     pub adapters: Vec<Arc<dyn ApplicationAdapter>>,
+    /// Namespaces' default queues.
+    pub namespaces: Namespaces,
 }
 
 impl sluice_webhooks::ApplicationHandler for MutateApplications {
@@ -69,10 +83,26 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
         ) else {
             return response;
         };
-        let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
-            return response;
+        let mut ops = Vec::new();
+        let queue = match app.labels().get(QUEUE_LABEL) {
+            Some(queue) => queue.clone(),
+            None => {
+                let namespace = request.namespace.clone().unwrap_or_default();
+                match self.namespaces.default_queue(&namespace) {
+                    DefaultQueue::Queue(queue) => {
+                        ops.push(label_object(app, &queue));
+                        queue
+                    }
+                    DefaultQueue::None => return response,
+                    DefaultQueue::Unknown => {
+                        return response.deny(format!(
+                            "sluice has not seen namespace {namespace:?} yet, so it cannot tell this application's default queue (namespace label {DEFAULT_QUEUE_LABEL}); retry in a moment"
+                        ));
+                    }
+                }
+            }
         };
-        let ops = label_templates(adapter.as_ref(), app, &queue);
+        ops.extend(label_templates(adapter.as_ref(), app, &queue));
         if ops.is_empty() {
             return response;
         }
@@ -89,6 +119,8 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
 pub struct ValidateApplications {
     pub adapters: Vec<Arc<dyn ApplicationAdapter>>,
     pub queues: Store<CapacityQueue>,
+    /// Namespaces' labels, for the queues' namespaceSelectors.
+    pub namespaces: Namespaces,
 }
 
 impl ValidateApplications {
@@ -110,6 +142,17 @@ impl ValidateApplications {
                 "sluice: {who} names CapacityQueue {queue_name:?}, which does not exist: create it (kubectl get capacityqueues lists them) or fix the label {QUEUE_LABEL}"
             ));
         };
+        if let Some(selector) = &queue.spec.namespace_selector {
+            let namespace = app.namespace().unwrap_or_default();
+            // A namespace not seen yet is let through: the controller checks again before admitting.
+            if let Some(labels) = self.namespaces.labels(&namespace)
+                && !selector_matches(selector, &labels)
+            {
+                return Err(format!(
+                    "sluice: {who} names CapacityQueue {queue_name:?}, which does not admit namespace {namespace:?} (see its spec.namespaceSelector): use a queue that does, or ask for the namespace to be admitted"
+                ));
+            }
+        }
         let sets = adapter
             .demand(app)
             .map_err(|e| format!("sluice: {who}: {e}"))?;
@@ -217,6 +260,7 @@ mod tests {
         ValidateApplications {
             adapters: vec![Arc::new(RayClusters)],
             queues: reader,
+            namespaces: Namespaces::none(),
         }
     }
 
@@ -235,5 +279,94 @@ mod tests {
             .check(&RayClusters, &app, "nope")
             .expect_err("missing queue");
         assert!(err.contains("does not exist"), "{err}");
+    }
+
+    fn review(app: &DynamicObject) -> AdmissionRequest<DynamicObject> {
+        let review: kube::core::admission::AdmissionReview<DynamicObject> =
+            serde_json::from_value(json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u1",
+                    "kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
+                    "resource": {"group": "ray.io", "version": "v1", "resource": "rayclusters"},
+                    "name": "rc", "namespace": "ns", "operation": "CREATE",
+                    "userInfo": {"username": "alice"},
+                    "object": app,
+                },
+            }))
+            .expect("review");
+        review.try_into().expect("request")
+    }
+
+    fn patched(app: &DynamicObject, response: &AdmissionResponse) -> Value {
+        let mut doc = serde_json::to_value(app).expect("json");
+        let patch: json_patch::Patch =
+            serde_json::from_slice(&response.patch.clone().unwrap_or_default()).expect("patch");
+        json_patch::patch(&mut doc, &patch).expect("applies");
+        doc
+    }
+
+    #[test]
+    fn an_unlabelled_application_takes_its_namespace_default_queue() {
+        use crate::namespaces::testing::namespaces;
+        let mut app = rc(true);
+        app.metadata.labels = None;
+        let mutate = MutateApplications {
+            adapters: vec![Arc::new(RayClusters)],
+            namespaces: namespaces(&[("ns", &[(DEFAULT_QUEUE_LABEL, "batch")])]),
+        };
+        let response = sluice_webhooks::ApplicationHandler::admit(&mutate, &review(&app));
+        assert!(response.allowed, "{response:?}");
+        let doc = patched(&app, &response);
+        assert_eq!(
+            doc.pointer("/metadata/labels/sluice.dev~1queue"),
+            Some(&json!("batch"))
+        );
+        assert_eq!(
+            doc.pointer("/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue"),
+            Some(&json!("batch"))
+        );
+
+        // No default: untouched. Namespace not seen yet: refused with a retry, never let through ungoverned.
+        let plain = MutateApplications {
+            adapters: vec![Arc::new(RayClusters)],
+            namespaces: namespaces(&[("ns", &[])]),
+        };
+        let response = sluice_webhooks::ApplicationHandler::admit(&plain, &review(&app));
+        assert!(response.allowed && response.patch.is_none());
+        let unseen = MutateApplications {
+            adapters: vec![Arc::new(RayClusters)],
+            namespaces: namespaces(&[]),
+        };
+        let response = sluice_webhooks::ApplicationHandler::admit(&unseen, &review(&app));
+        assert!(!response.allowed);
+        assert!(
+            response.result.message.contains("retry"),
+            "{}",
+            response.result.message
+        );
+    }
+
+    #[test]
+    fn refuses_a_queue_that_does_not_admit_the_namespace() {
+        use crate::namespaces::testing::namespaces;
+        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
+        let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": "q"}, "spec": {"quota": {"cpu": "8"}, "namespaceSelector": {"matchLabels": {"team": "ml"}}}})).expect("q");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        let validate = |labels: &'static [(&'static str, &'static str)]| ValidateApplications {
+            adapters: vec![Arc::new(RayClusters)],
+            queues: reader.clone(),
+            namespaces: namespaces(&[("ns", labels)]),
+        };
+        let app = rc(false);
+        assert!(
+            validate(&[("team", "ml")])
+                .check(&RayClusters, &app, "q")
+                .is_ok()
+        );
+        let err = validate(&[("team", "web")])
+            .check(&RayClusters, &app, "q")
+            .expect_err("not admitted");
+        assert!(err.contains("does not admit namespace \"ns\""), "{err}");
     }
 }

@@ -10,6 +10,7 @@ pub mod app_webhooks;
 pub mod install;
 pub mod leader;
 pub mod metrics;
+pub mod namespaces;
 pub mod queue;
 pub mod recorder;
 pub mod serve;

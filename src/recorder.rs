@@ -58,7 +58,7 @@ pub fn desired_workload(
         message: e.to_string(),
     })?;
     let uid = app.uid().unwrap_or_default();
-    Ok(Some(json!({
+    let mut body = json!({
         "apiVersion": "sluice.dev/v1alpha1",
         "kind": "DynamicWorkload",
         "metadata": {
@@ -75,7 +75,11 @@ pub fn desired_workload(
             "priority": 0,
             "podSets": pod_sets,
         },
-    })))
+    });
+    if let Some(end) = adapter.ended(app) {
+        body["spec"]["applicationEnded"] = json!(end);
+    }
+    Ok(Some(body))
 }
 
 async fn reconcile(app: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, RecordError> {

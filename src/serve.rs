@@ -403,11 +403,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
         tokio::spawn(async move { stream.for_each(|_| async {}).await });
     }
+    // ... and the namespaces' labels: default queues and namespaceSelectors.
+    let (namespaces, watch_namespaces) = crate::namespaces::Namespaces::watch(client.clone());
+    tokio::spawn(watch_namespaces);
     let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
         .application(
             "/mutate-applications",
             Arc::new(crate::app_webhooks::MutateApplications {
                 adapters: crate::adapters::applications(),
+                namespaces: namespaces.clone(),
             }),
         )
         .application(
@@ -415,10 +419,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(crate::app_webhooks::ValidateApplications {
                 adapters: crate::adapters::applications(),
                 queues: queue_store,
+                namespaces: namespaces.clone(),
             }),
         )
         .gate(gate)
-        .classifier(Arc::new(Adapters::default()))
+        .classifier(Arc::new(Adapters::with_namespaces(namespaces.clone())))
         .readiness(ready.clone())
         .metrics(webhook_metrics)
         .max_body_bytes(args.max_body_bytes)
@@ -436,6 +441,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         &certs.ca_pem,
     )
     .await?;
+    // Until the namespaces are listed, pods in a namespace with a default queue would be refused.
+    namespaces
+        .wait_until_ready()
+        .await
+        .context("watching namespaces for their default queues")?;
     ready.store(true, Ordering::SeqCst);
     info!(listen = %args.listen, ?endpoint, "webhooks registered and serving");
 

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 
-use crate::api::QUEUE_LABEL;
+use crate::api::{DEFAULT_QUEUE_LABEL, QUEUE_LABEL};
 
 /// The name of both webhook configurations.
 pub const CONFIGURATION_NAME: &str = "sluice";
@@ -71,6 +71,32 @@ fn namespace_selector(own_namespace: &str) -> LabelSelector {
     }
 }
 
+/// Namespaces with a default queue (label `sluice.dev/default-queue`), but for the system's own.
+fn default_queue_namespaces(own_namespace: &str) -> LabelSelector {
+    let mut selector = namespace_selector(own_namespace);
+    selector
+        .match_expressions
+        .get_or_insert_with(Vec::new)
+        .push(LabelSelectorRequirement {
+            key: DEFAULT_QUEUE_LABEL.into(),
+            operator: "Exists".into(),
+            values: None,
+        });
+    selector
+}
+
+/// Objects that do not name a queue themselves.
+fn without_queue_label() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: QUEUE_LABEL.into(),
+            operator: "DoesNotExist".into(),
+            values: None,
+        }]),
+        match_labels: None,
+    }
+}
+
 /// Only pods carrying the queue label reach the webhook: every other pod never pays for it.
 fn governed_pods() -> LabelSelector {
     LabelSelector {
@@ -95,6 +121,10 @@ fn pod_rule(operations: &[&str]) -> RuleWithOperations {
 
 /// The application kinds sluice records (RayCluster, ...), for the application webhooks.
 fn application_rules() -> Vec<RuleWithOperations> {
+    application_rules_for(&["CREATE", "UPDATE"])
+}
+
+fn application_rules_for(operations: &[&str]) -> Vec<RuleWithOperations> {
     crate::adapters::applications()
         .iter()
         .map(|a| {
@@ -102,7 +132,7 @@ fn application_rules() -> Vec<RuleWithOperations> {
             RuleWithOperations {
                 api_groups: Some(vec![r.group.clone()]),
                 api_versions: Some(vec![r.version.clone()]),
-                operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                operations: Some(operations.iter().map(|o| o.to_string()).collect()),
                 resources: Some(vec![r.plural.clone()]),
                 scope: Some("Namespaced".into()),
             }
@@ -148,6 +178,39 @@ pub fn mutating(
                 object_selector: Some(governed_pods()),
                 reinvocation_policy: Some("Never".into()),
                 rules: Some(application_rules()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(5),
+                match_conditions: None,
+            },
+            // In a namespace with a default queue, Spark's and Ray's pods and applications that
+            // name no queue get the default; every other unlabelled object never reaches sluice.
+            MutatingWebhook {
+                name: "default-queue-pods.sluice.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: endpoint.client_config("/mutate-pods", ca_bundle),
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(default_queue_namespaces(own_namespace)),
+                object_selector: Some(without_queue_label()),
+                reinvocation_policy: Some("IfNeeded".into()),
+                rules: Some(vec![pod_rule(&["CREATE"])]),
+                side_effects: "None".into(),
+                timeout_seconds: Some(5),
+                match_conditions: Some(vec![MatchCondition {
+                    name: "spark-or-ray-pod".into(),
+                    expression: crate::adapters::default_queue_pod_condition(),
+                }]),
+            },
+            MutatingWebhook {
+                name: "default-queue-applications.sluice.dev".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: endpoint.client_config("/mutate-applications", ca_bundle),
+                failure_policy: Some("Fail".into()),
+                match_policy: Some("Equivalent".into()),
+                namespace_selector: Some(default_queue_namespaces(own_namespace)),
+                object_selector: Some(without_queue_label()),
+                reinvocation_policy: Some("Never".into()),
+                rules: Some(application_rules_for(&["CREATE"])),
                 side_effects: "None".into(),
                 timeout_seconds: Some(5),
                 match_conditions: None,

@@ -15,7 +15,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject};
 
-use crate::api::{MIN_COUNT_ANNOTATION, POD_SET_LABEL, PodSetSpec, QUEUE_LABEL, WORKLOAD_LABEL};
+use crate::api::{
+    ApplicationEnd, DEFAULT_QUEUE_LABEL, MIN_COUNT_ANNOTATION, POD_SET_LABEL, PodSetSpec,
+    QUEUE_LABEL, WORKLOAD_LABEL,
+};
+use crate::namespaces::{DefaultQueue, Namespaces};
 
 /// Where a governed pod belongs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +44,15 @@ pub trait Adapter: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
     /// Where the pod belongs, or None when it is not this adapter's kind of pod.
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity>;
+    /// Whether this kind's pods without a queue label go to their namespace's default queue
+    /// (Spark's and Ray's pods do; a plain pod is governed only when it asks to be).
+    fn follows_namespace_default(&self) -> bool {
+        true
+    }
+    /// Labels every pod of this kind carries (all of them), before sluice's: the webhook
+    /// configuration sends unlabelled pods to sluice only when they carry a kind's marker labels
+    /// and their namespace has a default queue.
+    fn pod_marker_labels(&self) -> &'static [&'static str];
 }
 
 /// An application's declared demand could not be computed.
@@ -65,11 +78,35 @@ pub trait ApplicationAdapter: Adapter {
         &self,
         app: &DynamicObject,
     ) -> Vec<(String, Option<BTreeMap<String, String>>)>;
+    /// Whether the application has ended, as its object's status says (None while it runs, or for
+    /// kinds that never end on their own).
+    fn ended(&self, app: &DynamicObject) -> Option<ApplicationEnd> {
+        let _ = app;
+        None
+    }
 }
 
 /// Every kind of application with an object of its own.
 pub fn applications() -> Vec<Arc<dyn ApplicationAdapter>> {
     vec![Arc::new(RayClusters), Arc::new(SparkApplications)]
+}
+
+/// A CEL expression on `object` that holds for a pod of a kind that follows its namespace's
+/// default queue (for the webhook configuration's matchConditions).
+pub fn default_queue_pod_condition() -> String {
+    let kinds: Vec<String> = all()
+        .iter()
+        .filter(|a| a.follows_namespace_default() && !a.pod_marker_labels().is_empty())
+        .map(|a| {
+            let all: Vec<String> = a
+                .pod_marker_labels()
+                .iter()
+                .map(|l| format!("'{l}' in object.metadata.labels"))
+                .collect();
+            format!("({})", all.join(" && "))
+        })
+        .collect();
+    format!("has(object.metadata.labels) && ({})", kinds.join(" || "))
 }
 
 /// Every adapter, most specific first: the first that recognises a pod wins.
@@ -81,33 +118,88 @@ pub fn all() -> Vec<Arc<dyn Adapter>> {
     ]
 }
 
-/// The adapters as one: the identity of a pod by the first adapter that knows it.
+/// The adapters as one: the identity of a pod by the first adapter that knows it. With a namespace
+/// cache, the webhook also gives Spark's and Ray's pods their namespace's default queue.
 #[derive(Clone)]
-pub struct Adapters(Vec<Arc<dyn Adapter>>);
+pub struct Adapters {
+    adapters: Vec<Arc<dyn Adapter>>,
+    namespaces: Namespaces,
+}
 
 impl Default for Adapters {
     fn default() -> Self {
-        Adapters(all())
+        Adapters {
+            adapters: all(),
+            namespaces: Namespaces::none(),
+        }
     }
 }
 
 impl Adapters {
-    pub fn identify(&self, pod: &Pod) -> Option<PodIdentity> {
-        self.0.iter().find_map(|a| a.identify_pod(pod))
+    /// Every adapter, with namespaces' default queues from `namespaces`.
+    pub fn with_namespaces(namespaces: Namespaces) -> Self {
+        Adapters {
+            adapters: all(),
+            namespaces,
+        }
     }
+
+    pub fn identify(&self, pod: &Pod) -> Option<PodIdentity> {
+        self.adapters.iter().find_map(|a| a.identify_pod(pod))
+    }
+
+    /// The identity `pod` would have in `queue`, by the adapters that follow a namespace default.
+    fn identify_in_default(&self, pod: &Pod, queue: &str) -> Option<PodIdentity> {
+        let mut labelled = pod.clone();
+        labelled
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(QUEUE_LABEL.to_string(), queue.to_string());
+        self.adapters
+            .iter()
+            .filter(|a| a.follows_namespace_default())
+            .find_map(|a| a.identify_pod(&labelled))
+    }
+}
+
+fn identity_labels(identity: PodIdentity) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert(QUEUE_LABEL.to_string(), identity.queue);
+    // A pod's own name may be too long for a label value; the controller falls back to it.
+    if let Some(workload) = identity.workload.filter(|w| is_label_value(w)) {
+        labels.insert(WORKLOAD_LABEL.to_string(), workload);
+    }
+    labels.insert(POD_SET_LABEL.to_string(), identity.pod_set);
+    labels
 }
 
 impl sluice_webhooks::PodClassifier for Adapters {
     fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
-        let identity = self.identify(pod)?;
-        let mut labels = BTreeMap::new();
-        labels.insert(QUEUE_LABEL.to_string(), identity.queue);
-        // A pod's own name may be too long for a label value; the controller falls back to it.
-        if let Some(workload) = identity.workload.filter(|w| is_label_value(w)) {
-            labels.insert(WORKLOAD_LABEL.to_string(), workload);
+        self.identify(pod).map(identity_labels)
+    }
+
+    fn classify_in(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+    ) -> Result<Option<BTreeMap<String, String>>, String> {
+        if label(pod, QUEUE_LABEL).is_some() {
+            return Ok(self.classify(pod));
         }
-        labels.insert(POD_SET_LABEL.to_string(), identity.pod_set);
-        Some(labels)
+        match self.namespaces.default_queue(namespace) {
+            DefaultQueue::Queue(queue) => {
+                Ok(self.identify_in_default(pod, &queue).map(identity_labels))
+            }
+            DefaultQueue::None => Ok(None),
+            // Only a pod that would be governed is held up: any other pod is none of sluice's business.
+            DefaultQueue::Unknown => match self.identify_in_default(pod, "unknown") {
+                Some(_) => Err(format!(
+                    "sluice has not seen namespace {namespace:?} yet, so it cannot tell this pod's default queue (namespace label {DEFAULT_QUEUE_LABEL}); retry in a moment"
+                )),
+                None => Ok(None),
+            },
+        }
     }
 }
 
@@ -171,6 +263,85 @@ pub fn workload_object_name(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::namespaces::testing::namespaces;
+    use sluice_webhooks::PodClassifier;
+
+    fn pod_with(labels: &[(&str, &str)]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn spark_and_ray_pods_take_their_namespace_default_queue_plain_pods_do_not() {
+        let adapters = Adapters::with_namespaces(namespaces(&[
+            ("research", &[(DEFAULT_QUEUE_LABEL, "batch")]),
+            ("other", &[]),
+        ]));
+        let executor = pod_with(&[
+            ("spark-app-selector", "spark-1"),
+            ("spark-role", "executor"),
+        ]);
+        let labels = adapters
+            .classify_in("research", &executor)
+            .expect("known namespace")
+            .expect("governed");
+        assert_eq!(labels.get(QUEUE_LABEL).map(String::as_str), Some("batch"));
+        assert_eq!(
+            labels.get(WORKLOAD_LABEL).map(String::as_str),
+            Some("spark-spark-1")
+        );
+        let worker = pod_with(&[
+            ("ray.io/cluster", "rc"),
+            ("ray.io/node-type", "worker"),
+            ("ray.io/group", "cpu"),
+        ]);
+        let labels = adapters
+            .classify_in("research", &worker)
+            .expect("known")
+            .expect("governed");
+        assert_eq!(labels.get(QUEUE_LABEL).map(String::as_str), Some("batch"));
+        assert_eq!(
+            adapters.classify_in("research", &pod_with(&[("app", "web")])),
+            Ok(None),
+            "a plain pod without the queue label stays ungoverned"
+        );
+        assert_eq!(adapters.classify_in("other", &executor), Ok(None));
+        // Its own label wins over the default.
+        let own = pod_with(&[
+            ("spark-app-selector", "spark-1"),
+            ("spark-role", "executor"),
+            (QUEUE_LABEL, "mine"),
+        ]);
+        let labels = adapters
+            .classify_in("research", &own)
+            .expect("known")
+            .expect("governed");
+        assert_eq!(labels.get(QUEUE_LABEL).map(String::as_str), Some("mine"));
+    }
+
+    #[test]
+    fn an_unseen_namespace_holds_up_only_pods_that_would_be_governed() {
+        let adapters = Adapters::with_namespaces(namespaces(&[]));
+        let executor = pod_with(&[
+            ("spark-app-selector", "spark-1"),
+            ("spark-role", "executor"),
+        ]);
+        let err = adapters
+            .classify_in("fresh", &executor)
+            .expect_err("cannot tell yet");
+        assert!(err.contains("retry") && err.contains("fresh"), "{err}");
+        assert_eq!(
+            adapters.classify_in("fresh", &pod_with(&[("app", "web")])),
+            Ok(None)
+        );
+    }
 
     #[test]
     fn workload_names_are_valid_and_distinct() {

@@ -14,6 +14,14 @@ impl Adapter for PlainPods {
         "pod"
     }
 
+    fn pod_marker_labels(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn follows_namespace_default(&self) -> bool {
+        false
+    }
+
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {
         let queue = label(pod, QUEUE_LABEL)?.to_string();
         let workload = label(pod, WORKLOAD_LABEL)

@@ -34,6 +34,10 @@ impl Adapter for RayClusters {
         "RayCluster"
     }
 
+    fn pod_marker_labels(&self) -> &'static [&'static str] {
+        &[CLUSTER_LABEL]
+    }
+
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {
         let cluster = label(pod, CLUSTER_LABEL)?;
         let queue = label(pod, QUEUE_LABEL)?.to_string();

@@ -19,7 +19,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
-use crate::api::{PodSetSpec, QUEUE_LABEL};
+use crate::api::{ApplicationEnd, PodSetSpec, QUEUE_LABEL};
 use crate::queue::resources::{ResourceList, parse_quantity};
 
 pub const APP_SELECTOR_LABEL: &str = "spark-app-selector";
@@ -37,6 +37,10 @@ pub fn application_workload_name(app: &str) -> String {
 impl Adapter for SparkApplications {
     fn kind(&self) -> &'static str {
         "Spark"
+    }
+
+    fn pod_marker_labels(&self) -> &'static [&'static str] {
+        &[APP_SELECTOR_LABEL, ROLE_LABEL]
     }
 
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {
@@ -213,6 +217,19 @@ impl ApplicationAdapter for SparkApplications {
             .map(|role| (format!("/spec/{role}"), labels_at(role)))
             .collect()
     }
+
+    /// The operator's final application states (its `status.applicationState.state`).
+    fn ended(&self, app: &DynamicObject) -> Option<ApplicationEnd> {
+        match app
+            .data
+            .pointer("/status/applicationState/state")
+            .and_then(Value::as_str)?
+        {
+            "COMPLETED" => Some(ApplicationEnd::Succeeded),
+            "FAILED" | "SUBMISSION_FAILED" => Some(ApplicationEnd::Failed),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -313,5 +330,20 @@ mod tests {
         assert_eq!(spark_memory("512m").ok(), Some(512 << 20));
         assert_eq!(spark_memory("1024").ok(), Some(1024));
         assert!(spark_memory("4x").is_err());
+    }
+
+    #[test]
+    fn an_application_has_ended_when_the_operator_says_so() {
+        let mut a = app(json!({"type": "Scala"}));
+        assert_eq!(SparkApplications.ended(&a), None);
+        for (state, end) in [
+            ("RUNNING", None),
+            ("COMPLETED", Some(ApplicationEnd::Succeeded)),
+            ("FAILED", Some(ApplicationEnd::Failed)),
+            ("SUBMISSION_FAILED", Some(ApplicationEnd::Failed)),
+        ] {
+            a.data["status"] = json!({"applicationState": {"state": state}});
+            assert_eq!(SparkApplications.ended(&a), end, "{state}");
+        }
     }
 }

@@ -69,6 +69,17 @@ pub struct DynamicWorkloadSpec {
     /// The kinds of pod the workload creates.
     #[serde(default)]
     pub pod_sets: Vec<PodSetSpec>,
+    /// Set when the application object says it has ended (a SparkApplication COMPLETED or FAILED):
+    /// nothing is reserved for it any more, and pods of it still behind the gate are not admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_ended: Option<ApplicationEnd>,
+}
+
+/// How an application ended, as its own object tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum ApplicationEnd {
+    Succeeded,
+    Failed,
 }
 
 /// The object a workload was recorded from.

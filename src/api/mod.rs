@@ -8,8 +8,8 @@ mod dynamic_workload;
 pub use capacity_queue::{CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueueingStrategy};
 pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{
-    DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec, PodSetStatus,
-    SourceRef, WorkloadPhase,
+    ApplicationEnd, DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec,
+    PodSetStatus, SourceRef, WorkloadPhase,
 };
 
 use kube::CustomResourceExt;
@@ -21,6 +21,9 @@ pub const GROUP: &str = "sluice.dev";
 pub const ADMISSION_GATE: &str = "sluice.dev/admission";
 /// Label: the CapacityQueue a pod (or application) is submitted to. Its presence marks a pod governed.
 pub const QUEUE_LABEL: &str = "sluice.dev/queue";
+/// Label on a Namespace: the CapacityQueue of its Spark and Ray applications and their pods when
+/// they name none themselves.
+pub const DEFAULT_QUEUE_LABEL: &str = "sluice.dev/default-queue";
 /// Label: the DynamicWorkload a pod belongs to (pods sharing it form one workload).
 pub const WORKLOAD_LABEL: &str = "sluice.dev/workload";
 /// Label: the pod set of its workload a pod belongs to (driver, executor, head, worker group...).

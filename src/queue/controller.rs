@@ -20,8 +20,8 @@ use tracing::{debug, info, warn};
 
 use crate::adapters::Adapters;
 use crate::api::{
-    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, CapacityQueue, CapacityQueueStatus, Condition,
-    ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER, PodSetSpec,
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ApplicationEnd, CapacityQueue, CapacityQueueStatus,
+    Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER, PodSetSpec,
     PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
 };
 use crate::metrics::{ControllerMetrics, QueueLabels};
@@ -609,8 +609,18 @@ fn workload_status(
         pod_sets.push(counts);
     }
     let admitted_pods = tally.admitted_pods as i32;
-    let pending_pods = tally.pending_pods as i32;
-    let phase = if total > 0 && pending_pods == 0 && admitted_pods == 0 && finished_total > 0 {
+    let left_behind = built.left_behind.get(w).copied().unwrap_or(0);
+    let pending_pods = tally.pending_pods as i32 + left_behind as i32;
+    let ended = built.workloads[w]
+        .as_ref()
+        .and_then(|d| d.spec.application_ended);
+    let phase = if let Some(end) = ended {
+        // The application's own word is final, whatever its pods still do.
+        match end {
+            ApplicationEnd::Succeeded => WorkloadPhase::Finished,
+            ApplicationEnd::Failed => WorkloadPhase::Failed,
+        }
+    } else if total > 0 && pending_pods == 0 && admitted_pods == 0 && finished_total > 0 {
         if failed_total > 0 {
             WorkloadPhase::Failed
         } else {
@@ -624,6 +634,19 @@ fn workload_status(
         WorkloadPhase::Pending
     };
     let message = match (&tally.waiting, phase) {
+        _ if ended.is_some() => {
+            let how = match phase {
+                WorkloadPhase::Failed => "failed",
+                _ => "succeeded",
+            };
+            if left_behind > 0 {
+                format!(
+                    "the application {how}; {left_behind} pod(s) left behind the gate are not admitted"
+                )
+            } else {
+                format!("the application {how}")
+            }
+        }
         (Some(reason), _) => reason.to_string(),
         (None, WorkloadPhase::Finished) => format!("all {finished_total} pod(s) ended"),
         (None, WorkloadPhase::Failed) => {
@@ -665,9 +688,11 @@ fn workload_status(
             } else {
                 ConditionStatus::False
             },
-            match phase {
-                WorkloadPhase::Failed => "PodsFailed",
-                WorkloadPhase::Finished => "PodsSucceeded",
+            match (ended, phase) {
+                (Some(ApplicationEnd::Failed), _) => "ApplicationFailed",
+                (Some(ApplicationEnd::Succeeded), _) => "ApplicationSucceeded",
+                (None, WorkloadPhase::Failed) => "PodsFailed",
+                (None, WorkloadPhase::Finished) => "PodsSucceeded",
                 _ => "PodsActive",
             },
             String::new(),

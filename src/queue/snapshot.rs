@@ -27,6 +27,9 @@ pub struct Built {
     pub workloads: Vec<Option<Arc<DynamicWorkload>>>,
     /// Problems with single objects (a bad quantity...), for logs and events; they never stop a pass.
     pub problems: Vec<String>,
+    /// Indexed like `snapshot.workloads`: gated pods of an application that has ended, kept out
+    /// of the pass (they are never admitted).
+    pub left_behind: Vec<u32>,
 }
 
 pub fn millis(ts: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> i64 {
@@ -173,6 +176,7 @@ pub fn build(
         pods: Vec::with_capacity(groups.len()),
         workloads: Vec::with_capacity(groups.len()),
         problems,
+        left_behind: Vec::with_capacity(groups.len()),
     };
 
     // Workloads recorded from an application but without pods yet still count (for status).
@@ -208,6 +212,10 @@ pub fn build(
             _ => true,
         };
 
+        // An application that has ended reserves nothing, and its pods still behind the gate stay
+        // there (its driver or operator cleans them up).
+        let ended = dwl.is_some_and(|d| d.spec.application_ended.is_some());
+        let mut left_behind = 0u32;
         // Pod sets: those the DynamicWorkload declares, then any others the pods show.
         let mut sets: Vec<PodSetSnapshot> = Vec::new();
         let mut set_pods: Vec<Vec<Arc<Pod>>> = Vec::new();
@@ -224,8 +232,13 @@ pub fn build(
                     ResourceList::new()
                 }
             };
-            let min_count = u32::try_from(spec.min_count).unwrap_or(0);
+            let min_count = if ended {
+                0
+            } else {
+                u32::try_from(spec.min_count).unwrap_or(0)
+            };
             let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
+            let (snaps, kept) = drop_gated_if(ended, snaps, kept, &mut left_behind);
             sets.push(PodSetSnapshot {
                 name: spec.name.clone(),
                 per_pod,
@@ -236,6 +249,8 @@ pub fn build(
         }
         for (name, (min_count, pods)) in remaining {
             let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
+            let (snaps, kept) = drop_gated_if(ended, snaps, kept, &mut left_behind);
+            let min_count = if ended { Some(0) } else { min_count };
             let per_pod = snaps
                 .iter()
                 .min_by_key(|p| p.created_at)
@@ -264,8 +279,31 @@ pub fn build(
         });
         built.pods.push(set_pods);
         built.workloads.push(dwl.cloned());
+        built.left_behind.push(left_behind);
     }
     built
+}
+
+/// With `drop`, keeps only the pods that are not gated and counts the others in `dropped`.
+fn drop_gated_if(
+    drop: bool,
+    snaps: Vec<PodSnapshot>,
+    kept: Vec<Arc<Pod>>,
+    dropped: &mut u32,
+) -> (Vec<PodSnapshot>, Vec<Arc<Pod>>) {
+    if !drop {
+        return (snaps, kept);
+    }
+    let (mut out_snaps, mut out_kept) = (Vec::new(), Vec::new());
+    for (snap, pod) in snaps.into_iter().zip(kept) {
+        if snap.state == PodState::Gated {
+            *dropped += 1;
+        } else {
+            out_snaps.push(snap);
+            out_kept.push(pod);
+        }
+    }
+    (out_snaps, out_kept)
 }
 
 fn snapshot_pods(
@@ -301,4 +339,108 @@ fn snapshot_pods(
         kept.push(pod.clone());
     }
     (snaps, kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::queue::admission::decide;
+
+    fn pod(name: &str, role: &str, gated: bool, phase: &str) -> Arc<Pod> {
+        let gates = if gated {
+            json!([{"name": ADMISSION_GATE}])
+        } else {
+            json!([])
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": name, "creationTimestamp": "2026-11-23T00:00:00Z",
+                    "labels": {"sluice.dev/queue": "q", "spark-app-selector": "spark-1", "spark-role": role, "sparkoperator.k8s.io/app-name": "etl"}},
+                "spec": {"schedulingGates": gates, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                "status": {"phase": phase},
+            }))
+            .expect("pod"),
+        )
+    }
+
+    fn workload(ended: Option<&str>) -> Arc<DynamicWorkload> {
+        let mut spec = json!({"queueName": "q", "podSets": [
+            {"name": "driver", "requests": {"cpu": "1"}, "minCount": 1},
+            {"name": "executor", "requests": {"cpu": "1"}, "minCount": 2},
+        ]});
+        if let Some(end) = ended {
+            spec["applicationEnded"] = json!(end);
+        }
+        Arc::new(
+            serde_json::from_value(
+                json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload",
+                "metadata": {"name": "sparkapplication-etl", "namespace": "ns"}, "spec": spec}),
+            )
+            .expect("dwl"),
+        )
+    }
+
+    fn queue() -> Arc<CapacityQueue> {
+        Arc::new(
+            serde_json::from_value(
+                json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+                "metadata": {"name": "q"}, "spec": {"quota": {"cpu": "10"}}}),
+            )
+            .expect("queue"),
+        )
+    }
+
+    #[test]
+    fn an_ended_application_reserves_nothing_and_its_gated_pods_stay_gated() {
+        let pods = vec![
+            pod("driver", "driver", false, "Running"),
+            pod("exec-1", "executor", true, "Pending"),
+        ];
+        let running = build(
+            &Adapters::default(),
+            &[queue()],
+            &[workload(None)],
+            &pods,
+            &[],
+            &HashSet::new(),
+        );
+        let decisions = decide(&running.snapshot);
+        assert_eq!(
+            decisions.admit.len(),
+            1,
+            "the executor fills its reserved place"
+        );
+        assert_eq!(
+            decisions.workloads[0].reserved.get("cpu"),
+            1000,
+            "one executor not created yet"
+        );
+
+        let ended = build(
+            &Adapters::default(),
+            &[queue()],
+            &[workload(Some("Succeeded"))],
+            &pods,
+            &[],
+            &HashSet::new(),
+        );
+        assert_eq!(ended.left_behind, vec![1]);
+        let decisions = decide(&ended.snapshot);
+        assert!(
+            decisions.admit.is_empty(),
+            "nothing of an ended application is admitted"
+        );
+        assert_eq!(
+            decisions.workloads[0].reserved.get("cpu"),
+            0,
+            "and nothing reserved"
+        );
+        assert_eq!(
+            decisions.workloads[0].used.get("cpu"),
+            1000,
+            "the driver still counts while it runs"
+        );
+    }
 }

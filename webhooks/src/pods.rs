@@ -17,6 +17,19 @@ use crate::handler::AdmissionHandler;
 pub trait PodClassifier: Send + Sync + 'static {
     /// The labels sluice keeps on a pod it governs, or None when the pod is not sluice's business.
     fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>>;
+
+    /// As [`PodClassifier::classify`], for a pod created in `namespace`, which may give a pod
+    /// without sluice's queue label a default queue. Err carries a message for the user when the
+    /// pod cannot be classified yet (the namespace was not seen yet): the creation is refused and
+    /// retried rather than let through ungated.
+    fn classify_in(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+    ) -> Result<Option<BTreeMap<String, String>>, String> {
+        let _ = namespace;
+        Ok(self.classify(pod))
+    }
 }
 
 /// What the pod webhooks protect and who may change it.
@@ -133,7 +146,8 @@ where
 }
 
 /// Adds the gate and sluice's labels to a pod the classifier says is governed (CREATE only, dry
-/// runs alike). Never denies: the validator and the controller handle the rest.
+/// runs alike). Denies only when the classifier cannot tell yet whether the pod is governed;
+/// otherwise the validator and the controller handle the rest.
 pub fn mutate_pod(
     request: &AdmissionRequest<Pod>,
     classifier: &dyn PodClassifier,
@@ -146,8 +160,15 @@ pub fn mutate_pod(
     let Some(pod) = request.object.as_ref() else {
         return allowed;
     };
-    let Some(labels) = classifier.classify(pod) else {
-        return allowed;
+    let namespace = request
+        .namespace
+        .as_deref()
+        .or(pod.metadata.namespace.as_deref())
+        .unwrap_or("default");
+    let labels = match classifier.classify_in(namespace, pod) {
+        Ok(Some(labels)) => labels,
+        Ok(None) => return allowed,
+        Err(message) => return allowed.deny(message),
     };
     let patch = mutation_patch(pod, &labels, &gate.gate_name);
     if patch.0.is_empty() {
