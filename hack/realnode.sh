@@ -233,6 +233,19 @@ realnode_network_down() {
     if [[ -n $chain ]]; then iptables -t nat -F "$chain" 2>/dev/null; iptables -t nat -X "$chain" 2>/dev/null || true; fi
   done
   ip link del "$REAL_NODE_BRIDGE" 2>/dev/null || true
+  # The kubelet's own chains (canaries, the iptables-mode hint, KUBE-FIREWALL and the rules using it).
+  local cmd table
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle; do
+      while line=$("$cmd" -t "$table" -S 2>/dev/null | grep -m1 -E '^-A [A-Z]+ .*-j KUBE-(FIREWALL|KUBELET-CANARY|IPTABLES-HINT)'); do
+        eval "$cmd -t $table ${line/-A /-D }" || break
+      done
+      for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+        "$cmd" -t "$table" -F "$chain" 2>/dev/null && "$cmd" -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
 }
 
 # ---- processes -------------------------------------------------------------------------------------
@@ -250,6 +263,10 @@ state = "$NODE_DIR/containerd/state"
   level = "info"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
+  # No CAP_SYS_RESOURCE in these sandboxes: an oom_score_adj below containerd's own (the sandbox's
+  # -998, a Guaranteed pod's -997) is refused by the kernel ("failed to update /proc/self/oom_score_adj:
+  # Permission denied" from runc). This clamps them to containerd's.
+  restrict_oom_score_adj = true
   enable_cdi = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "$REAL_NODE_SNAPSHOTTER"
@@ -289,6 +306,7 @@ failCgroupV1: false
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
 failSwapOn: false
+oomScoreAdj: 0                # not -999: no CAP_SYS_RESOURCE here (see containerd.toml)
 registerNode: true
 registerWithTaints:
 - {key: $REAL_NODE_TAINT, value: "true", effect: NoSchedule}
