@@ -382,6 +382,11 @@ realnode_down() {
   for mnt in $(awk '$2 ~ "^/run/netns/cni-" {print $2}' /proc/self/mounts); do
     umount "$mnt" 2>/dev/null && rm -f "$mnt"
   done
+  # The containers' cgroups (cgroupsPerQOS is off: containerd puts them under /k8s.io in each hierarchy).
+  local h
+  for h in /sys/fs/cgroup/*/k8s.io; do
+    if [[ -d $h ]]; then find "$h" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
+  done
   [[ -f $REAL_NODE_OWNER && $(cat "$REAL_NODE_OWNER") == "$STATE" ]] && rm -f "$REAL_NODE_OWNER"
   rm -rf "$NODE_DIR"
 }
