@@ -18,7 +18,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
 fi
 
 NODE_DIR=$STATE/node
-REAL_NODE_NAME=sluice-real-node
+REAL_NODE_NAME="sluice-real-node"
 REAL_NODE_LABEL=sluice.dev/node          # = real; kwok nodes carry type=kwok and no such label
 REAL_NODE_TAINT=sluice.dev/real-node     # NoSchedule: only pods that tolerate it land here
 REAL_NODE_BRIDGE=sluice0
@@ -242,7 +242,7 @@ realnode_network_down() {
         eval "$cmd -t $table ${line/-A /-D }" || break
       done
       for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
-        "$cmd" -t "$table" -F "$chain" 2>/dev/null && "$cmd" -t "$table" -X "$chain" 2>/dev/null || true
+        if "$cmd" -t "$table" -F "$chain" 2>/dev/null; then "$cmd" -t "$table" -X "$chain" 2>/dev/null || true; fi
       done
     done
   done
@@ -379,9 +379,9 @@ realnode_down() {
   done < <(awk -v p="$NODE_DIR/" 'index($2, p) == 1 {print $2}' /proc/self/mounts | sort -r)
   realnode_network_down
   # Network namespaces containerd made for our sandboxes (bind mounts under /run/netns).
-  for mnt in $(awk '$2 ~ "^/run/netns/cni-" {print $2}' /proc/self/mounts); do
-    umount "$mnt" 2>/dev/null && rm -f "$mnt"
-  done
+  while read -r mnt; do
+    if umount "$mnt" 2>/dev/null; then rm -f "$mnt"; fi
+  done < <(awk '$2 ~ "^/run/netns/cni-" {print $2}' /proc/self/mounts)
   # The containers' cgroups (cgroupsPerQOS is off: containerd puts them under /k8s.io in each hierarchy).
   local h
   for h in /sys/fs/cgroup/*/k8s.io; do
