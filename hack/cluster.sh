@@ -71,11 +71,12 @@ Flags of 'up' (and 'build'):
                        (frameworks: batch/job, pod, ray.io/rayjob, ray.io/raycluster,
                        sparkoperator.k8s.io/sparkapplication)
   --real-node          one real node beside the kwok nodes (root only; hack/realnode.sh): a kubelet
-                       $KUBERNETES_VERSION built from the same module, containerd, runc and the CNI plugins
-                       from Debian (apt-get install when missing), images built here and imported
-                       ($BUSYBOX_DEB_VERSION busybox, pause, sluice:dev from target/debug/sluice). The node
-                       is sluice-real-node, labelled sluice.dev/node=real and tainted
-                       sluice.dev/real-node=true:NoSchedule; kwok never manages it. State in .cluster/node/.
+                       $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
+                       runc and the CNI plugins from Debian (apt-get install when missing), and images built
+                       here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev
+                       (target/debug/sluice; --no-build uses it as it is). The node is $REAL_NODE_NAME,
+                       labelled $REAL_NODE_LABEL=real, tainted $REAL_NODE_TAINT=true:NoSchedule; kwok never
+                       manages it. State in .cluster/node/; 'down' stops its containers and cleans up.
   --all                (build only) every add-on
   --timeout S          seconds to wait for each component to become ready (default $TIMEOUT)
 
@@ -83,6 +84,9 @@ Environment:
   SLUICE_CACHE         build cache (default ~/.cache/sluice): bin/<name>-<version>, go/ (module and build
                        caches), pyspark-<version>/ (venv)
   SLUICE_NODES         default for --nodes
+  SLUICE_REAL_NODE_SNAPSHOTTER
+                       containerd's snapshotter on the real node (default overlayfs; native where overlay
+                       mounts are refused)
   RUST_LOG             sluice's log filter (default info)
   CARGO_TARGET_DIR     where cargo puts target/debug/sluice (default target/ of the repository)
 
