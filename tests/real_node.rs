@@ -88,6 +88,26 @@ async fn real_node_name(env: &TestEnv) -> String {
             .any(|t| t.key == NODE_TAINT && t.effect == "NoSchedule"),
         "the real node carries the taint {NODE_TAINT}:NoSchedule, got {taints:?}"
     );
+    // Its status is the kubelet's own, never kwok's (kwok manages only nodes annotated as fake).
+    let info = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.clone())
+        .unwrap_or_else(|| panic!("the real node reports nodeInfo: {:?}", node.status));
+    assert!(
+        info.kubelet_version.starts_with("v1."),
+        "a real kubelet's version, got {:?}",
+        info.kubelet_version
+    );
+    assert!(
+        info.container_runtime_version.starts_with("containerd://"),
+        "containerd as the runtime, got {:?}",
+        info.container_runtime_version
+    );
+    assert!(
+        !node.annotations().contains_key("kwok.x-k8s.io/node"),
+        "kwok does not manage the real node"
+    );
     node.name_any()
 }
 
@@ -284,7 +304,7 @@ async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() 
             let n = list
                 .items
                 .iter()
-                .flat_map(|s| s.endpoints.iter())
+                .flat_map(|s| s.endpoints.iter().flatten())
                 .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
                 .count();
             (n == 2).then_some(n)
