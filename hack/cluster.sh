@@ -19,10 +19,10 @@ export GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build GOPATH=$CACHE/go GOFLAGS
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 
 # Every component, in start order; `down` stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay spark-operator kueue sluice)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay spark-operator kueue sluice containerd kubelet)
 
 NODES=${SLUICE_NODES:-4} NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
-WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true
+WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true REAL_NODE=false
 TIMEOUT=${SLUICE_CLUSTER_TIMEOUT:-120}   # seconds to wait for each component to become ready
 STOP_TIMEOUT=10                          # seconds between TERM and KILL in `down`
 
@@ -70,6 +70,13 @@ Flags of 'up' (and 'build'):
   --with-kueue         Kueue $KUEUE_VERSION on the host, CRDs applied, its webhooks registered by URL
                        (frameworks: batch/job, pod, ray.io/rayjob, ray.io/raycluster,
                        sparkoperator.k8s.io/sparkapplication)
+  --real-node          one real node beside the kwok nodes (root only; hack/realnode.sh): a kubelet
+                       $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
+                       runc and the CNI plugins from Debian (apt-get install when missing), and images built
+                       here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev
+                       (target/debug/sluice; --no-build uses it as it is). The node is $REAL_NODE_NAME,
+                       labelled $REAL_NODE_LABEL=real, tainted $REAL_NODE_TAINT=true:NoSchedule; kwok never
+                       manages it. State in .cluster/node/; 'down' stops its containers and cleans up.
   --all                (build only) every add-on
   --timeout S          seconds to wait for each component to become ready (default $TIMEOUT)
 
@@ -77,6 +84,9 @@ Environment:
   SLUICE_CACHE         build cache (default ~/.cache/sluice): bin/<name>-<version>, go/ (module and build
                        caches), pyspark-<version>/ (venv)
   SLUICE_NODES         default for --nodes
+  SLUICE_REAL_NODE_SNAPSHOTTER
+                       containerd's snapshotter on the real node (default overlayfs; native where overlay
+                       mounts are refused)
   RUST_LOG             sluice's log filter (default info)
   CARGO_TARGET_DIR     where cargo puts target/debug/sluice (default target/ of the repository)
 
@@ -87,6 +97,9 @@ USAGE
 
 die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
+
+# shellcheck source=hack/realnode.sh
+source "$ROOT/hack/realnode.sh"
 
 # ---- building ------------------------------------------------------------------------------------
 
@@ -106,12 +119,8 @@ build_go() { # name version module-dir package [extra ldflags]
 
 build_core() {
   build_go etcd "$ETCD_VERSION" etcd .
-  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-  local v="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
-  v+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  v+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  v+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
-  v+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  local v
+  v=$(k8s_version_ldflags)
   # One multi-call binary (hack/tools/k8s/main.go) for the four: linked once, a quarter of the disk.
   build_go k8s "$KUBERNETES_VERSION" k8s . "$v"
   local c
@@ -128,6 +137,7 @@ build_addons() {
     install_pyspark
   fi
   if $WITH_KUEUE; then build_go kueue "$KUEUE_VERSION" kueue sigs.k8s.io/kueue/cmd/kueue; fi
+  if $REAL_NODE; then realnode_build; fi
   return 0
 }
 
@@ -263,7 +273,7 @@ wait_until() { # timeout what component command...
 
 PORT_NAMES=(ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT SLUICE_PORT SLUICE_METRICS_PORT
   KUBERAY_METRICS_PORT KUBERAY_PROBE_PORT SPARK_OPERATOR_PROBE_PORT SPARK_OPERATOR_METRICS_PORT
-  KUEUE_WEBHOOK_PORT KUEUE_PROBE_PORT KUEUE_METRICS_PORT)
+  KUEUE_WEBHOOK_PORT KUEUE_PROBE_PORT KUEUE_METRICS_PORT KUBELET_PORT KUBELET_HEALTHZ_PORT)
 
 load_ports() {
   mkdir -p "$STATE"
@@ -317,6 +327,8 @@ extendedKeyUsage=serverAuth"
     issue admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
     issue controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
     issue scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
+    # The API server's client certificate for kubelets (logs, exec, attach of pods on a real node).
+    issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
     openssl genrsa -out sa.key 2048
     openssl rsa -in sa.key -pubout -out sa.pub
   ) >"$LOGS/pki.log" 2>&1 || fail_with_log pki "generating certificates with openssl failed"
@@ -363,12 +375,20 @@ start_etcd() {
 }
 
 start_apiserver() {
+  # Logs, exec and attach of pods on a real node: the API server calls the kubelet with a client
+  # certificate and checks the kubelet's serving certificate. (Clusters made before this had no such
+  # certificate: they run without, until down and up.)
+  local kubelet_client=()
+  [[ -f $PKI/apiserver-kubelet-client.crt ]] && kubelet_client=(--kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" --kubelet-certificate-authority "$PKI/ca.crt"
+    --kubelet-preferred-address-types InternalIP)
   start kube-apiserver "$BIN/kube-apiserver" --bind-address 127.0.0.1 --secure-port "$API_PORT" \
     --advertise-address 127.0.0.1 --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" --client-ca-file "$PKI/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 --authorization-mode Node,RBAC --allow-privileged \
+    "${kubelet_client[@]}" --enable-aggregator-routing=true \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota \
     --endpoint-reconciler-type none --enable-priority-and-fairness=false \
     --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling=false
@@ -642,6 +662,7 @@ parse_flags() { # command flags...
       --with-kuberay) WITH_KUBERAY=true; shift ;;
       --with-spark-operator) WITH_SPARK=true; shift ;;
       --with-kueue) WITH_KUEUE=true; shift ;;
+      --real-node) REAL_NODE=true; shift ;;
       --all) [[ $cmd == build ]] || die "--all is a flag of build"; WITH_KUBERAY=true WITH_SPARK=true WITH_KUEUE=true; shift ;;
       -h | --help) usage; exit 0 ;;
       *) die "unknown flag '$1' for $cmd (see hack/cluster.sh help)" ;;
@@ -670,12 +691,14 @@ cmd_up() {
   if $WITH_SPARK; then start_spark_operator; fi
   if $WITH_KUEUE; then start_kueue; fi
   if $WITH_SLUICE; then start_sluice; fi
+  if $REAL_NODE; then realnode_up; fi
   log "cluster up in $((SECONDS - t0))s: eval \"\$(hack/cluster.sh env)\" (KUBECONFIG=$STATE/kubeconfig)"
 }
 
 cmd_down() {
   (($# == 0)) || die "down takes no flags"
   if [[ -d $PIDS ]]; then
+    realnode_down
     local c reversed=()
     for c in "${COMPONENTS[@]}"; do reversed=("$c" "${reversed[@]+"${reversed[@]}"}"); done
     # Everything but etcd at once, then etcd (the API server shuts down faster with its storage there).
@@ -701,11 +724,11 @@ cmd_status() {
       etcd) port=${ETCD_PORT:-} ;; kube-apiserver) port=${API_PORT:-} ;; kube-controller-manager) port=${KCM_PORT:-} ;;
       kube-scheduler) port=${SCHED_PORT:-} ;; kwok) port=${KWOK_PORT:-} ;; kuberay) port=${KUBERAY_PROBE_PORT:-} ;;
       spark-operator) port=${SPARK_OPERATOR_PROBE_PORT:-} ;; kueue) port=${KUEUE_WEBHOOK_PORT:-} ;;
-      sluice) port=${SLUICE_PORT:-} ;;
+      sluice) port=${SLUICE_PORT:-} ;; kubelet) port=${KUBELET_PORT:-} ;; containerd) port=.cluster/node/containerd.sock ;;
     esac
     pid=$(pid_of "$c" || true)
     if [[ -z $pid ]]; then
-      case $c in kuberay | spark-operator | kueue | sluice) continue ;; esac  # add-on never started
+      case $c in kuberay | spark-operator | kueue | sluice | containerd | kubelet) continue ;; esac  # add-on never started
       state=stopped
     elif alive "$c"; then state=running
     else state=dead; fi

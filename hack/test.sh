@@ -5,9 +5,15 @@
 #
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
+# With no arguments, a second phase follows on a cluster of its own: the real node's tests
+# (tests/real_node.rs: containers that really run, sluice deployed in-cluster from manifests/), with
+# 'hack/cluster.sh up --real-node' and no sluice on the host. It needs root. `hack/test.sh --test
+# real_node` runs only that phase.
+#
 # Environment:
 #   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay
 #                              --with-spark-operator)
+#   SLUICE_TEST_REAL_NODE      0: skip the real node's phase of a full run (default 1)
 #   SLUICE_CACHE               where the cluster's binaries are built (default ~/.cache/sluice)
 #   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
 # Exits with cargo test's status (or the cluster's, if it could not come up).
@@ -40,9 +46,29 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+export SLUICE_REPO=$ROOT
+
+# The real node's tests, on a cluster with the real node and without sluice on the host.
+real_node_phase() { # cargo test arguments (naming --test real_node)...
+  ((EUID == 0)) || { echo "test.sh: the real node's tests need root (containerd, runc, mounts); SLUICE_TEST_REAL_NODE=0 skips them" >&2; exit 1; }
+  hack/cluster.sh up --real-node
+  eval "$(hack/cluster.sh env)"
+  cargo test "$@"
+}
+
+if [[ " $* " == *" --test real_node "* || " $* " == *" --test=real_node "* ]]; then
+  cargo test --no-run "$@"
+  real_node_phase "$@"
+  exit 0
+fi
+
 # Compile everything before the cluster is up, so the cluster runs no longer than the tests need.
 cargo test --workspace --no-run
+if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then cargo test --test real_node --no-run; fi
 hack/cluster.sh up "${CLUSTER_FLAGS[@]}"
 eval "$(hack/cluster.sh env)"
-export SLUICE_REPO=$ROOT
 cargo test --workspace "$@"
+if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then
+  hack/cluster.sh down
+  real_node_phase --test real_node
+fi

@@ -12,3 +12,11 @@ KUBERAY_VERSION=v1.6.2
 SPARK_OPERATOR_VERSION=v2.5.2  # github.com/kubeflow/spark-operator/v2 (hack/tools/spark-operator/go.mod)
 PYSPARK_VERSION=4.0.4          # pyspark on PyPI: spark-submit for the Spark operator (its image ships Spark 4.0.4)
 KUEUE_VERSION=v0.19.2          # sigs.k8s.io/kueue (hack/tools/kueue/go.mod)
+
+# The real node (hack/realnode.sh, `hack/cluster.sh up --real-node`): Debian 12 packages, installed with
+# apt-get at exactly these versions, and the pause image built from k8s.io/kubernetes' build/pause.
+CONTAINERD_DEB_VERSION=1.6.20~ds1-1+deb12u3
+RUNC_DEB_VERSION=1.1.5+ds1-1+deb12u1
+CNI_PLUGINS_DEB_VERSION=1.1.1+ds1-3+b5
+BUSYBOX_DEB_VERSION=1:1.35.0-4+deb12u1+b1
+PAUSE_VERSION=3.10.2           # TAG of build/pause/Makefile in k8s.io/kubernetes v1.36.3
