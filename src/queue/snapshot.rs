@@ -193,13 +193,14 @@ pub fn build(
         let queue = dwl
             .map(|d| d.spec.queue_name.clone())
             .unwrap_or(group.queue);
-        let priority = dwl
-            .map(|d| d.spec.priority)
-            .unwrap_or(if group.priority == i32::MIN {
-                0
-            } else {
-                group.priority
-            });
+        // The pods' own priority (from their priorityClassName) counts for recorded applications
+        // too: the ledger's priority is a floor, since operators copy priority classes into pods.
+        let pods_priority = (group.priority != i32::MIN).then_some(group.priority);
+        let priority = match (dwl.map(|d| d.spec.priority), pods_priority) {
+            (Some(recorded), Some(pods)) => recorded.max(pods),
+            (Some(recorded), None) => recorded,
+            (None, pods) => pods.unwrap_or(0),
+        };
         let queued_at = dwl
             .map(|d| millis(d.metadata.creation_timestamp.as_ref()))
             .filter(|t| *t > 0)
@@ -441,6 +442,35 @@ mod tests {
             decisions.workloads[0].used.get("cpu"),
             1000,
             "the driver still counts while it runs"
+        );
+    }
+
+    #[test]
+    fn a_recorded_workload_takes_its_pods_priority_when_higher() {
+        let mut driver = (*pod("driver", "driver", true, "Pending")).clone();
+        if let Some(spec) = driver.spec.as_mut() {
+            spec.priority = Some(100);
+        }
+        let built = build(
+            &Adapters::default(),
+            &[queue()],
+            &[workload(None)],
+            &[Arc::new(driver)],
+            &[],
+            &HashSet::new(),
+        );
+        assert_eq!(built.snapshot.workloads[0].priority, 100);
+        let built = build(
+            &Adapters::default(),
+            &[queue()],
+            &[workload(None)],
+            &[],
+            &[],
+            &HashSet::new(),
+        );
+        assert_eq!(
+            built.snapshot.workloads[0].priority, 0,
+            "no pods yet: the ledger's own"
         );
     }
 }
