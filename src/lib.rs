@@ -13,4 +13,5 @@ pub mod metrics;
 pub mod queue;
 pub mod recorder;
 pub mod serve;
+pub mod tasks;
 pub mod webhook_config;

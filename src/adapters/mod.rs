@@ -4,10 +4,12 @@
 mod plain;
 pub mod ray;
 pub mod spark;
+pub mod task_cluster;
 
 pub use plain::PlainPods;
 pub use ray::RayClusters;
 pub use spark::SparkApplications;
+pub use task_cluster::TaskClusters;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,7 +71,11 @@ pub trait ApplicationAdapter: Adapter {
 
 /// Every kind of application with an object of its own.
 pub fn applications() -> Vec<Arc<dyn ApplicationAdapter>> {
-    vec![Arc::new(RayClusters), Arc::new(SparkApplications)]
+    vec![
+        Arc::new(RayClusters),
+        Arc::new(SparkApplications),
+        Arc::new(TaskClusters),
+    ]
 }
 
 /// Every adapter, most specific first: the first that recognises a pod wins.
@@ -77,6 +83,7 @@ pub fn all() -> Vec<Arc<dyn Adapter>> {
     vec![
         Arc::new(RayClusters),
         Arc::new(SparkApplications),
+        Arc::new(TaskClusters),
         Arc::new(PlainPods),
     ]
 }
