@@ -246,7 +246,8 @@ async fn kill_and_timeout_end_a_long_task() {
     env.cleanup().await;
 }
 
-/// Plays the kubelet for a Task's ephemeral container on a kwok worker: marks it terminated.
+/// Plays the kubelet for a Task's ephemeral container on a kwok worker: marks it terminated. The
+/// status list is replaced whole (as the kubelet writes it), keeping the other containers' states.
 async fn end_ephemeral(
     pods: &Api<Pod>,
     worker: &str,
@@ -254,11 +255,24 @@ async fn end_ephemeral(
     exit_code: i32,
     message: &str,
 ) {
-    let status = json!({"status": {"ephemeralContainerStatuses": [{
+    let pod = pods
+        .get(worker)
+        .await
+        .unwrap_or_else(|e| panic!("get {worker}: {e}"));
+    let mut statuses: Vec<serde_json::Value> = pod
+        .status
+        .and_then(|s| s.ephemeral_container_statuses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.name != container)
+        .map(|s| serde_json::to_value(s).expect("status"))
+        .collect();
+    statuses.push(json!({
         "name": container, "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
         "state": {"terminated": {"exitCode": exit_code, "message": message, "reason": if exit_code == 0 {"Completed"} else {"Error"}}},
-    }]}});
-    pods.patch_status(worker, &PatchParams::default(), &Patch::Strategic(status))
+    }));
+    let status = json!({"status": {"ephemeralContainerStatuses": statuses}});
+    pods.patch_status(worker, &PatchParams::default(), &Patch::Merge(status))
         .await
         .unwrap_or_else(|e| panic!("end ephemeral container {container} on {worker}: {e}"));
 }
