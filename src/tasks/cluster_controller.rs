@@ -89,10 +89,10 @@ pub fn worker_pod(cluster: &TaskCluster) -> Result<Value, String> {
         .get("spec")
         .and_then(Value::as_object)
         .ok_or("spec.template.spec is missing")?;
-    if !spec
+    if spec
         .get("containers")
         .and_then(Value::as_array)
-        .is_some_and(|c| !c.is_empty())
+        .is_none_or(Vec::is_empty)
     {
         return Err("spec.template.spec.containers is empty".into());
     }

@@ -145,7 +145,7 @@ pub struct Executors {
 impl Executors {
     pub fn new(http: HttpRuntime) -> Self {
         Executors {
-            container: Arc::new(ContainerExecutorImpl::default()),
+            container: Arc::new(ContainerExecutorImpl),
             pod: Arc::new(PodExecutorImpl),
             http: Arc::new(HttpExecutorImpl::new(http)),
             resource: Arc::new(ResourceExecutorImpl),
