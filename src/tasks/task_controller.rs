@@ -262,6 +262,9 @@ async fn finish(
     let now = now();
     let stamp = rfc3339(now);
     let mut next = status.clone();
+    if next.executor.is_none() && executor != "none" {
+        next.executor = Some(executor.to_string());
+    }
     next.phase = phase;
     next.message = outcome.message.clone();
     next.result = outcome.result;
