@@ -107,7 +107,8 @@ async fn resource_executor_waits_for_the_success_condition_and_reads_inputs() {
                         "metadata": {"name": "${task.name}-out"},
                         "data": {"greeting": "${input.greeting}", "n": "${input.nested.n}", "done": "false"}},
                     "successCondition": "$.data.done == \"true\"",
-                    "failureCondition": "$.data.done == \"failed\"",
+                    // CEL for one condition, JSONPath for the other.
+                    "failureCondition": "self.data.done == \"failed\"",
                     "resultJsonPath": "$.data.answer",
                 }},
             },

@@ -147,8 +147,10 @@ pub struct ResourceExecutor {
     /// The object to create (apiVersion, kind, metadata, ...), in the Task's namespace.
     #[schemars(schema_with = "any_object")]
     pub manifest: serde_json::Value,
-    /// When this holds on the object, the Task succeeded. A JSONPath, alone (holds when it selects a
-    /// value that is not false, null or empty) or compared: `$.status.phase == "Succeeded"`.
+    /// When this holds on the object, the Task succeeded. JSONPath (starts with `$` or `.`), alone
+    /// (holds when it selects a value that is not false, null or empty) or compared with a literal:
+    /// `$.status.phase == "Succeeded"`; or CEL with the object as `self`:
+    /// `self.status.phase == "Succeeded"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_condition: Option<String>,
     /// When this holds on the object, the Task failed (same syntax).

@@ -1,10 +1,14 @@
-//! JSONPath for results (`resultJsonPath`) and conditions (`successCondition`,
-//! `failureCondition`). Pure.
+//! JSONPath for results (`resultJsonPath`), and the conditions (`successCondition`,
+//! `failureCondition`) of the resource executor: JSONPath or CEL. Pure.
 //!
 //! A path is RFC 9535 JSONPath (`$.status.phase`, `$.items[?@.ready == true]`); `.status.phase` and
-//! kubectl's `{.status.phase}` are accepted too. A condition is a path alone (holds when it selects
-//! a value that is not `false`, `null`, `""`, `[]` or `{}`) or a path compared with a JSON literal:
-//! `$.status.phase == "Succeeded"`, `$.data.done != "false"` (a bare word is taken as a string).
+//! kubectl's `{.status.phase}` are accepted too. A condition starting with `$`, `.`, `{` or `[` is
+//! JSONPath: a path alone (holds when it selects a value that is not `false`, `null`, `""`, `[]` or
+//! `{}`) or a path compared with a JSON literal: `$.status.phase == "Succeeded"`,
+//! `$.data.done != "false"` (a bare word is taken as a string). Any other condition is CEL, with the
+//! object as `self` (and `object`), and must evaluate to a bool:
+//! `self.status.phase == "Succeeded" && self.status.succeeded >= 1`. A field that does not exist
+//! (yet) makes a CEL condition not hold; use `has(self.status.x)` to test for it.
 
 use jsonpath_rust::JsonPath;
 use serde_json::Value;
@@ -15,6 +19,8 @@ pub enum PathError {
     Invalid { path: String, message: String },
     #[error("JSONPath {path:?} selected nothing")]
     NoMatch { path: String },
+    #[error("CEL condition {expr:?}: {message}")]
+    Cel { expr: String, message: String },
 }
 
 /// `$`-rooted form of a path written in any accepted style.
@@ -67,9 +73,57 @@ fn truthy(value: &Value) -> bool {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Condition {
-    path: String,
-    compare: Option<(bool, Value)>,
+pub enum Condition {
+    Path {
+        path: String,
+        compare: Option<(bool, Value)>,
+    },
+    Cel {
+        expr: String,
+    },
+}
+
+fn is_jsonpath(expr: &str) -> bool {
+    matches!(
+        expr.trim_start().chars().next(),
+        Some('$' | '.' | '{' | '[')
+    )
+}
+
+fn cel_program(expr: &str) -> Result<cel_interpreter::Program, PathError> {
+    let cel_err = |message: String| PathError::Cel {
+        expr: expr.to_string(),
+        message,
+    };
+    // cel-parser 0.10 (antlr4rust) panics on some malformed input instead of returning an error: a
+    // user's typo must fail their Task, not the controller.
+    std::panic::catch_unwind(|| cel_interpreter::Program::compile(expr))
+        .map_err(|_| cel_err("not a valid CEL expression (the parser gave up)".into()))?
+        .map_err(|e| cel_err(e.to_string()))
+}
+
+fn cel_holds(expr: &str, object: &Value) -> Result<bool, PathError> {
+    let cel_err = |message: String| PathError::Cel {
+        expr: expr.to_string(),
+        message,
+    };
+    let program = cel_program(expr)?;
+    let mut context = cel_interpreter::Context::default();
+    for name in ["self", "object"] {
+        context
+            .add_variable(name, object.clone())
+            .map_err(|e| cel_err(format!("the object as CEL: {e}")))?;
+    }
+    let executed =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&context)))
+            .map_err(|_| cel_err("evaluation failed inside the CEL library".into()))?;
+    match executed {
+        Ok(cel_interpreter::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(cel_err(format!("evaluates to {other:?}, not a bool"))),
+        // Not there yet: the condition does not hold (yet).
+        Err(cel_interpreter::ExecutionError::NoSuchKey(_)) => Ok(false),
+        Err(e) => Err(cel_err(e.to_string())),
+    }
 }
 
 /// Finds a top-level ` == ` or ` != ` (outside brackets, parentheses and quotes).
@@ -99,28 +153,35 @@ fn split_comparison(expr: &str) -> Option<(usize, bool)> {
 
 impl Condition {
     pub fn parse(expr: &str) -> Result<Condition, PathError> {
+        if !is_jsonpath(expr) {
+            cel_program(expr)?;
+            return Ok(Condition::Cel {
+                expr: expr.trim().to_string(),
+            });
+        }
         let (path, compare) = match split_comparison(expr) {
             Some((at, equal)) => {
                 let literal = expr[at + 2..].trim();
-                let value = serde_json::from_str(literal)
-                    .or_else(|_| {
-                        // 'single quoted' or a bare word: a string.
-                        let unquoted = literal.trim_matches('\'');
-                        Ok::<Value, serde_json::Error>(Value::String(unquoted.to_string()))
-                    })
-                    .unwrap_or(Value::Null);
+                let value = serde_json::from_str(literal).unwrap_or_else(|_| {
+                    // 'single quoted' or a bare word: a string.
+                    Value::String(literal.trim_matches('\'').to_string())
+                });
                 (expr[..at].trim().to_string(), Some((equal, value)))
             }
             None => (expr.trim().to_string(), None),
         };
         // Validate the path once, on an empty document.
         select(&Value::Null, &path)?;
-        Ok(Condition { path, compare })
+        Ok(Condition::Path { path, compare })
     }
 
     pub fn holds(&self, value: &Value) -> Result<bool, PathError> {
-        let found = select(value, &self.path)?;
-        Ok(match &self.compare {
+        let (path, compare) = match self {
+            Condition::Cel { expr } => return cel_holds(expr, value),
+            Condition::Path { path, compare } => (path, compare),
+        };
+        let found = select(value, path)?;
+        Ok(match compare {
             None => found.iter().any(truthy),
             Some((true, literal)) => found.iter().any(|v| v == literal),
             Some((false, literal)) => !found.is_empty() && found.iter().all(|v| v != literal),
@@ -172,5 +233,25 @@ mod tests {
         // A filter with == inside brackets is part of the path.
         assert!(holds(r#"$[?@.phase == "Succeeded"]"#));
         assert!(Condition::parse("$.[[[").is_err());
+    }
+
+    #[test]
+    fn cel_conditions() {
+        let doc =
+            json!({"status": {"phase": "Succeeded", "succeeded": 2}, "data": {"done": "true"}});
+        let holds = |c: &str| Condition::parse(c).unwrap().holds(&doc);
+        assert!(
+            holds(r#"self.status.phase == "Succeeded" && self.status.succeeded >= 1"#).unwrap()
+        );
+        assert!(holds(r#"object.data.done == "true""#).unwrap());
+        assert!(!holds(r#"self.status.phase == "Failed""#).unwrap());
+        assert!(holds("has(self.status.phase)").unwrap());
+        assert!(!holds("has(self.status.failed)").unwrap());
+        // Not there yet: does not hold.
+        assert!(!holds(r#"self.status.failed == "x""#).unwrap());
+        // Not a bool: an error that says so.
+        let err = holds("self.status.succeeded").unwrap_err();
+        assert!(err.to_string().contains("not a bool"), "{err}");
+        assert!(Condition::parse("self.status.phase ==").is_err());
     }
 }

@@ -1,8 +1,8 @@
 //! `resource`: the controller creates any namespaced object from a manifest (in the Task's
 //! namespace, owned by the Task) and follows it until `failureCondition` or `successCondition`
-//! (JSONPath, see [`crate::tasks::jsonpath`]) holds. Without a success condition the Task succeeds
+//! (JSONPath or CEL, see [`crate::tasks::jsonpath`]) holds. Without a success condition the Task succeeds
 //! once the object exists. A kill deletes the object. An Argo Workflow is one use:
-//! `successCondition: $.status.phase == "Succeeded"`.
+//! `successCondition: self.status.phase == "Succeeded"`.
 //!
 //! sluice creates the object with its own rights: the kinds it may create are those its
 //! ClusterRole allows (ConfigMaps out of the box; add others, e.g. Argo Workflows, to the role).
