@@ -39,7 +39,10 @@ impl Drop for SparkSubmit {
         let pgid = self.0.id() as i32;
         // SIGKILL: the JVM runs shutdown hooks on TERM that can wait on the API server; the
         // namespace deletion removes the executors anyway.
-        let _ = Command::new("kill").args(["-KILL", &format!("-{pgid}")]).status();
+        // `--` is vital: procps' kill reads "-KILL -<pgid>" as kill(-1), every process there is.
+        if pgid > 1 {
+            let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{pgid}")]).status();
+        }
         let _ = self.0.wait();
     }
 }

@@ -156,7 +156,7 @@ pub fn free_slots(workers: &[Worker], spec: &TaskClusterSpec) -> i32 {
 }
 
 /// Tasks of the cluster waiting for a worker that came before `me` (creation time, then name):
-/// workers go to Tasks in the order they were created.
+/// workers go to Tasks strictly in the order they were created.
 pub fn waiting_ahead(tasks: &[Task], cluster: &str, me: &Task) -> usize {
     let key = |t: &Task| {
         (

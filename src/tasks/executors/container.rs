@@ -176,7 +176,8 @@ impl Executor for ContainerExecutorImpl {
             let ws = workers(&pods, &tasks);
             let ahead = waiting_ahead(&tasks, &spec.cluster, ctx.task);
             let free = free_slots(&ws, &cluster.spec);
-            if ahead as i32 >= free && free > 0 {
+            // Strictly in creation order: an older Task waiting takes the next slot.
+            if ahead > 0 {
                 return Ok(Plan::Wait(format!(
                     "TaskCluster {}: {ahead} older Task(s) go first ({free} free slot(s))",
                     spec.cluster
