@@ -94,6 +94,48 @@ async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
         )
         .await;
     }
+    // A TaskCluster whose queue has room for 2 workers, and 4 container Tasks.
+    let pool_queue = env
+        .queue("pool", json!({"cpu": "2"}), "BestEffortFIFO")
+        .await;
+    let cluster: sluice::api::TaskCluster = serde_json::from_value(json!({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
+        "metadata": {"name": "pool", "labels": {"sluice.dev/queue": pool_queue}},
+        "spec": {"minWorkers": 1, "maxWorkers": 4, "maxTasksPerWorker": 3,
+            "template": {"spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "worker", "image": "busybox",
+                "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}}},
+    }))
+    .expect("cluster");
+    kube::Api::<sluice::api::TaskCluster>::namespaced(env.client.clone(), &env.namespace)
+        .create(&Default::default(), &cluster)
+        .await
+        .expect("create TaskCluster");
+    const C: usize = 4;
+    for i in 0..C {
+        create_task(
+            &env,
+            json!({
+                "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
+                "metadata": {"name": format!("c{i}")},
+                "spec": {"executor": {"container": {"cluster": "pool", "command": ["true"]}}},
+            }),
+        )
+        .await;
+    }
+    wait_for(
+        "2 container Tasks running",
+        Duration::from_secs(60),
+        || async {
+            let all = tasks(&env).list(&ListParams::default()).await.ok()?.items;
+            let running = all
+                .iter()
+                .filter(|t| t.name_any().starts_with('c') && phase(t) == TaskPhase::Running)
+                .count();
+            (running == 2).then_some(())
+        },
+    )
+    .await;
+
     // An HTTP Task whose request is in flight when the controller dies.
     create_task(
         &env,
@@ -112,9 +154,11 @@ async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
     .await;
     env.wait_queue_counts(&queue, (N - 2) as i32, 2).await;
 
-    // End one Task's pod and kill the controller at once.
+    // End one Task's pod and the running Tasks' containers, and kill the controller at once.
+    end_running_containers(&env).await;
     let running: Vec<String> = holding(&env.list_pods().await)
         .iter()
+        .filter(|p| p.labels().contains_key("sluice.dev/task"))
         .map(|p| p.name_any())
         .collect();
     end_pod(&env.pods(), &running[0], "Succeeded").await;
@@ -123,17 +167,19 @@ async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
     end_pod(&env.pods(), &running[1], "Succeeded").await;
     restart_sluice();
 
-    // Keep ending admitted pods until every Task has ended.
+    // Keep ending admitted pods and started containers until every Task has ended.
     let all = wait_for("every Task to end", Duration::from_secs(180), || async {
+        end_running_containers(&env).await;
         for p in holding(&env.list_pods().await) {
             if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && p.labels().contains_key("sluice.dev/task")
                 && p.annotations().get(KWOK_PHASE_ANNOTATION).is_none()
             {
                 end_pod(&env.pods(), &p.name_any(), "Succeeded").await;
             }
         }
         let all = tasks(&env).list(&ListParams::default()).await.ok()?.items;
-        (all.len() == N + 1 && all.iter().all(|t| phase(t).is_final())).then_some(all)
+        (all.len() == N + 1 + C && all.iter().all(|t| phase(t).is_final())).then_some(all)
     })
     .await;
     watch.abort();
@@ -162,12 +208,37 @@ async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
         1,
         "the HTTP request was sent once"
     );
+    // Every container Task ran exactly once: its container is in exactly one worker's spec.
+    let workers = env
+        .pods()
+        .list(&ListParams::default().labels("sluice.dev/task-cluster=pool"))
+        .await
+        .expect("workers")
+        .items;
+    for i in 0..C {
+        let container = format!("t-c{i}");
+        let copies = workers
+            .iter()
+            .filter(|w| {
+                w.spec
+                    .as_ref()
+                    .and_then(|s| s.ephemeral_containers.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.name == container))
+            })
+            .count();
+        assert!(copies <= 1, "Task c{i} ran in {copies} workers");
+    }
     let uids = pod_uids.lock().expect("uids").clone();
     assert_eq!(uids.len(), N, "every pod Task had a pod: {uids:?}");
     for (task, set) in &uids {
         assert_eq!(set.len(), 1, "Task {task} ran {} pods", set.len());
     }
-    let pods: Vec<Pod> = env.list_pods().await;
+    let pods: Vec<Pod> = env
+        .pods()
+        .list(&ListParams::default().labels("sluice.dev/task"))
+        .await
+        .expect("task pods")
+        .items;
     assert_eq!(pods.len(), N);
     env.cleanup().await;
 }

@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::PostParams;
-use serde_json::Value;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
 use sluice::api::{Task, TaskPhase};
 
 use crate::support::{TestEnv, wait_for};
@@ -101,4 +102,83 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// Plays the kubelet for a Task's ephemeral container on a kwok worker: marks it terminated. The
+/// status list is replaced whole (as the kubelet writes it), keeping the other containers' states.
+async fn end_ephemeral(
+    pods: &Api<Pod>,
+    worker: &str,
+    container: &str,
+    exit_code: i32,
+    message: &str,
+) {
+    let pod = pods
+        .get(worker)
+        .await
+        .unwrap_or_else(|e| panic!("get {worker}: {e}"));
+    let mut statuses: Vec<serde_json::Value> = pod
+        .status
+        .and_then(|s| s.ephemeral_container_statuses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.name != container)
+        .map(|s| serde_json::to_value(s).expect("status"))
+        .collect();
+    statuses.push(json!({
+        "name": container, "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": exit_code, "message": message, "reason": if exit_code == 0 {"Completed"} else {"Error"}}},
+    }));
+    let status = json!({"status": {"ephemeralContainerStatuses": statuses}});
+    pods.patch_status(worker, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap_or_else(|e| panic!("end ephemeral container {container} on {worker}: {e}"));
+}
+
+/// Plays the kubelet for every Running container Task of the namespace whose ephemeral container
+/// was added and has not ended: ends it with exit code 0 and the message `{"task": "<name>"}`.
+pub async fn end_running_containers(env: &TestEnv) {
+    let Ok(all) = tasks(env).list(&Default::default()).await else {
+        return;
+    };
+    for t in &all.items {
+        let Some(s) = &t.status else { continue };
+        if s.phase != TaskPhase::Running || s.executor.as_deref() != Some("container") {
+            continue;
+        }
+        let (Some(worker), Some(container)) = (
+            s.worker.clone(),
+            s.handle.as_ref().and_then(|h| h.container.clone()),
+        ) else {
+            continue;
+        };
+        let Ok(pod) = env.pods().get(&worker).await else {
+            continue;
+        };
+        let added = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.name == container));
+        let ended = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.ephemeral_container_statuses.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.name == container && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+                })
+            });
+        if added && !ended {
+            let name = kube::ResourceExt::name_any(t);
+            end_ephemeral(
+                &env.pods(),
+                &worker,
+                &container,
+                0,
+                &format!("{{\"task\": \"{name}\"}}"),
+            )
+            .await;
+        }
+    }
 }
