@@ -14,4 +14,5 @@ pub mod namespaces;
 pub mod queue;
 pub mod recorder;
 pub mod serve;
+pub mod tasks;
 pub mod webhook_config;

@@ -26,6 +26,10 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Print the CustomResourceDefinitions (YAML) that `manifests/crds/` holds.
     Crds,
+    /// The client for Task code, inside a Task's container: read the input, write the result,
+    /// spawn downstream Tasks.
+    #[command(subcommand)]
+    Task(sluice::tasks::client::TaskCommand),
     /// Print generated manifests.
     Manifests {
         #[command(subcommand)]
@@ -67,6 +71,26 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Task(command) => {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: could not start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            match runtime.block_on(sluice::tasks::client::run(command)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve(args) => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

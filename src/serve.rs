@@ -334,6 +334,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let mut registry = Registry::with_prefix("");
     let controller_metrics = ControllerMetrics::new(&mut registry);
+    let task_metrics = crate::tasks::TaskMetrics::new(&mut registry);
     let webhook_metrics = sluice_webhooks::WebhookMetrics::new(&mut registry);
     let registry = Arc::new(registry);
 
@@ -506,17 +507,25 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let client = client.clone();
                 let metrics = controller_metrics.clone();
                 let settings = settings.clone();
+                let task_metrics = task_metrics.clone();
                 async move {
                     // The recorder writes DynamicWorkloads from application objects: leader only,
                     // like the controller.
                     let recorder =
                         tokio::spawn(crate::recorder::run(client.clone(), token.clone()));
+                    // Task and TaskCluster controllers: leader only too.
+                    let tasks = tokio::spawn(crate::tasks::run(
+                        client.clone(),
+                        task_metrics,
+                        token.clone(),
+                    ));
                     if let Err(e) =
                         controller::run(client, Adapters::default(), metrics, settings, token).await
                     {
                         error!(%e, "queue controller stopped");
                     }
                     let _ = recorder.await;
+                    let _ = tasks.await;
                 }
             },
         )

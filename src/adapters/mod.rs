@@ -4,10 +4,12 @@
 mod plain;
 pub mod ray;
 pub mod spark;
+pub mod task_cluster;
 
 pub use plain::PlainPods;
 pub use ray::RayClusters;
 pub use spark::SparkApplications;
+pub use task_cluster::TaskClusters;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -88,7 +90,11 @@ pub trait ApplicationAdapter: Adapter {
 
 /// Every kind of application with an object of its own.
 pub fn applications() -> Vec<Arc<dyn ApplicationAdapter>> {
-    vec![Arc::new(RayClusters), Arc::new(SparkApplications)]
+    vec![
+        Arc::new(RayClusters),
+        Arc::new(SparkApplications),
+        Arc::new(TaskClusters),
+    ]
 }
 
 /// A CEL expression on `object` that holds for a pod of a kind that follows its namespace's
@@ -114,6 +120,7 @@ pub fn all() -> Vec<Arc<dyn Adapter>> {
     vec![
         Arc::new(RayClusters),
         Arc::new(SparkApplications),
+        Arc::new(TaskClusters),
         Arc::new(PlainPods),
     ]
 }

@@ -4,6 +4,9 @@
 mod capacity_queue;
 mod conditions;
 mod dynamic_workload;
+mod task;
+mod task_cluster;
+mod task_object;
 
 pub use capacity_queue::{CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueueingStrategy};
 pub use conditions::{Condition, ConditionStatus};
@@ -11,6 +14,12 @@ pub use dynamic_workload::{
     ApplicationEnd, DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec,
     PodSetStatus, SourceRef, WorkloadPhase,
 };
+pub use task::{
+    ContainerExecutor, HttpExecutor, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle,
+    TaskPhase, TaskSpec, TaskStatus,
+};
+pub use task_cluster::{TaskCluster, TaskClusterSpec, TaskClusterStatus};
+pub use task_object::{TaskObject, TaskObjectSpec};
 
 use kube::CustomResourceExt;
 
@@ -37,6 +46,10 @@ pub const ADMITTED_AT_ANNOTATION: &str = "sluice.dev/admitted-at";
 /// Label on a DynamicWorkload that sluice recorded from plain pods (value `pods`): it is deleted
 /// when its last pod is gone, as an application's workload goes with its application.
 pub const RECORDED_FROM_LABEL: &str = "sluice.dev/recorded-from";
+/// Label on a TaskCluster's worker pods: the TaskCluster's name.
+pub const TASK_CLUSTER_LABEL: &str = "sluice.dev/task-cluster";
+/// Label on the objects a Task's executor creates (its pod, a resource): the Task's name.
+pub const TASK_LABEL: &str = "sluice.dev/task";
 /// Field manager used for every server-side apply sluice makes.
 pub const FIELD_MANAGER: &str = "sluice";
 
@@ -44,7 +57,13 @@ pub const FIELD_MANAGER: &str = "sluice";
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    vec![CapacityQueue::crd(), DynamicWorkload::crd()]
+    vec![
+        CapacityQueue::crd(),
+        DynamicWorkload::crd(),
+        Task::crd(),
+        TaskObject::crd(),
+        TaskCluster::crd(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML stream, as checked in under `manifests/crds/`.

@@ -1,0 +1,127 @@
+//! TaskClusters (sluice.dev/v1alpha1): sluice's own pool of Task workers. Worker pods carry
+//! `sluice.dev/task-cluster: <name>`; the workload is `taskcluster-<name>` with one pod set
+//! `workers`: `minWorkers` in the gang, up to `maxWorkers`; workers above the minimum are elastic.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
+use crate::api::{PodSetSpec, QUEUE_LABEL, TASK_CLUSTER_LABEL};
+use crate::queue::resources::pod_requests;
+
+pub struct TaskClusters;
+
+pub fn workload_name(cluster: &str) -> String {
+    format!("taskcluster-{cluster}")
+}
+
+impl Adapter for TaskClusters {
+    fn kind(&self) -> &'static str {
+        "TaskCluster"
+    }
+
+    /// sluice's own controller creates the workers, always with the TaskCluster's queue label.
+    fn follows_namespace_default(&self) -> bool {
+        false
+    }
+
+    fn pod_marker_labels(&self) -> &'static [&'static str] {
+        &[TASK_CLUSTER_LABEL]
+    }
+
+    fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {
+        let cluster = label(pod, TASK_CLUSTER_LABEL)?;
+        let queue = label(pod, QUEUE_LABEL)?.to_string();
+        Some(PodIdentity {
+            queue,
+            workload: Some(workload_name(cluster)),
+            pod_set: "workers".into(),
+            min_count: None,
+            recorded: true,
+        })
+    }
+}
+
+impl ApplicationAdapter for TaskClusters {
+    fn api_resource(&self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("sluice.dev", "v1alpha1", "TaskCluster"),
+            "taskclusters",
+        )
+    }
+
+    fn workload_name(&self, app: &str) -> String {
+        workload_name(app)
+    }
+
+    fn demand(&self, app: &DynamicObject) -> Result<Vec<PodSetSpec>, DemandError> {
+        let spec = app
+            .data
+            .get("spec")
+            .ok_or_else(|| DemandError::Invalid("TaskCluster has no spec".into()))?;
+        let int =
+            |key: &str, default: i64| spec.get(key).and_then(Value::as_i64).unwrap_or(default);
+        let min = int("minWorkers", 1);
+        let max = int("maxWorkers", min).max(min);
+        let pod_spec = spec
+            .pointer("/template/spec")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let pod_spec: PodSpec = serde_json::from_value(pod_spec)
+            .map_err(|e| DemandError::Invalid(format!("spec.template: {e}")))?;
+        let requests = pod_requests(&pod_spec)
+            .map_err(|e| DemandError::Invalid(format!("spec.template: {e}")))?;
+        Ok(vec![PodSetSpec {
+            name: "workers".into(),
+            requests: requests.to_quantities(),
+            min_count: i32::try_from(min).unwrap_or(i32::MAX),
+            max_count: Some(i32::try_from(max).unwrap_or(i32::MAX)),
+        }])
+    }
+
+    fn pod_template_label_paths(
+        &self,
+        app: &DynamicObject,
+    ) -> Vec<(String, Option<BTreeMap<String, String>>)> {
+        let labels = app
+            .data
+            .pointer("/spec/template/metadata/labels")
+            .and_then(|l| serde_json::from_value(l.clone()).ok());
+        vec![("/spec/template/metadata".to_string(), labels)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn workers_are_one_workload_with_the_minimum_as_gang() {
+        let tc: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
+            "metadata": {"name": "counter", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
+            "spec": {"minWorkers": 2, "maxWorkers": 5, "template": {"spec": {"containers": [
+                {"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "500m"}}}]}}},
+        }))
+        .unwrap();
+        let sets = TaskClusters.demand(&tc).unwrap();
+        assert_eq!(sets[0].min_count, 2);
+        assert_eq!(sets[0].max_count, Some(5));
+        assert_eq!(sets[0].requests["cpu"].0, "500m");
+        let mut pod = Pod::default();
+        pod.metadata.labels = Some(
+            [
+                (TASK_CLUSTER_LABEL.to_string(), "counter".to_string()),
+                (QUEUE_LABEL.to_string(), "q".to_string()),
+            ]
+            .into(),
+        );
+        let id = TaskClusters.identify_pod(&pod).unwrap();
+        assert_eq!(id.workload.as_deref(), Some("taskcluster-counter"));
+        assert!(id.recorded);
+    }
+}

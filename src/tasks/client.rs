@@ -1,0 +1,288 @@
+//! `sluice task`: the client for Task code, run inside a Task's container. It knows its Task from
+//! `SLUICE_TASK_NAME` / `SLUICE_TASK_NAMESPACE` (every executor sets them) and needs a
+//! ServiceAccount that may get Tasks and TaskObjects and create them (see
+//! `manifests/samples/task-counter.yaml`).
+//!
+//! - `sluice task input [--field count]`: prints the input (the TaskObject's data) as JSON;
+//! - `sluice task result '<json>'`: writes the result to the termination message file, where the
+//!   controller reads it (JSON when it parses as JSON);
+//! - `sluice task spawn --name task-2 --input '{"count": 2}'`: creates a downstream Task (a copy of
+//!   this Task's executor, `parent` set to this Task) and its TaskObject;
+//! - `sluice task counter`: the counter demo (input `count`, `limit`; spawns the next Task until
+//!   `count == limit`).
+
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::api::{Task, TaskObject, TaskObjectSpec, TaskSpec};
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum TaskCommand {
+    /// Print this Task's input (its TaskObject's data) as JSON.
+    Input {
+        /// Print only this field (a dot path: `count`, `items.0.name`).
+        #[arg(long)]
+        field: Option<String>,
+    },
+    /// Write this Task's result (JSON, or any text) where the controller reads it.
+    Result {
+        value: String,
+        /// The termination message file of the container.
+        #[arg(
+            long,
+            env = "SLUICE_RESULT_FILE",
+            default_value = "/dev/termination-log"
+        )]
+        file: std::path::PathBuf,
+    },
+    /// Create a downstream Task running like this one, with its own input.
+    Spawn {
+        /// The new Task's name (its TaskObject gets the same name).
+        #[arg(long)]
+        name: String,
+        /// The new Task's input (JSON).
+        #[arg(long, default_value = "{}")]
+        input: String,
+    },
+    /// The counter demo: reads count and limit, spawns task-<count+1> until count == limit.
+    Counter {
+        #[arg(
+            long,
+            env = "SLUICE_RESULT_FILE",
+            default_value = "/dev/termination-log"
+        )]
+        file: std::path::PathBuf,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0} is not set: `sluice task` runs inside a Task's container, which sets it")]
+    NotInTask(&'static str),
+    #[error("connecting to the API server: {0}")]
+    Connect(String),
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("writing the result to {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+struct Me {
+    client: Client,
+    name: String,
+    namespace: String,
+}
+
+impl Me {
+    async fn new() -> Result<Me, ClientError> {
+        let name = std::env::var("SLUICE_TASK_NAME")
+            .map_err(|_| ClientError::NotInTask("SLUICE_TASK_NAME"))?;
+        let namespace = std::env::var("SLUICE_TASK_NAMESPACE")
+            .map_err(|_| ClientError::NotInTask("SLUICE_TASK_NAMESPACE"))?;
+        let client = Client::try_default()
+            .await
+            .map_err(|e| ClientError::Connect(e.to_string()))?;
+        Ok(Me {
+            client,
+            name,
+            namespace,
+        })
+    }
+
+    async fn task(&self) -> Result<Task, ClientError> {
+        Api::<Task>::namespaced(self.client.clone(), &self.namespace)
+            .get(&self.name)
+            .await
+            .map_err(|source| ClientError::Api {
+                what: format!("reading Task {}/{}", self.namespace, self.name),
+                source,
+            })
+    }
+
+    async fn input(&self) -> Result<Value, ClientError> {
+        let task = self.task().await?;
+        let Some(input) = task.spec.input else {
+            return Ok(Value::Null);
+        };
+        let object = Api::<TaskObject>::namespaced(self.client.clone(), &self.namespace)
+            .get(&input)
+            .await
+            .map_err(|source| ClientError::Api {
+                what: format!("reading TaskObject {}/{input}", self.namespace),
+                source,
+            })?;
+        Ok(object.spec.data)
+    }
+
+    async fn spawn(&self, name: &str, input: Value) -> Result<(), ClientError> {
+        let me = self.task().await?;
+        let spec = downstream_spec(&me.spec, &self.name, name);
+        let task = Task::new(name, spec);
+        let created = Api::<Task>::namespaced(self.client.clone(), &self.namespace)
+            .create(&PostParams::default(), &task)
+            .await
+            .map_err(|source| ClientError::Api {
+                what: format!("creating Task {}/{name}", self.namespace),
+                source,
+            })?;
+        let mut object = TaskObject::new(name, TaskObjectSpec { data: input });
+        object.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "sluice.dev/v1alpha1".into(),
+                kind: "Task".into(),
+                name: name.to_string(),
+                uid: created.uid().unwrap_or_default(),
+                ..Default::default()
+            },
+        ]);
+        Api::<TaskObject>::namespaced(self.client.clone(), &self.namespace)
+            .create(&PostParams::default(), &object)
+            .await
+            .map_err(|source| ClientError::Api {
+                what: format!("creating TaskObject {}/{name}", self.namespace),
+                source,
+            })?;
+        Ok(())
+    }
+}
+
+/// A downstream Task's spec: this Task's executor, its own input, this Task as parent. Pure.
+pub fn downstream_spec(parent: &TaskSpec, parent_name: &str, name: &str) -> TaskSpec {
+    TaskSpec {
+        executor: parent.executor.clone(),
+        input: Some(name.to_string()),
+        parent: Some(parent_name.to_string()),
+        timeout: parent.timeout.clone(),
+        kill_timestamp: None,
+    }
+}
+
+/// The counter demo's step: the result, and the next Task's name and input if any. Pure.
+pub fn counter_step(input: &Value) -> Result<(Value, Option<(String, Value)>), ClientError> {
+    let int = |key: &str| {
+        input
+            .get(key)
+            .and_then(|v| {
+                v.as_i64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
+            .ok_or_else(|| ClientError::Invalid(format!("input has no integer {key:?}: {input}")))
+    };
+    let (count, limit) = (int("count")?, int("limit")?);
+    let result = json!({"count": count, "limit": limit});
+    if count >= limit {
+        return Ok((result, None));
+    }
+    let next = count + 1;
+    Ok((
+        result,
+        Some((
+            format!("task-{next}"),
+            json!({"count": next, "limit": limit}),
+        )),
+    ))
+}
+
+fn write_result(file: &std::path::Path, value: &str) -> Result<(), ClientError> {
+    std::fs::write(file, value).map_err(|source| ClientError::Write {
+        path: file.display().to_string(),
+        source,
+    })
+}
+
+/// Runs one `sluice task` command.
+pub async fn run(command: TaskCommand) -> Result<(), ClientError> {
+    match command {
+        TaskCommand::Result { value, file } => {
+            write_result(&file, &value)?;
+            println!("{value}");
+            Ok(())
+        }
+        TaskCommand::Input { field } => {
+            let me = Me::new().await?;
+            let input = me.input().await?;
+            let value = match field {
+                Some(f) => {
+                    let vars = super::substitute::Variables::new().with("input", input);
+                    vars.lookup(&format!("input.{f}"), "--field")
+                        .map_err(|e| ClientError::Invalid(e.to_string()))?
+                        .clone()
+                }
+                None => input,
+            };
+            println!("{}", super::substitute::render(&value));
+            Ok(())
+        }
+        TaskCommand::Spawn { name, input } => {
+            let me = Me::new().await?;
+            let input: Value = serde_json::from_str(&input)
+                .map_err(|e| ClientError::Invalid(format!("--input is not JSON: {e}")))?;
+            me.spawn(&name, input).await?;
+            println!("task/{name} created");
+            Ok(())
+        }
+        TaskCommand::Counter { file } => {
+            let me = Me::new().await?;
+            let input = me.input().await?;
+            let (result, next) = counter_step(&input)?;
+            if let Some((name, input)) = next {
+                me.spawn(&name, input).await?;
+                println!("task/{name} created");
+            }
+            write_result(&file, &result.to_string())?;
+            println!("{result}");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ContainerExecutor, TaskExecutor};
+
+    #[test]
+    fn counter_steps_until_the_limit() {
+        let (r, next) = counter_step(&json!({"count": 0, "limit": 10})).unwrap();
+        assert_eq!(r, json!({"count": 0, "limit": 10}));
+        assert_eq!(
+            next,
+            Some(("task-1".into(), json!({"count": 1, "limit": 10})))
+        );
+        let (_, next) = counter_step(&json!({"count": "10", "limit": 10})).unwrap();
+        assert_eq!(next, None);
+        assert!(counter_step(&json!({"limit": 10})).is_err());
+    }
+
+    #[test]
+    fn downstream_tasks_copy_the_executor_and_name_their_parent() {
+        let parent = TaskSpec {
+            executor: TaskExecutor {
+                container: Some(ContainerExecutor {
+                    cluster: "counter".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            input: Some("task-0".into()),
+            kill_timestamp: Some("2025-01-01T00:00:00Z".into()),
+            ..Default::default()
+        };
+        let child = downstream_spec(&parent, "task-0", "task-1");
+        assert_eq!(child.input.as_deref(), Some("task-1"));
+        assert_eq!(child.parent.as_deref(), Some("task-0"));
+        assert_eq!(child.executor, parent.executor);
+        assert_eq!(child.kill_timestamp, None);
+    }
+}

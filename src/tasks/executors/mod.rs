@@ -1,0 +1,239 @@
+//! Task executors, one file each, behind [`Executor`].
+//!
+//! The controller drives every executor the same way, and records what it will start (the
+//! [`TaskHandle`]) in the Task's status *before* acting, so a restarted controller finds the work
+//! again instead of starting it twice:
+//! 1. [`Executor::plan`] decides the handle (or says why the Task must wait);
+//! 2. the controller writes status Running with the handle (guarded by the Task's resourceVersion);
+//! 3. [`Executor::start`] creates what the handle names; idempotent (an existing object that belongs
+//!    to the Task is adopted);
+//! 4. [`Executor::poll`] reports progress and the outcome;
+//! 5. [`Executor::kill`] stops it; called until it reports the work gone.
+
+mod container;
+mod http;
+mod pod;
+mod resource;
+
+pub use container::{ContainerExecutorImpl, ephemeral_container_name};
+pub use http::{HttpExecutorImpl, HttpRuntime};
+pub use pod::{PodExecutorImpl, pod_name};
+pub use resource::ResourceExecutorImpl;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use super::jsonpath::PathError;
+use super::substitute::{SubstitutionError, Variables};
+use crate::api::{Task, TaskHandle};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The Task cannot run as written: it fails with this message.
+    #[error(transparent)]
+    Substitution(#[from] SubstitutionError),
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("{0}")]
+    Invalid(String),
+    /// A transient API error: the controller retries.
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ExecError {
+    pub fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ExecError {
+        let what = what.into();
+        move |source| ExecError::Api { what, source }
+    }
+
+    /// Whether retrying can help (API errors); the others fail the Task.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ExecError::Api { .. })
+    }
+}
+
+/// What the controller knows when it drives an executor.
+pub struct ExecContext<'a> {
+    pub client: &'a Client,
+    pub task: &'a Task,
+    pub namespace: String,
+    pub vars: &'a Variables,
+}
+
+impl ExecContext<'_> {
+    pub fn task_name(&self) -> String {
+        self.task.name_any()
+    }
+
+    /// An owner reference to the Task (controller), for everything an executor creates.
+    pub fn owner_reference(&self) -> Value {
+        serde_json::json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
+            "name": self.task.name_any(), "uid": self.task.uid().unwrap_or_default(),
+            "controller": true, "blockOwnerDeletion": true,
+        })
+    }
+}
+
+/// What an executor decided to run the Task as.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Start it as this handle (in this worker pod, when there is one).
+    Start {
+        handle: TaskHandle,
+        worker: Option<String>,
+    },
+    /// Not yet: the message says what it waits for.
+    Wait(String),
+}
+
+/// The outcome of a finished Task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub success: bool,
+    pub result: Option<Value>,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// Still running; the message says how far it is.
+    Running(String),
+    Done(Outcome),
+}
+
+pub trait Executor: Send + Sync {
+    /// `container`, `pod`, `http` or `resource`.
+    fn kind(&self) -> &'static str;
+    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>>;
+    /// Returns an id of what it started (the object's uid), recorded as the handle's `uid`.
+    fn start<'a>(
+        &'a self,
+        ctx: &'a ExecContext<'a>,
+        handle: &'a TaskHandle,
+    ) -> BoxFuture<'a, Result<String, ExecError>>;
+    fn poll<'a>(
+        &'a self,
+        ctx: &'a ExecContext<'a>,
+        handle: &'a TaskHandle,
+    ) -> BoxFuture<'a, Result<Progress, ExecError>>;
+    /// Stops the work; true once it is gone.
+    fn kill<'a>(
+        &'a self,
+        ctx: &'a ExecContext<'a>,
+        handle: &'a TaskHandle,
+    ) -> BoxFuture<'a, Result<bool, ExecError>>;
+}
+
+/// The executors, one of each kind.
+#[derive(Clone)]
+pub struct Executors {
+    pub container: Arc<ContainerExecutorImpl>,
+    pub pod: Arc<PodExecutorImpl>,
+    pub http: Arc<HttpExecutorImpl>,
+    pub resource: Arc<ResourceExecutorImpl>,
+}
+
+impl Executors {
+    pub fn new(http: HttpRuntime) -> Self {
+        Executors {
+            container: Arc::new(ContainerExecutorImpl),
+            pod: Arc::new(PodExecutorImpl),
+            http: Arc::new(HttpExecutorImpl::new(http)),
+            resource: Arc::new(ResourceExecutorImpl),
+        }
+    }
+
+    /// The executor a Task names, or why it names none.
+    pub fn for_task(&self, task: &Task) -> Result<&dyn Executor, ExecError> {
+        let e = &task.spec.executor;
+        let set = [
+            e.container.is_some(),
+            e.pod.is_some(),
+            e.http.is_some(),
+            e.resource.is_some(),
+        ];
+        if set.iter().filter(|s| **s).count() != 1 {
+            return Err(ExecError::Invalid(
+                "exactly one executor (container, pod, http or resource) must be set".into(),
+            ));
+        }
+        Ok(if e.container.is_some() {
+            self.container.as_ref()
+        } else if e.pod.is_some() {
+            self.pod.as_ref()
+        } else if e.http.is_some() {
+            self.http.as_ref()
+        } else {
+            self.resource.as_ref()
+        })
+    }
+}
+
+/// A container's output as a Task result: JSON when it parses as JSON, else the trimmed text;
+/// None when empty.
+pub fn parse_result(text: &str) -> Option<Value> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return None;
+    }
+    Some(serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_string())))
+}
+
+/// A name derived from the Task's that fits in `max` characters: as it is when short enough,
+/// else truncated with a stable hash suffix.
+pub fn bounded_name(base: &str, max: usize) -> String {
+    if base.len() <= max {
+        return base.to_string();
+    }
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for b in base.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x100000001b3);
+    }
+    let keep = max.saturating_sub(9);
+    let head: String = base.chars().take(keep).collect();
+    format!("{}-{:08x}", head.trim_end_matches(['-', '.']), hash as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn results_are_json_when_json() {
+        assert_eq!(parse_result(" {\"count\": 3}\n"), Some(json!({"count": 3})));
+        assert_eq!(parse_result("42"), Some(json!(42)));
+        assert_eq!(parse_result("done\n"), Some(json!("done")));
+        assert_eq!(parse_result("  "), None);
+    }
+
+    #[test]
+    fn bounded_names() {
+        assert_eq!(bounded_name("short", 63), "short");
+        let long = "x".repeat(100);
+        let b = bounded_name(&long, 63);
+        assert!(b.len() <= 63, "{b}");
+        assert_ne!(b, bounded_name(&"x".repeat(101), 63));
+    }
+
+    #[test]
+    fn exactly_one_executor() {
+        let executors = Executors::new(HttpRuntime::default());
+        let mut task = Task::new("t", Default::default());
+        assert!(executors.for_task(&task).is_err());
+        task.spec.executor.http = Some(Default::default());
+        assert_eq!(executors.for_task(&task).unwrap().kind(), "http");
+        task.spec.executor.pod = Some(Default::default());
+        assert!(executors.for_task(&task).is_err());
+    }
+}
