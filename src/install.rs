@@ -91,6 +91,49 @@ pub async fn apply_all(client: &Client) -> Result<(), InstallError> {
     Ok(())
 }
 
+/// Polls a SelfSubjectAccessReview, as `client`'s identity, until it may get the Secret `secret` in
+/// `namespace` (what sluice needs first), or fails after `timeout`.
+pub async fn wait_for_rights(
+    client: &Client,
+    namespace: &str,
+    secret: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.to_string()),
+                verb: Some("get".into()),
+                resource: Some("secrets".into()),
+                name: Some(secret.to_string()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let answer = api
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+            .map_err(|e| anyhow::anyhow!("asking the API server what sluice may do: {e}"))?;
+        if answer.status.is_some_and(|s| s.allowed) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "sluice still may not get the Secret {namespace}/{secret} {timeout:?} after its RBAC was applied: check the Role and RoleBinding in manifests/install/01-rbac.yaml"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -321,6 +321,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         info!(%user, "acting as");
     }
     let client = Client::try_from(config).context("building the API client")?;
+    if args.local && !args.no_install && impersonate.is_some() {
+        // The API server's RBAC cache takes a moment to see the Role just applied: wait until the
+        // identity sluice acts as may read its certificate Secret, rather than fail on a 403.
+        crate::install::wait_for_rights(
+            &client,
+            &args.namespace,
+            &args.cert_secret,
+            Duration::from_secs(60),
+        )
+        .await
+        .context("waiting for sluice's RBAC to take effect")?;
+    }
 
     let shutdown = CancellationToken::new();
     {
