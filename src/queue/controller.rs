@@ -358,6 +358,13 @@ impl Controller {
             .await
         {
             Ok(_) => true,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                // Deleted between the pass and the patch (a scale-down, an application ending):
+                // nothing to admit, nothing to hold.
+                self.lock_in_flight().remove(&uid);
+                debug!(pod = %format!("{namespace}/{name}"), "pod gone before its ungate");
+                false
+            }
             Err(e) => {
                 // The patch may have failed because someone changed the gates, or it may have been
                 // applied and only the answer lost: ask the API server which.
