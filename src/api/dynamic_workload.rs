@@ -32,6 +32,12 @@ use super::Condition;
     ),
     printcolumn(name = "Pending", type_ = "integer", json_path = ".status.pendingPods"),
     printcolumn(
+        name = "Pod-Sets",
+        type_ = "string",
+        json_path = ".status.podSetSummary",
+        description = "per pod set: admitted/pending pods"
+    ),
+    printcolumn(
         name = "CPU",
         type_ = "string",
         json_path = ".status.used.cpu",
@@ -144,6 +150,9 @@ pub struct DynamicWorkloadStatus {
     /// Per pod set counts.
     #[serde(default)]
     pub pod_sets: Vec<PodSetStatus>,
+    /// Per pod set, admitted (not ended) / pending pods, e.g. `driver=1/0 executor=3/1`.
+    #[serde(default)]
+    pub pod_set_summary: String,
     /// Pods waiting behind the gate.
     #[serde(default)]
     pub pending_pods: i32,

@@ -706,10 +706,16 @@ fn workload_status(
             now,
         ),
     ];
+    let pod_set_summary = pod_sets
+        .iter()
+        .map(|p| format!("{}={}/{}", p.name, p.admitted + p.running, p.pending))
+        .collect::<Vec<_>>()
+        .join(" ");
     DynamicWorkloadStatus {
         phase,
         message,
         conditions,
+        pod_set_summary,
         pod_sets,
         pending_pods,
         admitted_pods,
