@@ -2,9 +2,11 @@
 //! with containerd and runc beside the kwok nodes, running images built on this machine. Containers
 //! really run here: exit codes, logs and ephemeral containers are the kubelet's, not made up.
 //!
-//! This target is not part of `cargo test --workspace` (`test = false` in Cargo.toml): its last test
-//! deploys sluice in-cluster from manifests/, which cannot share a cluster with `sluice serve --local`
-//! on the host (both own the webhook configurations named sluice and the controller's Lease).
+//! This target is not part of `cargo test --workspace` (`test = false` in Cargo.toml): two of its
+//! tests deploy sluice in-cluster from manifests/ (once per process, shared), which cannot share a
+//! cluster with `sluice serve --local` on the host (both own the webhook configurations named sluice
+//! and the controller's Lease). One of them runs the counter demo of
+//! manifests/samples/task-counter.yaml with the `container` executor.
 //! hack/test.sh runs it on a cluster of its own; alone: `hack/test.sh --test real_node`.
 
 mod support;

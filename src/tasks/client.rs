@@ -289,6 +289,26 @@ mod tests {
     }
 
     #[test]
+    fn worker_and_counter_parse_as_the_sample_writes_them() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            command: TaskCommand,
+        }
+        let parse = |args: &[&str]| <Cli as clap::Parser>::try_parse_from(args).map(|c| c.command);
+        // manifests/samples/task-counter.yaml: the worker's command and the Task's.
+        assert!(matches!(
+            parse(&["task", "worker"]),
+            Ok(TaskCommand::Worker)
+        ));
+        assert!(matches!(
+            parse(&["task", "counter"]),
+            Ok(TaskCommand::Counter { .. })
+        ));
+        assert!(parse(&["task", "worker", "infinity"]).is_err());
+    }
+
+    #[test]
     fn downstream_tasks_copy_the_executor_and_name_their_parent() {
         let parent = TaskSpec {
             executor: TaskExecutor {
