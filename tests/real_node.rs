@@ -2,9 +2,11 @@
 //! with containerd and runc beside the kwok nodes, running images built on this machine. Containers
 //! really run here: exit codes, logs and ephemeral containers are the kubelet's, not made up.
 //!
-//! This target is not part of `cargo test --workspace` (`test = false` in Cargo.toml): its last test
-//! deploys sluice in-cluster from manifests/, which cannot share a cluster with `sluice serve --local`
-//! on the host (both own the webhook configurations named sluice and the controller's Lease).
+//! This target is not part of `cargo test --workspace` (`test = false` in Cargo.toml): two of its
+//! tests deploy sluice in-cluster from manifests/ (once per process, shared), which cannot share a
+//! cluster with `sluice serve --local` on the host (both own the webhook configurations named sluice
+//! and the controller's Lease). One of them runs the counter demo of
+//! manifests/samples/task-counter.yaml with the `container` executor.
 //! hack/test.sh runs it on a cluster of its own; alone: `hack/test.sh --test real_node`.
 
 mod support;
@@ -204,10 +206,14 @@ async fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[tokio::test]
-async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() {
-    let mut env = TestEnv::new("real-sluice").await;
-    let node = real_node_name(&env).await;
+/// Deploys sluice in-cluster from manifests/ on the real node, once per test process (the tests of
+/// this file run in parallel and share it), and waits for its two replicas to be ready.
+async fn sluice_in_cluster(env: &TestEnv) {
+    static DEPLOYED: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
+    let mut deployed = DEPLOYED.lock().await;
+    if *deployed {
+        return;
+    }
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
     if let Some(existing) = mutating.get_opt("sluice").await.expect("get webhooks") {
         let url = existing
@@ -260,6 +266,15 @@ async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() 
         },
     )
     .await;
+    *deployed = true;
+}
+
+#[tokio::test]
+async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() {
+    let mut env = TestEnv::new("real-sluice").await;
+    let node = real_node_name(&env).await;
+    sluice_in_cluster(&env).await;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
     let sluice_pods: Api<Pod> = Api::namespaced(env.client.clone(), "sluice-system");
     for p in sluice_pods
         .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
@@ -336,5 +351,287 @@ async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() 
         (!is_gated(&p)).then_some(())
     })
     .await;
+    env.cleanup().await;
+}
+
+/// The sample's documents, moved into `namespace` and onto the queue `queue` (CapacityQueues are
+/// cluster-wide); everything else as written in manifests/samples/task-counter.yaml.
+fn counter_sample(namespace: &str, queue: &str) -> Vec<serde_json::Value> {
+    let path = repo_root().join("manifests/samples/task-counter.yaml");
+    let text = std::fs::read_to_string(&path).expect("read manifests/samples/task-counter.yaml");
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut v: serde_json::Value =
+            serde::Deserialize::deserialize(doc).expect("a YAML document of the sample");
+        if v.is_null() {
+            continue;
+        }
+        match v["kind"].as_str() {
+            Some("CapacityQueue") => v["metadata"]["name"] = json!(queue),
+            Some("TaskCluster") => {
+                v["metadata"]["labels"]["sluice.dev/queue"] = json!(queue);
+                v["metadata"]["namespace"] = json!(namespace);
+            }
+            Some("RoleBinding") => {
+                v["metadata"]["namespace"] = json!(namespace);
+                for s in v["subjects"].as_array_mut().expect("subjects") {
+                    s["namespace"] = json!(namespace);
+                }
+            }
+            _ => v["metadata"]["namespace"] = json!(namespace),
+        }
+        docs.push(v);
+    }
+    docs
+}
+
+/// One ephemeral container's end, as the kubelet reported it in the worker's status.
+#[derive(Debug, Clone)]
+struct Ended {
+    pod: String,
+    exit_code: i32,
+    container_id: Option<String>,
+    message: Option<String>,
+}
+
+#[tokio::test]
+async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    use sluice::api::{TASK_CLUSTER_LABEL, Task, TaskPhase};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    const LIMIT: i64 = 10;
+    let mut env = TestEnv::new("real-counter").await;
+    let node = real_node_name(&env).await;
+    sluice_in_cluster(&env).await;
+    let queue = unique("counter");
+    env.queues.push(queue.clone());
+    let docs = counter_sample(&env.namespace, &queue);
+    let cluster = docs
+        .iter()
+        .find(|d| d["kind"] == "TaskCluster")
+        .expect("the sample has a TaskCluster");
+    let cluster_name = cluster["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    let max_tasks_per_worker = cluster["spec"]["maxTasksPerWorker"]
+        .as_u64()
+        .expect("the sample bounds the Tasks per worker") as usize;
+
+    // Every ephemeral container's terminated state, from a watch on the workers (a retired worker
+    // is deleted soon after its last Task; the watch still saw its last status).
+    let ended: Arc<Mutex<BTreeMap<String, Ended>>> = Arc::default();
+    let workers_seen: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let watch = {
+        let (ended, workers_seen) = (ended.clone(), workers_seen.clone());
+        let pods = env.pods();
+        let selector = format!("{TASK_CLUSTER_LABEL}={cluster_name}");
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(
+                watcher(pods, watcher::Config::default().labels(&selector)).default_backoff()
+            );
+            while let Some(event) = stream.next().await {
+                let pod = match event {
+                    Ok(watcher::Event::Apply(p))
+                    | Ok(watcher::Event::InitApply(p))
+                    | Ok(watcher::Event::Delete(p)) => p,
+                    _ => continue,
+                };
+                if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    workers_seen
+                        .lock()
+                        .expect("workers")
+                        .insert(pod.name_any(), n);
+                }
+                let statuses = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ephemeral_container_statuses.clone())
+                    .unwrap_or_default();
+                for s in statuses {
+                    if let Some(t) = s.state.and_then(|st| st.terminated) {
+                        ended.lock().expect("ended").insert(
+                            s.name.clone(),
+                            Ended {
+                                pod: pod.name_any(),
+                                exit_code: t.exit_code,
+                                container_id: t.container_id,
+                                message: t.message,
+                            },
+                        );
+                    }
+                }
+            }
+        })
+    };
+
+    let file = std::env::temp_dir().join(format!("{}.json", env.namespace));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    std::fs::write(&file, list.to_string()).expect("write the sample");
+    let started = tokio::time::Instant::now();
+    kubectl(&["apply", "-f", file.to_str().expect("path")]).await;
+    let _ = std::fs::remove_file(&file);
+
+    let tasks: Api<Task> = Api::namespaced(env.client.clone(), &env.namespace);
+    let last = format!("task-{LIMIT}");
+    wait_for(
+        &format!("{last} to succeed (the counter at its limit)"),
+        Duration::from_secs(600),
+        || async {
+            let list = tasks.list(&ListParams::default()).await.ok()?;
+            for t in &list.items {
+                let st = t.status.as_ref()?;
+                if st.phase.is_final() && st.phase != TaskPhase::Success {
+                    panic!("Task {} ended {}: {}", t.name_any(), st.phase, st.message);
+                }
+            }
+            list.items
+                .iter()
+                .any(|t| {
+                    t.name_any() == last
+                        && t.status.as_ref().map(|s| s.phase) == Some(TaskPhase::Success)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    let shown = kubectl(&["-n", &env.namespace, "get", "tasks"]).await;
+    eprintln!(
+        "counter demo: task-0 .. {last} Success {:.1} s after kubectl apply\n$ kubectl get tasks\n{shown}",
+        took.as_secs_f64()
+    );
+
+    // All 11 Tasks, each once, in order, with their parsed results, each spawned by the previous.
+    let mut all = tasks
+        .list(&ListParams::default())
+        .await
+        .expect("list Tasks")
+        .items;
+    all.sort_by_key(|t| {
+        t.name_any()
+            .strip_prefix("task-")
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(i64::MAX)
+    });
+    let names: Vec<String> = all.iter().map(|t| t.name_any()).collect();
+    let want: Vec<String> = (0..=LIMIT).map(|i| format!("task-{i}")).collect();
+    assert_eq!(names, want, "task-0 .. task-{LIMIT}, no more");
+    let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
+    let mut previous_start: Option<String> = None;
+    for (i, t) in all.iter().enumerate() {
+        let i = i as i64;
+        let st = t.status.as_ref().expect("status");
+        assert_eq!(st.phase, TaskPhase::Success, "{} {st:?}", t.name_any());
+        assert_eq!(st.executor.as_deref(), Some("container"));
+        assert_eq!(
+            st.result,
+            Some(json!({"count": i, "limit": LIMIT})),
+            "{}'s result, parsed from its termination message",
+            t.name_any()
+        );
+        if i > 0 {
+            assert_eq!(t.spec.parent, Some(format!("task-{}", i - 1)));
+        }
+        // Started in creation order (RFC 3339 in UTC: strings compare as times).
+        let start = st.started_at.clone().expect("startedAt");
+        if let Some(p) = &previous_start {
+            assert!(*p <= start, "{} started before its parent", t.name_any());
+        }
+        previous_start = Some(start);
+        let worker = st.worker.clone().expect("the worker it ran on");
+        *per_worker.entry(worker.clone()).or_default() += 1;
+
+        // Its ephemeral container really ran on the real node: the kubelet's terminated state.
+        let container = format!("t-{}", t.name_any());
+        let e = wait_for(
+            &format!("the kubelet's terminated state of {container}"),
+            Duration::from_secs(30),
+            || async { ended.lock().expect("ended").get(&container).cloned() },
+        )
+        .await;
+        assert_eq!(e.pod, worker, "{container} ran in the Task's worker");
+        assert_eq!(e.exit_code, 0, "{container}: {e:?}");
+        assert!(
+            e.container_id
+                .as_deref()
+                .is_some_and(|id| id.starts_with("containerd://")),
+            "{container} was a containerd container: {e:?}"
+        );
+        assert_eq!(
+            e.message
+                .as_deref()
+                .map(|m| serde_json::from_str::<serde_json::Value>(m).ok()),
+            Some(Some(json!({"count": i, "limit": LIMIT}))),
+            "{container}'s termination message"
+        );
+        assert_eq!(
+            workers_seen.lock().expect("workers").get(&worker),
+            Some(&node),
+            "worker {worker} ran on the real node"
+        );
+    }
+
+    // Workers are retired after maxTasksPerWorker Tasks: 11 Tasks need at least 3 workers, and a
+    // worker that reached the bound is deleted.
+    eprintln!("Tasks per worker: {per_worker:?}");
+    assert!(
+        per_worker.values().all(|&n| n <= max_tasks_per_worker),
+        "no worker ran more than {max_tasks_per_worker} Tasks: {per_worker:?}"
+    );
+    let full: Vec<String> = per_worker
+        .iter()
+        .filter(|(_, n)| **n == max_tasks_per_worker)
+        .map(|(w, _)| w.clone())
+        .collect();
+    assert!(
+        per_worker.len() >= (LIMIT as usize + 1).div_ceil(max_tasks_per_worker) && !full.is_empty(),
+        "workers retired after {max_tasks_per_worker} Tasks: {per_worker:?}"
+    );
+    for w in &full {
+        wait_for(
+            &format!("the retired worker {w} to be deleted"),
+            Duration::from_secs(60),
+            || async { env.pods().get_opt(w).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    }
+
+    // The last Task's output, through the API server from the kubelet.
+    let last_worker = all
+        .last()
+        .and_then(|t| t.status.as_ref()?.worker.clone())
+        .expect("worker");
+    if env
+        .pods()
+        .get_opt(&last_worker)
+        .await
+        .expect("get")
+        .is_some()
+    {
+        let log = env
+            .pods()
+            .logs(
+                &last_worker,
+                &LogParams {
+                    container: Some(format!("t-{last}")),
+                    ..LogParams::default()
+                },
+            )
+            .await
+            .expect("the last Task's log");
+        assert!(
+            log.contains(&format!("{{\"count\":{LIMIT},\"limit\":{LIMIT}}}")),
+            "the last Task's log: {log:?}"
+        );
+    }
+    eprintln!(
+        "$ kubectl get tc\n{}",
+        kubectl(&["-n", &env.namespace, "get", "tc"]).await
+    );
+    watch.abort();
     env.cleanup().await;
 }

@@ -9,7 +9,10 @@
 //! - `sluice task spawn --name task-2 --input '{"count": 2}'`: creates a downstream Task (a copy of
 //!   this Task's executor, `parent` set to this Task) and its TaskObject;
 //! - `sluice task counter`: the counter demo (input `count`, `limit`; spawns the next Task until
-//!   `count == limit`).
+//!   `count == limit`);
+//! - `sluice task worker`: a TaskCluster worker's main process in an image without a shell (such as
+//!   `sluice:dev`): it waits for SIGTERM or SIGINT and exits 0, while Tasks run beside it as
+//!   ephemeral containers.
 
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
@@ -54,6 +57,9 @@ pub enum TaskCommand {
         )]
         file: std::path::PathBuf,
     },
+    /// A TaskCluster worker's main process: waits for SIGTERM or SIGINT, then exits 0 (Tasks run
+    /// beside it as ephemeral containers; images without `sleep` need it).
+    Worker,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +76,8 @@ pub enum ClientError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error("waiting for a signal: {0}")]
+    Signal(#[source] std::io::Error),
     #[error("writing the result to {path}: {source}")]
     Write {
         path: String,
@@ -244,7 +252,22 @@ pub async fn run(command: TaskCommand) -> Result<(), ClientError> {
             println!("{result}");
             Ok(())
         }
+        TaskCommand::Worker => wait_for_termination().await,
     }
+}
+
+/// Returns on SIGTERM or SIGINT. As a container's PID 1 the process gets no default signal action,
+/// so without handlers the kubelet's SIGTERM would be ignored until the grace period ends.
+async fn wait_for_termination() -> Result<(), ClientError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(ClientError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ClientError::Signal)?;
+    println!("worker: waiting for Tasks (ephemeral containers); SIGTERM ends it");
+    tokio::select! {
+        _ = term.recv() => println!("worker: SIGTERM, exiting"),
+        _ = int.recv() => println!("worker: SIGINT, exiting"),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -263,6 +286,26 @@ mod tests {
         let (_, next) = counter_step(&json!({"count": "10", "limit": 10})).unwrap();
         assert_eq!(next, None);
         assert!(counter_step(&json!({"limit": 10})).is_err());
+    }
+
+    #[test]
+    fn worker_and_counter_parse_as_the_sample_writes_them() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            command: TaskCommand,
+        }
+        let parse = |args: &[&str]| <Cli as clap::Parser>::try_parse_from(args).map(|c| c.command);
+        // manifests/samples/task-counter.yaml: the worker's command and the Task's.
+        assert!(matches!(
+            parse(&["task", "worker"]),
+            Ok(TaskCommand::Worker)
+        ));
+        assert!(matches!(
+            parse(&["task", "counter"]),
+            Ok(TaskCommand::Counter { .. })
+        ));
+        assert!(parse(&["task", "worker", "infinity"]).is_err());
     }
 
     #[test]
