@@ -329,11 +329,15 @@ async fn main() {
                 }
             };
         let (url, ca_pem) = start_server(listen);
-        if let Some(path) = &args.ca_out
-            && let Err(e) = std::fs::write(path, &ca_pem)
-        {
-            eprintln!("webhook_load: writing {path}: {e}");
-            std::process::exit(1);
+        // Written whole or not at all: a reader polling for the file never sees half of it.
+        if let Some(path) = &args.ca_out {
+            let partial = format!("{path}.partial");
+            if let Err(e) =
+                std::fs::write(&partial, &ca_pem).and_then(|()| std::fs::rename(&partial, path))
+            {
+                eprintln!("webhook_load: writing {path}: {e}");
+                std::process::exit(1);
+            }
         }
         println!(
             "serving {url} (CA in {})",
@@ -410,12 +414,14 @@ async fn main() {
         }
         Ok::<(), String>(())
     };
-    for _ in 0..200 {
-        if send(client.clone(), bodies[0].clone(), target.clone())
-            .await
-            .is_ok()
-        {
-            break;
+    for attempt in 0..=200 {
+        match send(client.clone(), bodies[0].clone(), target.clone()).await {
+            Ok(()) => break,
+            Err(e) if attempt == 200 => {
+                eprintln!("webhook_load: the server at {url} does not answer: {e}");
+                std::process::exit(1);
+            }
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

@@ -92,10 +92,12 @@ if want webhook; then
   cargo build --release --example webhook_load >&2
   bin="$root/target/release/examples/webhook_load"
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  rm -f "$out/webhook-ca.pem" "$out/webhook-server.log"
   "$bin" --serve-only --listen "127.0.0.1:$port" --ca-out "$out/webhook-ca.pem" > "$out/webhook-server.log" 2>&1 &
   server=$!
   trap 'kill "$server" 2>/dev/null || true' EXIT
-  for _ in $(seq 100); do [[ -s "$out/webhook-ca.pem" ]] && break; sleep 0.1; done
+  for _ in $(seq 300); do grep -q '^serving' "$out/webhook-server.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q '^serving' "$out/webhook-server.log" || { echo "bench.sh: the webhook server did not start" >&2; exit 1; }
   seconds=10; [[ $quick == 1 ]] && seconds=2
   rates=(2000 5000 10000 15000 20000 25000 30000)
   [[ $quick == 1 ]] && rates=(2000 20000)
