@@ -80,15 +80,36 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
 }
 
 fn bench(c: &mut Criterion) {
+    let cases = [
+        (1_000, 10_000),
+        (1_000, 100_000),
+        (10_000, 10_000),
+        (10_000, 100_000),
+        (100_000, 100_000),
+    ];
+    let snapshots: Vec<_> = cases
+        .iter()
+        .map(|&(workloads, pods)| (format!("{workloads}w_{pods}p"), snapshot(workloads, pods)))
+        .collect();
     let mut group = c.benchmark_group("admission_pass");
     group.sample_size(20);
-    for (workloads, pods) in [(1_000, 10_000), (10_000, 10_000), (10_000, 100_000)] {
-        let s = snapshot(workloads, pods);
-        group.bench_with_input(
-            BenchmarkId::from_parameter(format!("{workloads}w_{pods}p")),
-            &s,
-            |b, s| b.iter(|| decide(s)),
-        );
+    for (id, s) in &snapshots {
+        group.bench_with_input(BenchmarkId::from_parameter(id), s, |b, s| {
+            b.iter(|| decide(s))
+        });
+    }
+    group.finish();
+    // The pass before its rewrite, on the same snapshots, for the ratio (not the largest case: it
+    // takes seconds per sample).
+    let mut group = c.benchmark_group("admission_pass_reference");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() <= 10_000)
+    {
+        group.bench_with_input(BenchmarkId::from_parameter(id), s, |b, s| {
+            b.iter(|| sluice::queue::admission_reference::decide(s))
+        });
     }
     group.finish();
 }

@@ -2,10 +2,14 @@
 //! ~6 KB) over TLS with keep-alive and reports latency percentiles and throughput.
 //!
 //! Without --url it starts sluice's webhook server in this process on 127.0.0.1 (a fresh CA, the same
-//! router `sluice serve` uses). With --url it loads a running `sluice serve` (give its CA with --ca).
+//! router `sluice serve` uses). With --url it loads a running server (give its CA with --ca): a
+//! `sluice serve`, or this example started with `--serve-only` in another process (the webhook server
+//! of `sluice serve`, same builder, classifier and gate settings, without the controller).
 //!
 //!   cargo run --release --example webhook_load -- --requests 200000 --concurrency 64
 //!   cargo run --release --example webhook_load -- --rate 20000 --seconds 10
+//!   webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem &
+//!   webhook_load --url https://127.0.0.1:9443 --ca ca.pem --rate 20000 --seconds 10 --shape mixed --json
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -26,6 +30,19 @@ struct Args {
     rate: f64,
     seconds: f64,
     http2: bool,
+    shape: Shape,
+    json: bool,
+    serve_only: bool,
+    listen: Option<String>,
+    ca_out: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Spark,
+    Ray,
+    /// Spark executors and Ray workers in turn.
+    Mixed,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -37,6 +54,11 @@ fn parse_args() -> Result<Args, String> {
         rate: 0.0,
         seconds: 0.0,
         http2: false,
+        shape: Shape::Spark,
+        json: false,
+        serve_only: false,
+        listen: None,
+        ca_out: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,9 +79,21 @@ fn parse_args() -> Result<Args, String> {
                 args.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?
             }
             "--http2" => args.http2 = true,
+            "--json" => args.json = true,
+            "--serve-only" => args.serve_only = true,
+            "--listen" => args.listen = Some(value()?),
+            "--ca-out" => args.ca_out = Some(value()?),
+            "--shape" => {
+                args.shape = match value()?.as_str() {
+                    "spark" => Shape::Spark,
+                    "ray" => Shape::Ray,
+                    "mixed" => Shape::Mixed,
+                    other => return Err(format!("--shape {other}: spark, ray or mixed")),
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "webhook_load [--url https://127.0.0.1:9443] [--ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2]"
+                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--json]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem"
                 );
                 std::process::exit(0);
             }
@@ -69,11 +103,152 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
+/// The AdmissionReview of pod `i` in the chosen shape.
+fn review(shape: Shape, i: usize) -> Vec<u8> {
+    match shape {
+        Shape::Spark => spark_review(i),
+        Shape::Ray => ray_review(i),
+        Shape::Mixed if i.is_multiple_of(2) => spark_review(i),
+        Shape::Mixed => ray_review(i),
+    }
+}
+
+fn admission_review(i: usize, namespace: &str, username: &str, pod: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("00000000-0000-0000-0000-{i:012}"),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace, "operation": "CREATE",
+            "userInfo": {"username": username, "uid": "3c7d9a52-1f0e-4b8e-9a6d-5e2f7c1b0a99", "groups": ["system:serviceaccounts", "system:authenticated"]},
+            "object": pod, "oldObject": null, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        }
+    }))
+    .expect("review encodes")
+}
+
+/// A Ray worker pod as KubeRay creates it for a RayCluster labelled with queue "research" (~7 KB).
+fn ray_review(i: usize) -> Vec<u8> {
+    let env: Vec<serde_json::Value> = [
+        ("RAY_CLUSTER_NAME", "raycluster-etl".to_string()),
+        ("RAY_CLOUD_INSTANCE_ID", format!("raycluster-etl-cpu-workers-worker-{i:05}")),
+        ("RAY_NODE_TYPE_NAME", "cpu-workers".to_string()),
+        ("KUBERAY_GEN_RAY_START_CMD", "ray start  --address=raycluster-etl-head-svc.research.svc.cluster.local:6379  --block  --dashboard-agent-listen-port=52365  --memory=8589934592  --metrics-export-port=8080  --num-cpus=2 ".to_string()),
+        ("RAY_PORT", "6379".to_string()),
+        ("RAY_ADDRESS", "raycluster-etl-head-svc.research.svc.cluster.local:6379".to_string()),
+        ("RAY_USAGE_STATS_KUBERAY_IN_USE", "1".to_string()),
+        ("RAY_USAGE_STATS_EXTRA_TAGS", "kuberay_version=v1.6.2;kuberay_crd=RayCluster".to_string()),
+        ("REDIS_PASSWORD", String::new()),
+        ("RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| json!({"name": k, "value": v}))
+    .chain([
+        json!({"name": "FQ_RAY_IP", "value": "raycluster-etl-head-svc.research.svc.cluster.local"}),
+        json!({"name": "RAY_IP", "value": "raycluster-etl-head-svc"}),
+        json!({"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}),
+        json!({"name": "RAY_NODE_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}),
+    ])
+    .collect();
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "generateName": "raycluster-etl-cpu-workers-worker-", "namespace": "research",
+            "labels": {"app.kubernetes.io/created-by": "kuberay-operator", "app.kubernetes.io/name": "kuberay",
+                       "ray.io/cluster": "raycluster-etl", "ray.io/group": "cpu-workers", "ray.io/identifier": "raycluster-etl-worker",
+                       "ray.io/is-ray-node": "yes", "ray.io/node-type": "worker", "sluice.dev/queue": "research"},
+            "annotations": {"ray.io/ft-enabled": "false", "ray.io/overwrite-container-cmd": "false"},
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "raycluster-etl", "uid": "5e1c2b7a-0d4f-4c59-9a1e-7f3e2d1c0b9a", "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {
+            "restartPolicy": "Always",
+            "initContainers": [{
+                "name": "wait-gcs-ready", "image": "rayproject/ray:2.41.0",
+                "command": ["/bin/bash", "-lc", "--"],
+                "args": ["SECONDS=0; while true; do if (( SECONDS <= 120 )); then if ray health-check --address raycluster-etl-head-svc.research.svc.cluster.local:6379 > /dev/null 2>&1; then echo \"GCS is ready.\"; break; fi; echo \"$SECONDS seconds elapsed: Waiting for GCS to be ready.\"; else if ray health-check --address raycluster-etl-head-svc.research.svc.cluster.local:6379; then echo \"GCS is ready. Any error messages above can be safely ignored.\"; break; fi; echo \"$SECONDS seconds elapsed: Still waiting for GCS to be ready.\"; fi; sleep 5; done"],
+                "env": [{"name": "FQ_RAY_IP", "value": "raycluster-etl-head-svc.research.svc.cluster.local"}, {"name": "RAY_IP", "value": "raycluster-etl-head-svc"}],
+                "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "200m", "memory": "256Mi"}},
+            }],
+            "containers": [{
+                "name": "ray-worker", "image": "rayproject/ray:2.41.0",
+                "command": ["/bin/bash", "-lc", "--"],
+                "args": ["ulimit -n 65536; ray start  --address=raycluster-etl-head-svc.research.svc.cluster.local:6379  --block  --dashboard-agent-listen-port=52365  --memory=8589934592  --metrics-export-port=8080  --num-cpus=2 "],
+                "env": env,
+                "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}},
+                "ports": [{"containerPort": 8080, "name": "metrics", "protocol": "TCP"}],
+                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+                "livenessProbe": {"exec": {"command": ["bash", "-c", "wget -T 2 -q -O- http://localhost:52365/api/local_raylet_healthz | grep success"]}, "initialDelaySeconds": 30, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 120},
+                "readinessProbe": {"exec": {"command": ["bash", "-c", "wget -T 2 -q -O- http://localhost:52365/api/local_raylet_healthz | grep success"]}, "initialDelaySeconds": 10, "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 10},
+                "volumeMounts": [{"name": "shared-mem", "mountPath": "/dev/shm"}, {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}],
+            }],
+            "volumes": [{"name": "shared-mem", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}, {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}, {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}, {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+        },
+    });
+    admission_review(
+        i,
+        "research",
+        "system:serviceaccount:ray-system:kuberay-operator",
+        pod,
+    )
+}
+
 /// A Spark executor pod as the driver creates it, governed by queue "research".
-fn review(i: usize) -> Vec<u8> {
-    let env: Vec<serde_json::Value> = (0..24)
-        .map(|k| json!({"name": format!("SPARK_ENV_{k}"), "value": format!("value-{k}-{}", "x".repeat(40))}))
-        .collect();
+fn spark_review(i: usize) -> Vec<u8> {
+    // What Spark 3.5 puts in an executor's environment: its identity, the driver's address and
+    // one SPARK_JAVA_OPT_n per spark.* setting passed on.
+    let mut env: Vec<serde_json::Value> = [
+        ("SPARK_USER", "spark".to_string()),
+        (
+            "SPARK_DRIVER_URL",
+            "spark://CoarseGrainedScheduler@etl-driver-svc.research.svc:7078".to_string(),
+        ),
+        ("SPARK_EXECUTOR_CORES", "1".to_string()),
+        ("SPARK_EXECUTOR_MEMORY", "1g".to_string()),
+        ("SPARK_APPLICATION_ID", "spark-0123456789abcdef".to_string()),
+        ("SPARK_CONF_DIR", "/opt/spark/conf".to_string()),
+        ("SPARK_EXECUTOR_ID", i.to_string()),
+        ("SPARK_RESOURCE_PROFILE_ID", "0".to_string()),
+        ("SPARK_LOCAL_DIRS", "/var/data/spark-1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| json!({"name": k, "value": v}))
+    .collect();
+    env.push(json!({"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}));
+    env.push(json!({"name": "SPARK_EXECUTOR_POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}));
+    for (k, opt) in [
+        "-Dspark.driver.port=7078",
+        "-Dspark.driver.blockManager.port=7079",
+        "-Dspark.ui.port=4040",
+        "-Dspark.network.timeout=300s",
+        "-Dspark.executor.heartbeatInterval=20s",
+        "-Dspark.shuffle.service.enabled=false",
+        "-Dspark.dynamicAllocation.enabled=true",
+        "-Dspark.dynamicAllocation.shuffleTracking.enabled=true",
+        "-Dspark.dynamicAllocation.maxExecutors=200",
+        "-Dspark.kubernetes.executor.podNamePrefix=etl-exec",
+        "-Dspark.sql.adaptive.enabled=true",
+        "-Dspark.sql.shuffle.partitions=400",
+        "-Dspark.serializer=org.apache.spark.serializer.KryoSerializer",
+        "-Dspark.hadoop.fs.s3a.impl=org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "-Dspark.hadoop.fs.s3a.aws.credentials.provider=com.amazonaws.auth.WebIdentityTokenCredentialsProvider",
+        "-Dspark.eventLog.enabled=true",
+        "-Dspark.eventLog.dir=s3a://analytics-spark-events/research/",
+        "-Djava.net.preferIPv6Addresses=false",
+        "-XX:+IgnoreUnrecognizedVMOptions",
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+        "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+    ]
+    .iter()
+    .enumerate()
+    {
+        env.push(json!({"name": format!("SPARK_JAVA_OPT_{k}"), "value": opt}));
+    }
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -94,18 +269,36 @@ fn review(i: usize) -> Vec<u8> {
             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
         },
     });
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("00000000-0000-0000-0000-{i:012}"),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "research", "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:research:spark"},
-            "object": pod, "oldObject": null, "dryRun": false,
-        }
-    }))
-    .expect("review encodes")
+    admission_review(i, "research", "system:serviceaccount:research:spark", pod)
+}
+
+/// sluice's webhook server as `sluice serve` builds it (gate settings, the adapters as classifier),
+/// with a fresh CA, on `listen` (port 0: any free port). Returns its URL and the CA in PEM.
+fn start_server(listen: std::net::SocketAddr) -> (String, String) {
+    let settings = sluice_certs::CertSettings {
+        namespace: "sluice-system".into(),
+        secret_name: "unused".into(),
+        dns_names: vec!["localhost".into()],
+        ip_addresses: vec![listen.ip()],
+        serving_validity: Duration::from_secs(3600),
+        check_interval: Duration::from_secs(3600),
+    };
+    let certs = sluice_certs::generate(&settings).expect("certificates");
+    let tls = sluice_certs::axum_rustls_config(&certs).expect("tls");
+    let listener = std::net::TcpListener::bind(listen).expect("bind the listen address");
+    let port = listener.local_addr().expect("addr").port();
+    let server = sluice_webhooks::WebhookServer::builder(listen, tls)
+        .gate(sluice_webhooks::GateSettings {
+            gate_name: sluice::api::ADMISSION_GATE.into(),
+            protected_label_prefix: sluice::api::PROTECTED_LABEL_PREFIX.into(),
+            governed_label: sluice::api::QUEUE_LABEL.into(),
+            controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
+        })
+        .classifier(Arc::new(sluice::adapters::Adapters::default()))
+        .readiness(Arc::new(AtomicBool::new(true)))
+        .build();
+    tokio::spawn(server.serve_on(listener, tokio_util::sync::CancellationToken::new()));
+    (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -126,6 +319,34 @@ async fn main() {
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
 
+    if args.serve_only {
+        let listen: std::net::SocketAddr =
+            match args.listen.as_deref().unwrap_or("127.0.0.1:9443").parse() {
+                Ok(addr) => addr,
+                Err(e) => {
+                    eprintln!("webhook_load: --listen: {e}");
+                    std::process::exit(2);
+                }
+            };
+        let (url, ca_pem) = start_server(listen);
+        // Written whole or not at all: a reader polling for the file never sees half of it.
+        if let Some(path) = &args.ca_out {
+            let partial = format!("{path}.partial");
+            if let Err(e) =
+                std::fs::write(&partial, &ca_pem).and_then(|()| std::fs::rename(&partial, path))
+            {
+                eprintln!("webhook_load: writing {path}: {e}");
+                std::process::exit(1);
+            }
+        }
+        println!(
+            "serving {url} (CA in {})",
+            args.ca_out.as_deref().unwrap_or("-")
+        );
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    }
+
     // The server: in this process unless --url is given.
     let (url, ca_pem) = match &args.url {
         Some(url) => {
@@ -138,36 +359,7 @@ async fn main() {
                 std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")),
             )
         }
-        None => {
-            let settings = sluice_certs::CertSettings {
-                namespace: "sluice-system".into(),
-                secret_name: "unused".into(),
-                dns_names: vec!["localhost".into()],
-                ip_addresses: vec![std::net::IpAddr::from([127, 0, 0, 1])],
-                serving_validity: Duration::from_secs(3600),
-                check_interval: Duration::from_secs(3600),
-            };
-            let certs = sluice_certs::generate(&settings).expect("certificates");
-            let tls = sluice_certs::axum_rustls_config(&certs).expect("tls");
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .expect("port")
-                .local_addr()
-                .expect("addr")
-                .port();
-            let listen: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-            let server = sluice_webhooks::WebhookServer::builder(listen, tls)
-                .gate(sluice_webhooks::GateSettings {
-                    gate_name: sluice::api::ADMISSION_GATE.into(),
-                    protected_label_prefix: sluice::api::PROTECTED_LABEL_PREFIX.into(),
-                    governed_label: sluice::api::QUEUE_LABEL.into(),
-                    controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
-                })
-                .classifier(Arc::new(sluice::adapters::Adapters::default()))
-                .readiness(Arc::new(AtomicBool::new(true)))
-                .build();
-            tokio::spawn(server.serve(tokio_util::sync::CancellationToken::new()));
-            (format!("https://127.0.0.1:{port}"), certs.ca_pem)
-        }
+        None => start_server(([127, 0, 0, 1], 0).into()),
     };
 
     let mut roots = rustls::RootCertStore::empty();
@@ -192,8 +384,15 @@ async fn main() {
     let target: hyper::Uri = format!("{url}/mutate-pods").parse().expect("url");
 
     // Wait for the server, then warm up the connections.
-    let bodies: Arc<Vec<Bytes>> = Arc::new((0..256).map(|i| Bytes::from(review(i))).collect());
-    println!("review size: {} bytes", bodies[0].len());
+    let bodies: Arc<Vec<Bytes>> = Arc::new(
+        (0..256)
+            .map(|i| Bytes::from(review(args.shape, i)))
+            .collect(),
+    );
+    let mean_size = bodies.iter().map(|b| b.len()).sum::<usize>() / bodies.len();
+    if !args.json {
+        println!("review size: {mean_size} bytes on average");
+    }
     let send = |client: Client<_, Full<Bytes>>, body: Bytes, target: hyper::Uri| async move {
         let request = hyper::Request::post(target)
             .header("content-type", "application/json")
@@ -215,12 +414,14 @@ async fn main() {
         }
         Ok::<(), String>(())
     };
-    for _ in 0..200 {
-        if send(client.clone(), bodies[0].clone(), target.clone())
-            .await
-            .is_ok()
-        {
-            break;
+    for attempt in 0..=200 {
+        match send(client.clone(), bodies[0].clone(), target.clone()).await {
+            Ok(()) => break,
+            Err(e) if attempt == 200 => {
+                eprintln!("webhook_load: the server at {url} does not answer: {e}");
+                std::process::exit(1);
+            }
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -272,6 +473,21 @@ async fn main() {
     let elapsed = started.elapsed();
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let achieved = latencies.len() as f64 / elapsed.as_secs_f64();
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "requests": latencies.len(), "errors": errors, "concurrency": args.concurrency,
+                "target_rps": if args.rate > 0.0 { json!(args.rate) } else { json!(null) },
+                "achieved_rps": achieved, "seconds": elapsed.as_secs_f64(),
+                "review_bytes_mean": mean_size, "http2": args.http2,
+                "p50_ms": ms(percentile(&latencies, 0.50)), "p99_ms": ms(percentile(&latencies, 0.99)),
+                "p999_ms": ms(percentile(&latencies, 0.999)), "max_ms": ms(latencies.last().copied().unwrap_or_default()),
+            })
+        );
+        return;
+    }
     println!(
         "requests {} errors {} concurrency {} {} in {:.2}s: {:.0} reviews/s; latency ms p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3}",
         latencies.len(),
@@ -283,7 +499,7 @@ async fn main() {
             "max rate".to_string()
         },
         elapsed.as_secs_f64(),
-        latencies.len() as f64 / elapsed.as_secs_f64(),
+        achieved,
         ms(percentile(&latencies, 0.50)),
         ms(percentile(&latencies, 0.99)),
         ms(percentile(&latencies, 0.999)),

@@ -213,22 +213,92 @@ enum ItemKind {
     Ordered = 1,
 }
 
+/// Marks an absent offset or slot.
+const NONE: u32 = u32::MAX;
+
+/// One pending demand item. Small and `Copy`: vectors live in the pass's arenas (`Arena`), items
+/// hold offsets into them, so building and sorting items allocates nothing per item.
+#[derive(Clone, Copy)]
 struct Item {
     kind: ItemKind,
     priority: i32,
     interrupted_count: i32,
     queued_at: i64,
-    workload: usize,
-    /// Tie-breaker inside a workload: the pod's position (elastic) or 0 (gang).
-    pod_name_rank: usize,
+    /// Tie-breaker inside a workload: the pod's position among the set's gated pods (elastic) or 0
+    /// (gang).
+    pod_rank: u32,
+    /// Position of the workload in the queue's members.
+    member: u32,
+    pod_set: u32,
+    /// The item's pods: `arena.pods[pods_start..pods_start + pods_len]`.
+    pods_start: u32,
+    pods_len: u32,
+    /// Added to usage when admitted (the pods' requests): `arena.values[usage..usage + width]`.
+    usage: u32,
+    /// Added to reservations when admitted (gang members not created yet), or NONE for nothing.
+    reserve: u32,
+    /// For a single pod of a started workload: the slot of its pod set, whose unfilled reservation
+    /// (if any is left when the pod is admitted) the pod takes over; NONE otherwise.
+    slot: u32,
+}
+
+impl Item {
+    /// The rank of the item: kind, priority (high first), interrupted count (high first), time.
+    fn rank(&self) -> (ItemKind, i32, i32, i64) {
+        // High first: `!x` is -x - 1, decreasing in x and defined for every i32.
+        (
+            self.kind,
+            !self.priority,
+            !self.interrupted_count,
+            self.queued_at,
+        )
+    }
+
+    /// Order inside one workload, and between workloads whose keys are equal: the position of the
+    /// pod, then the order the items were produced in (member, pod set).
+    fn within(&self) -> (u32, u32, u32) {
+        (self.pod_rank, self.member, self.pod_set)
+    }
+}
+
+/// Gang members reserved by a started workload and not admitted yet, per pod set.
+struct Slot {
+    left: u32,
+    /// Size of one member: `arena.values[per_pod..per_pod + width]`.
+    per_pod: u32,
+}
+
+/// Flat storage of one queue's pass.
+#[derive(Default)]
+struct Arena {
+    /// Resource vectors of `width` values each.
+    values: Vec<i64>,
     pods: Vec<PodRef>,
-    /// Added to usage when admitted (the pods' requests).
-    usage: Vec<i64>,
-    /// Added to reservations when admitted (gang members not created yet).
-    reserve: Vec<i64>,
-    /// For a single pod of a started workload: its pod set, whose unfilled reservation (if any is
-    /// left when the pod is admitted) the pod takes over.
-    slot: Option<(usize, usize)>,
+}
+
+impl Arena {
+    /// Appends a zeroed vector and returns its offset.
+    fn push_zeroed(&mut self, width: usize) -> u32 {
+        let at = self.values.len();
+        self.values.resize(at + width, 0);
+        to_u32(at)
+    }
+
+    fn slice(&self, at: u32, width: usize) -> &[i64] {
+        let at = at as usize;
+        &self.values[at..at + width]
+    }
+
+    fn slice_mut(&mut self, at: u32, width: usize) -> &mut [i64] {
+        let at = at as usize;
+        &mut self.values[at..at + width]
+    }
+}
+
+/// Indexes are far below u32::MAX (a snapshot of 4 billion pods would not fit in memory anyway);
+/// saturate rather than wrap should that ever change.
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX - 1)
 }
 
 /// The queue's resources in a fixed order: those the quota names first (checked), then cpu and
@@ -236,6 +306,8 @@ struct Item {
 struct Dimensions {
     names: Vec<String>,
     limits: Vec<Option<i64>>,
+    /// (name, dimension) sorted by name, to project a resource list in one merge walk.
+    by_name: Vec<(String, usize)>,
 }
 
 impl Dimensions {
@@ -248,11 +320,45 @@ impl Dimensions {
                 limits.push(None);
             }
         }
-        Dimensions { names, limits }
+        let mut by_name: Vec<(String, usize)> = names
+            .iter()
+            .enumerate()
+            .map(|(d, n)| (n.clone(), d))
+            .collect();
+        by_name.sort();
+        Dimensions {
+            names,
+            limits,
+            by_name,
+        }
     }
 
-    fn project(&self, list: &ResourceList) -> Vec<i64> {
-        self.names.iter().map(|n| list.get(n)).collect()
+    fn width(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Adds the list's values for the queue's dimensions into `out` (a merge of two sorted lists:
+    /// no lookups, no allocation).
+    fn add_projected(&self, list: &ResourceList, out: &mut [i64]) {
+        let mut dims = self.by_name.iter().peekable();
+        for (name, value) in &list.0 {
+            while let Some((dim_name, d)) = dims.peek() {
+                match dim_name.as_str().cmp(name.as_str()) {
+                    std::cmp::Ordering::Less => {
+                        dims.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        out[*d] = out[*d].saturating_add(*value);
+                        dims.next();
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if dims.peek().is_none() {
+                break;
+            }
+        }
     }
 
     fn to_list(&self, values: &[i64]) -> ResourceList {
@@ -282,7 +388,7 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
     };
 
     // Group workloads by queue; those whose queue is missing or closed to them just wait.
-    let queue_index: BTreeMap<&str, usize> = snapshot
+    let queue_index: std::collections::HashMap<&str, usize> = snapshot
         .queues
         .iter()
         .enumerate()
@@ -304,11 +410,21 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
         }
     }
 
+    let mut scratch = Scratch::default();
     for (q, queue) in snapshot.queues.iter().enumerate() {
-        let tally = decide_queue(snapshot, queue, &members[q], &mut decisions);
+        let tally = decide_queue(snapshot, queue, &members[q], &mut decisions, &mut scratch);
         decisions.queues.insert(queue.name.clone(), tally);
     }
     decisions
+}
+
+/// Buffers reused from queue to queue.
+#[derive(Default)]
+struct Scratch {
+    arena: Arena,
+    items: Vec<Item>,
+    slots: Vec<Slot>,
+    gated: Vec<usize>,
 }
 
 /// Counts pods and usage of a workload that takes no part in any queue's pass.
@@ -327,66 +443,119 @@ fn tally_pods_only(workload: &WorkloadSnapshot, tally: &mut WorkloadTally) {
     }
 }
 
+/// Per member workload of a queue, during the pass.
+#[derive(Clone, Copy, Default)]
+struct MemberState {
+    gated: u32,
+    admitted_before: u32,
+    admitted_now: u32,
+}
+
 fn decide_queue(
     snapshot: &Snapshot,
     queue: &QueueSnapshot,
     members: &[usize],
     decisions: &mut Decisions,
+    scratch: &mut Scratch,
 ) -> QueueTally {
     let dims = Dimensions::new(&queue.quota);
-    let width = dims.names.len();
-    let mut usage = vec![0i64; width];
-    let mut reserved = vec![0i64; width];
-    // Per member workload: used and reserved, projected.
-    let mut workload_used: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-    let mut workload_reserved: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-    let mut items: Vec<Item> = Vec::new();
-    // Reserved gang members not admitted yet, per (workload, pod set): count and size of one.
-    let mut unfilled: BTreeMap<(usize, usize), (u32, Vec<i64>)> = BTreeMap::new();
+    let width = dims.width();
+    let Scratch {
+        arena,
+        items,
+        slots,
+        gated,
+    } = scratch;
+    arena.values.clear();
+    arena.pods.clear();
+    items.clear();
+    slots.clear();
 
-    for &w in members {
+    let mut states = vec![MemberState::default(); members.len()];
+    // Per member: used and reserved, projected, `width` values each.
+    let mut member_used = vec![0i64; members.len() * width];
+    let mut member_reserved = vec![0i64; members.len() * width];
+    // Scratch vectors of the arena: the queue's usage and reservations, and one item's
+    // reservation after credits.
+    let usage_at = arena.push_zeroed(width);
+    let reserved_at = arena.push_zeroed(width);
+    let reserve_at = arena.push_zeroed(width);
+
+    for (m, &w) in members.iter().enumerate() {
         let workload = &snapshot.workloads[w];
-        let mut used = vec![0i64; width];
-        let mut held = vec![0i64; width];
+        let used = &mut member_used[m * width..(m + 1) * width];
+        let held = &mut member_reserved[m * width..(m + 1) * width];
+        let state = &mut states[m];
         let started = workload
             .pod_sets
             .iter()
             .any(|s| s.pods.iter().any(|p| p.state == PodState::Admitted));
-        let mut gated_total = 0u32;
+        // The gang of a workload that has not started, built set by set.
+        let gang_start = to_u32(arena.pods.len());
+        let mut gang_usage = NONE;
+        let mut gang_reserve = NONE;
+        let mut earliest: Option<(i64, PodRef)> = None;
 
         for (s, set) in workload.pod_sets.iter().enumerate() {
-            let per_pod = dims.project(&set.per_pod);
+            gated.clear();
             let mut admitted_in_set = 0u32;
-            let mut gated: Vec<usize> = Vec::new();
             for (p, pod) in set.pods.iter().enumerate() {
                 match pod.state {
                     PodState::Admitted => {
                         admitted_in_set += 1;
-                        add_into(&mut used, &dims.project(&pod.requests));
+                        dims.add_projected(&pod.requests, used);
                     }
                     PodState::Gated => gated.push(p),
                     PodState::Ended => {}
                 }
             }
-            gated_total += gated.len() as u32;
-            gated.sort_by(|a, b| {
+            state.gated += to_u32(gated.len());
+            state.admitted_before += admitted_in_set;
+            if !workload.namespace_allowed {
+                continue;
+            }
+            let by_age = |a: &usize, b: &usize| {
                 let (pa, pb) = (&set.pods[*a], &set.pods[*b]);
                 pa.created_at
                     .cmp(&pb.created_at)
                     .then_with(|| pa.name.cmp(&pb.name))
-            });
-            if !workload.namespace_allowed {
-                continue;
+                    .then_with(|| a.cmp(b))
+            };
+            if started {
+                gated.sort_unstable_by(by_age);
+            } else {
+                // Only the gang's pods (and the oldest) matter: select them, sort only those.
+                let needed = (set.min_count as usize).max(1);
+                if needed < gated.len() {
+                    gated.select_nth_unstable_by(needed, by_age);
+                    gated.truncate(needed);
+                }
+                gated.sort_unstable_by(by_age);
             }
             if started {
                 let missing = set.min_count.saturating_sub(admitted_in_set);
-                // Reservation for every gang member not admitted yet.
-                add_scaled(&mut held, &per_pod, i64::from(missing));
+                let mut slot = NONE;
                 if missing > 0 {
-                    unfilled.insert((w, s), (missing, per_pod.clone()));
+                    // Reservation for every gang member not admitted yet.
+                    let per_pod = arena.push_zeroed(width);
+                    dims.add_projected(&set.per_pod, arena.slice_mut(per_pod, width));
+                    add_scaled(held, arena.slice(per_pod, width), i64::from(missing));
+                    slot = to_u32(slots.len());
+                    slots.push(Slot {
+                        left: missing,
+                        per_pod,
+                    });
                 }
                 for (rank, &p) in gated.iter().enumerate() {
                     let pod = &set.pods[p];
+                    let usage = arena.push_zeroed(width);
+                    dims.add_projected(&pod.requests, arena.slice_mut(usage, width));
+                    let pods_start = to_u32(arena.pods.len());
+                    arena.pods.push(PodRef {
+                        workload: w,
+                        pod_set: s,
+                        pod: p,
+                    });
                     // The first pods up to the reservation go first: they are already paid for.
                     let kind = if (rank as u32) < missing {
                         ItemKind::Fill
@@ -398,124 +567,189 @@ fn decide_queue(
                         priority: workload.priority,
                         interrupted_count: workload.interrupted_count,
                         queued_at: pod.created_at,
-                        workload: w,
-                        pod_name_rank: rank,
-                        pods: vec![PodRef {
+                        pod_rank: to_u32(rank),
+                        member: to_u32(m),
+                        pod_set: to_u32(s),
+                        pods_start,
+                        pods_len: 1,
+                        usage,
+                        reserve: NONE,
+                        slot,
+                    });
+                }
+            } else {
+                // The minimum gang: each set's first gated pods up to its minimum, plus
+                // reservations for the members not created yet.
+                if gang_usage == NONE {
+                    gang_usage = arena.push_zeroed(width);
+                    gang_reserve = arena.push_zeroed(width);
+                }
+                if let Some(&first) = gated.first() {
+                    let candidate = (
+                        set.pods[first].created_at,
+                        PodRef {
                             workload: w,
                             pod_set: s,
-                            pod: p,
-                        }],
-                        usage: dims.project(&pod.requests),
-                        reserve: vec![0i64; width],
-                        slot: Some((w, s)),
+                            pod: first,
+                        },
+                    );
+                    if earliest.as_ref().is_none_or(|e| candidate.0 < e.0) {
+                        earliest = Some(candidate);
+                    }
+                }
+                let take = (set.min_count as usize).min(gated.len());
+                for &p in &gated[..take] {
+                    arena.pods.push(PodRef {
+                        workload: w,
+                        pod_set: s,
+                        pod: p,
                     });
+                    dims.add_projected(&set.pods[p].requests, arena.slice_mut(gang_usage, width));
+                }
+                let missing = set.min_count.saturating_sub(take as u32);
+                if missing > 0 {
+                    let per_pod = arena.push_zeroed(width);
+                    dims.add_projected(&set.per_pod, arena.slice_mut(per_pod, width));
+                    let (head, tail) = arena.values.split_at_mut(per_pod as usize);
+                    add_scaled(
+                        &mut head[gang_reserve as usize..gang_reserve as usize + width],
+                        &tail[..width],
+                        i64::from(missing),
+                    );
+                    arena.values.truncate(per_pod as usize);
                 }
             }
         }
 
-        if workload.namespace_allowed && !started && gated_total > 0 {
-            items.push(gang_item(workload, w, &dims));
+        if workload.namespace_allowed && !started && state.gated > 0 && gang_usage != NONE {
+            let mut pods_len = to_u32(arena.pods.len()) - gang_start;
+            if pods_len == 0
+                && let Some((_, pod)) = earliest
+            {
+                // A workload whose sets all have a minimum of zero starts with its first gated pod.
+                let set = &workload.pod_sets[pod.pod_set];
+                dims.add_projected(
+                    &set.pods[pod.pod].requests,
+                    arena.slice_mut(gang_usage, width),
+                );
+                arena.pods.push(pod);
+                pods_len = 1;
+            }
+            items.push(Item {
+                kind: ItemKind::Ordered,
+                priority: workload.priority,
+                interrupted_count: workload.interrupted_count,
+                queued_at: workload.queued_at,
+                pod_rank: 0,
+                member: to_u32(m),
+                pod_set: 0,
+                pods_start: gang_start,
+                pods_len,
+                usage: gang_usage,
+                reserve: gang_reserve,
+                slot: NONE,
+            });
         }
 
-        add_into(&mut usage, &used);
-        add_into(&mut reserved, &held);
-        workload_used.insert(w, used);
-        workload_reserved.insert(w, held);
+        let (usage, reserved) = split_two(&mut arena.values, usage_at, reserved_at, width);
+        add_into(usage, used);
+        add_into(reserved, held);
     }
 
-    items.sort_by(|a, b| {
-        a.kind
-            .cmp(&b.kind)
-            .then_with(|| b.priority.cmp(&a.priority))
-            .then_with(|| b.interrupted_count.cmp(&a.interrupted_count))
-            .then_with(|| a.queued_at.cmp(&b.queued_at))
-            .then_with(|| {
-                snapshot.workloads[a.workload]
-                    .key
-                    .cmp(&snapshot.workloads[b.workload].key)
-            })
-            .then_with(|| a.pod_name_rank.cmp(&b.pod_name_rank))
-    });
+    sort_items(items, snapshot, members);
 
-    let mut waiting: BTreeMap<usize, WaitReason> = BTreeMap::new();
+    let mut waiting: Vec<Option<WaitReason>> = vec![None; members.len()];
     let mut blocker: Option<usize> = None;
-    for item in &items {
+    for item in items.iter() {
+        let m = item.member as usize;
         if let Some(first) = blocker {
-            waiting
-                .entry(item.workload)
-                .or_insert_with(|| WaitReason::BehindInStrictFifo {
+            if waiting[m].is_none() {
+                waiting[m] = Some(WaitReason::BehindInStrictFifo {
                     queue: queue.name.clone(),
                     blocker: snapshot.workloads[first].key.clone(),
                 });
+            }
             continue;
         }
-        // A pod that takes an unfilled gang member's place releases that reservation.
-        let credit = item
-            .slot
-            .and_then(|slot| unfilled.get(&slot))
-            .filter(|(left, _)| *left > 0)
-            .map(|(_, per_pod)| per_pod.iter().map(|v| -v).collect::<Vec<i64>>());
-        let mut reserve = item.reserve.clone();
-        if let Some(credit) = &credit {
-            add_into(&mut reserve, credit);
-        }
-        match first_misfit(&queue.name, &dims, &usage, &reserved, &item.usage, &reserve) {
-            None => {
-                if credit.is_some()
-                    && let Some(slot) = item.slot
-                    && let Some((left, _)) = unfilled.get_mut(&slot)
-                {
-                    *left -= 1;
-                }
-                add_into(&mut usage, &item.usage);
-                add_into(&mut reserved, &reserve);
-                if let Some(u) = workload_used.get_mut(&item.workload) {
-                    add_into(u, &item.usage);
-                }
-                if let Some(r) = workload_reserved.get_mut(&item.workload) {
-                    add_into(r, &reserve);
-                }
-                decisions.admit.extend(item.pods.iter().copied());
+        // The item's reservation, less the unfilled gang member whose place it takes (if any).
+        let credit = (item.slot != NONE)
+            .then(|| &slots[item.slot as usize])
+            .filter(|slot| slot.left > 0)
+            .map(|slot| slot.per_pod);
+        {
+            let (reserve, rest) = arena.values.split_at_mut(reserve_at as usize + width);
+            let reserve = &mut reserve[reserve_at as usize..];
+            let value = |at: u32| {
+                let at = at as usize - (reserve_at as usize + width);
+                &rest[at..at + width]
+            };
+            reserve.fill(0);
+            if item.reserve != NONE {
+                add_into(reserve, value(item.reserve));
             }
-            Some(reason) => {
-                waiting.entry(item.workload).or_insert(reason);
+            if let Some(per_pod) = credit {
+                for (r, v) in reserve.iter_mut().zip(value(per_pod)) {
+                    *r = r.saturating_add(-v);
+                }
+            }
+        }
+        let misfit = first_misfit(
+            &dims,
+            arena.slice(usage_at, width),
+            arena.slice(reserved_at, width),
+            arena.slice(item.usage, width),
+            arena.slice(reserve_at, width),
+        );
+        match misfit {
+            None => {
+                if credit.is_some() {
+                    slots[item.slot as usize].left -= 1;
+                }
+                let values = &mut arena.values;
+                for d in 0..width {
+                    let add = values[item.usage as usize + d];
+                    let reserve = values[reserve_at as usize + d];
+                    let usage = &mut values[usage_at as usize + d];
+                    *usage = usage.saturating_add(add);
+                    let reserved = &mut values[reserved_at as usize + d];
+                    *reserved = reserved.saturating_add(reserve);
+                    let used = &mut member_used[m * width + d];
+                    *used = used.saturating_add(add);
+                    let held = &mut member_reserved[m * width + d];
+                    *held = held.saturating_add(reserve);
+                }
+                let pods = &arena.pods
+                    [item.pods_start as usize..(item.pods_start + item.pods_len) as usize];
+                decisions.admit.extend_from_slice(pods);
+                states[m].admitted_now += item.pods_len;
+            }
+            Some(misfit) => {
+                if waiting[m].is_none() {
+                    waiting[m] = Some(misfit.reason(&queue.name, &dims));
+                }
                 if queue.strategy == QueueingStrategy::StrictFIFO {
-                    blocker = Some(item.workload);
+                    blocker = Some(members[m]);
                 }
             }
         }
     }
 
     // Tallies after the decisions.
-    let admitted: std::collections::HashSet<PodRef> = decisions.admit.iter().copied().collect();
     let mut tally = QueueTally {
-        usage: dims.to_list(&usage),
-        reserved: dims.to_list(&reserved),
+        usage: dims.to_list(arena.slice(usage_at, width)),
+        reserved: dims.to_list(arena.slice(reserved_at, width)),
         ..QueueTally::default()
     };
-    for &w in members {
+    for (m, &w) in members.iter().enumerate() {
         let workload = &snapshot.workloads[w];
+        let state = states[m];
         let wt = &mut decisions.workloads[w];
-        for (s, set) in workload.pod_sets.iter().enumerate() {
-            for (p, pod) in set.pods.iter().enumerate() {
-                let now_admitted = pod.state == PodState::Admitted
-                    || (pod.state == PodState::Gated
-                        && admitted.contains(&PodRef {
-                            workload: w,
-                            pod_set: s,
-                            pod: p,
-                        }));
-                if now_admitted {
-                    wt.admitted_pods += 1;
-                } else if pod.state == PodState::Gated {
-                    wt.pending_pods += 1;
-                }
-            }
-        }
-        wt.used = dims.to_list(workload_used.get(&w).map(Vec::as_slice).unwrap_or(&[]));
-        wt.reserved = dims.to_list(workload_reserved.get(&w).map(Vec::as_slice).unwrap_or(&[]));
+        wt.admitted_pods += state.admitted_before + state.admitted_now;
+        wt.pending_pods += state.gated - state.admitted_now;
+        wt.used = dims.to_list(&member_used[m * width..(m + 1) * width]);
+        wt.reserved = dims.to_list(&member_reserved[m * width..(m + 1) * width]);
         if wt.pending_pods > 0 {
-            wt.waiting = waiting.remove(&w).or_else(|| {
+            wt.waiting = waiting[m].take().or_else(|| {
                 (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
                     queue: queue.name.clone(),
                 })
@@ -531,118 +765,100 @@ fn decide_queue(
     tally
 }
 
+/// Sorts the items into admission order: rank, then workload key, then position. Integers first
+/// (one unstable sort on a key that is unique per item); workload keys are compared as strings only
+/// inside runs of equal rank that hold more than one workload, which are rare unless many items
+/// were queued in the same millisecond.
+fn sort_items(items: &mut [Item], snapshot: &Snapshot, members: &[usize]) {
+    items.sort_unstable_by_key(|item| (item.rank(), item.member, item.pod_rank, item.pod_set));
+    let key = |item: &Item| &snapshot.workloads[members[item.member as usize]].key;
+    let mut start = 0;
+    while start < items.len() {
+        let rank = items[start].rank();
+        let mut end = start + 1;
+        let mut several = false;
+        while end < items.len() && items[end].rank() == rank {
+            several |= items[end].member != items[start].member;
+            end += 1;
+        }
+        if several {
+            items[start..end].sort_unstable_by(|a, b| {
+                key(a).cmp(key(b)).then_with(|| a.within().cmp(&b.within()))
+            });
+        }
+        start = end;
+    }
+}
+
+/// Two disjoint vectors of `width` values at offsets `a` < `b`.
+fn split_two(values: &mut [i64], a: u32, b: u32, width: usize) -> (&mut [i64], &mut [i64]) {
+    let (head, tail) = values.split_at_mut(b as usize);
+    (
+        &mut head[a as usize..a as usize + width],
+        &mut tail[..width],
+    )
+}
+
 fn add_scaled(target: &mut [i64], per_pod: &[i64], times: i64) {
     for (t, v) in target.iter_mut().zip(per_pod) {
         *t = t.saturating_add(v.saturating_mul(times));
     }
 }
 
-/// The minimum gang of a workload that has not started: each set's first gated pods up to its
-/// minimum, plus reservations for the members not created yet. A workload whose sets all have a
-/// minimum of zero starts with its first gated pod.
-fn gang_item(workload: &WorkloadSnapshot, w: usize, dims: &Dimensions) -> Item {
-    let width = dims.names.len();
-    let mut pods = Vec::new();
-    let mut usage = vec![0i64; width];
-    let mut reserve = vec![0i64; width];
-    let mut earliest: Option<(i64, PodRef)> = None;
-    for (s, set) in workload.pod_sets.iter().enumerate() {
-        let mut gated: Vec<usize> = set
-            .pods
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.state == PodState::Gated)
-            .map(|(i, _)| i)
-            .collect();
-        gated.sort_by(|a, b| {
-            let (pa, pb) = (&set.pods[*a], &set.pods[*b]);
-            pa.created_at
-                .cmp(&pb.created_at)
-                .then_with(|| pa.name.cmp(&pb.name))
-        });
-        if let Some(&first) = gated.first() {
-            let candidate = (
-                set.pods[first].created_at,
-                PodRef {
-                    workload: w,
-                    pod_set: s,
-                    pod: first,
-                },
-            );
-            if earliest.as_ref().is_none_or(|e| candidate.0 < e.0) {
-                earliest = Some(candidate);
-            }
+/// Where an item overflows the quota; turned into a [`WaitReason`] only when it is kept.
+#[derive(Clone, Copy)]
+struct Misfit {
+    dimension: usize,
+    needed: i64,
+    after: i64,
+    used: i64,
+    reserved: i64,
+    limit: i64,
+}
+
+impl Misfit {
+    fn reason(&self, queue_name: &str, dims: &Dimensions) -> WaitReason {
+        let queue = queue_name.to_string();
+        let resource = dims.names[self.dimension].clone();
+        if self.needed > self.limit {
+            return WaitReason::NeverFits {
+                queue,
+                resource,
+                needed: self.needed,
+                quota: self.limit,
+            };
         }
-        let take = (set.min_count as usize).min(gated.len());
-        for &p in &gated[..take] {
-            pods.push(PodRef {
-                workload: w,
-                pod_set: s,
-                pod: p,
-            });
-            add_into(&mut usage, &dims.project(&set.pods[p].requests));
+        WaitReason::Quota {
+            queue,
+            resource,
+            missing: self.after - self.limit,
+            used: self.used,
+            reserved: self.reserved,
+            quota: self.limit,
         }
-        let missing = set.min_count.saturating_sub(take as u32);
-        add_scaled(
-            &mut reserve,
-            &dims.project(&set.per_pod),
-            i64::from(missing),
-        );
-    }
-    if pods.is_empty()
-        && let Some((_, pod)) = earliest
-    {
-        {
-            let set = &workload.pod_sets[pod.pod_set];
-            add_into(&mut usage, &dims.project(&set.pods[pod.pod].requests));
-            pods.push(pod);
-        }
-    }
-    Item {
-        kind: ItemKind::Ordered,
-        priority: workload.priority,
-        interrupted_count: workload.interrupted_count,
-        queued_at: workload.queued_at,
-        workload: w,
-        pod_name_rank: 0,
-        pods,
-        usage,
-        reserve,
-        slot: None,
     }
 }
 
-/// The first quota resource the item would overflow, as a reason to wait; None when it fits.
+/// The first quota resource the item would overflow; None when it fits.
 fn first_misfit(
-    queue_name: &str,
     dims: &Dimensions,
     usage: &[i64],
     reserved: &[i64],
     item_usage: &[i64],
     item_reserve: &[i64],
-) -> Option<WaitReason> {
+) -> Option<Misfit> {
     for (d, limit) in dims.limits.iter().enumerate() {
         let Some(limit) = *limit else { continue };
         let needed = item_usage[d].saturating_add(item_reserve[d]);
         let after = usage[d].saturating_add(reserved[d]).saturating_add(needed);
         if after > limit {
-            let queue = queue_name.to_string();
-            let resource = dims.names[d].clone();
-            if needed > limit {
-                return Some(WaitReason::NeverFits {
-                    queue,
-                    resource,
-                    needed,
-                    quota: limit,
-                });
-            }
-            return Some(WaitReason::Quota {
-                queue,
-                resource,
-                missing: after - limit,
+            return Some(Misfit {
+                dimension: d,
+                needed,
+                after,
                 used: usage[d],
                 reserved: reserved[d],
-                quota: limit,
+                limit,
             });
         }
     }

@@ -513,6 +513,17 @@ fn held_after(s: &Snapshot, d: &Decisions, queue: &str) -> i64 {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
+    /// The optimised pass decides exactly what the straightforward one (`admission_reference`)
+    /// decides: the same pods in the same order, the same tallies and the same reasons to wait.
+    #[test]
+    fn matches_the_reference_implementation(s in arb_snapshot()) {
+        let fast = decide(&s);
+        let reference = super::admission_reference::decide(&s);
+        prop_assert_eq!(&fast.admit, &reference.admit);
+        prop_assert_eq!(&fast.workloads, &reference.workloads);
+        prop_assert_eq!(&fast.queues, &reference.queues);
+    }
+
     /// No decision takes a queue over its quota, unless the queue was already over it before the
     /// pass and the decision admits nothing (pods admitted earlier are never taken back here).
     #[test]

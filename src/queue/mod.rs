@@ -5,5 +5,8 @@ pub mod controller;
 pub mod resources;
 pub mod snapshot;
 
+/// The admission pass before its rewrite, kept to check and measure the rewrite against.
+#[doc(hidden)]
+pub mod admission_reference;
 #[cfg(test)]
 mod admission_tests;
