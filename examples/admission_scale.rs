@@ -7,8 +7,8 @@
 //!   cargo run --release --example admission_scale -- --workloads 10000 --pods 100000
 //!   /usr/bin/time -v target/release/examples/admission_scale --workloads 10000 --pods 100000
 //!
-//! `--strip-managed-fields` drops metadata.managedFields from every pod before holding it, as a
-//! watcher with `.modify()` would.
+//! `--strip-managed-fields` drops metadata.managedFields from every pod before holding it;
+//! `--trim-pods` trims each pod as the controller's pod cache does (`queue::snapshot::trim_pod`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,6 +25,7 @@ struct Args {
     pods: usize,
     passes: usize,
     strip_managed_fields: bool,
+    trim_pods: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -33,6 +34,7 @@ fn parse_args() -> Result<Args, String> {
         pods: 100_000,
         passes: 5,
         strip_managed_fields: false,
+        trim_pods: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -44,9 +46,10 @@ fn parse_args() -> Result<Args, String> {
             "--pods" => args.pods = value()?.parse().map_err(|e| format!("--pods: {e}"))?,
             "--passes" => args.passes = value()?.parse().map_err(|e| format!("--passes: {e}"))?,
             "--strip-managed-fields" => args.strip_managed_fields = true,
+            "--trim-pods" => args.trim_pods = true,
             "-h" | "--help" => {
                 println!(
-                    "admission_scale [--workloads W] [--pods N] [--passes P] [--strip-managed-fields]"
+                    "admission_scale [--workloads W] [--pods N] [--passes P] [--strip-managed-fields] [--trim-pods]"
                 );
                 std::process::exit(0);
             }
@@ -154,7 +157,10 @@ fn main() -> Result<(), String> {
             json_bytes += value.to_string().len();
             let mut pod: Pod =
                 serde_json::from_value(value).map_err(|e| format!("decoding pod: {e}"))?;
-            if args.strip_managed_fields {
+            if args.trim_pods {
+                // What the controller's pod cache does to every pod it holds.
+                sluice::queue::snapshot::trim_pod(&mut pod);
+            } else if args.strip_managed_fields {
                 pod.metadata.managed_fields = None;
             }
             pods.push(Arc::new(pod));
@@ -196,6 +202,7 @@ fn main() -> Result<(), String> {
             "pods": pods.len(),
             "pod_json_bytes_avg": json_bytes / pods.len().max(1),
             "strip_managed_fields": args.strip_managed_fields,
+            "trim_pods": args.trim_pods,
             "load_s": load_s,
             "snapshot_build_ms_median": median(&mut build_ms),
             "decide_ms_median": median(&mut decide_ms),

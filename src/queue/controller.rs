@@ -107,7 +107,10 @@ pub async fn run(
         spawn_reflector(
             reflector::reflector(
                 pod_writer,
-                watcher(Api::<Pod>::all(client.clone()), pod_config).default_backoff(),
+                watcher(Api::<Pod>::all(client.clone()), pod_config)
+                    .default_backoff()
+                    // Only what admission reads is cached: a fraction of each pod's size.
+                    .modify(snapshot::trim_pod),
             ),
             changed.clone(),
             "pods",

@@ -55,6 +55,43 @@ pub fn pod_state(pod: &Pod, in_flight: &HashSet<String>) -> PodState {
     PodState::Admitted
 }
 
+/// Drops what the controller never reads from a pod before it is cached: managed fields, volumes,
+/// and per container everything but its name, image, resources and restart policy (which decide its
+/// requests); container statuses and conditions. A pod as the API server sends it is several KB; the
+/// controller holds every governed pod, so this is most of its memory.
+pub fn trim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        spec.topology_spread_constraints = None;
+        let trim = |c: &mut k8s_openapi::api::core::v1::Container| {
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.command = None;
+            c.args = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+            c.ports = None;
+            c.security_context = None;
+        };
+        spec.containers.iter_mut().for_each(trim);
+        spec.init_containers.iter_mut().flatten().for_each(trim);
+        spec.ephemeral_containers = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.conditions = None;
+    }
+}
+
 pub fn is_gated(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
@@ -471,6 +508,52 @@ mod tests {
         assert_eq!(
             built.snapshot.workloads[0].priority, 0,
             "no pods yet: the ledger's own"
+        );
+    }
+
+    #[test]
+    fn a_trimmed_pod_keeps_what_admission_reads() {
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"sluice.dev/queue": "q"},
+                "annotations": {"sluice.dev/min-count": "2"}, "creationTimestamp": "2026-11-23T00:00:00Z",
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+            "spec": {
+                "priority": 7,
+                "schedulingGates": [{"name": ADMISSION_GATE}],
+                "overhead": {"cpu": "100m"},
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "initContainers": [
+                    {"name": "sidecar", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                    {"name": "init", "image": "i", "resources": {"requests": {"cpu": "3"}}, "env": [{"name": "A", "value": "b"}]},
+                ],
+                "containers": [{"name": "c", "image": "i", "command": ["run"], "env": [{"name": "A", "value": "b"}],
+                    "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+            },
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+        }))
+        .expect("pod");
+        let mut trimmed = full.clone();
+        trim_pod(&mut trimmed);
+        let requests = |p: &Pod| pod_requests(p.spec.as_ref().expect("spec")).expect("requests");
+        assert_eq!(requests(&trimmed), requests(&full));
+        assert_eq!(trimmed.metadata.labels, full.metadata.labels);
+        assert_eq!(trimmed.metadata.annotations, full.metadata.annotations);
+        assert_eq!(trimmed.spec.as_ref().and_then(|s| s.priority), Some(7));
+        assert!(is_gated(&trimmed));
+        assert_eq!(
+            pod_state(&trimmed, &HashSet::new()),
+            pod_state(&full, &HashSet::new())
+        );
+        assert!(trimmed.metadata.managed_fields.is_none());
+        assert!(
+            trimmed
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.volumes.is_none() && s.containers[0].env.is_none())
+        );
+        assert!(
+            serde_json::to_vec(&trimmed).expect("json").len()
+                < serde_json::to_vec(&full).expect("json").len()
         );
     }
 }
