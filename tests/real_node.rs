@@ -214,6 +214,7 @@ async fn sluice_in_cluster(env: &TestEnv) {
     if *deployed {
         return;
     }
+    let node = real_node_name(env).await;
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
     if let Some(existing) = mutating.get_opt("sluice").await.expect("get webhooks") {
         let url = existing
@@ -244,6 +245,7 @@ async fn sluice_in_cluster(env: &TestEnv) {
     .await;
     kubectl(&["apply", "-f", install.to_str().expect("path")]).await;
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "sluice-system");
+    let sluice_pods: Api<Pod> = Api::namespaced(env.client.clone(), "sluice-system");
     let on_real_node = json!({"spec": {"template": {"spec": {
         "nodeSelector": {NODE_LABEL.0: NODE_LABEL.1},
         "tolerations": [{"key": NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
@@ -261,8 +263,23 @@ async fn sluice_in_cluster(env: &TestEnv) {
         Duration::from_secs(180),
         || async {
             let d = deployments.get("sluice").await.ok()?;
+            let generation = d.metadata.generation?;
             let s = d.status?;
-            (s.updated_replicas? == 2 && s.ready_replicas? == 2 && s.replicas? == 2).then_some(())
+            // The status of the generation before the patch (pods on kwok nodes, "ready" at once)
+            // must not count, nor old pods still on their way out.
+            let rolled_out = s.observed_generation? >= generation
+                && s.updated_replicas? == 2
+                && s.ready_replicas? == 2
+                && s.replicas? == 2;
+            let pods = sluice_pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
+                .await
+                .ok()?
+                .items;
+            let all_on_real_node = pods.iter().all(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+            });
+            (rolled_out && pods.len() == 2 && all_on_real_node).then_some(())
         },
     )
     .await;
