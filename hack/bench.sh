@@ -132,6 +132,7 @@ if want e2e; then
   trap 'hack/cluster.sh down >&2 || true' EXIT
   hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --with-kueue >&2
   eval "$(hack/cluster.sh env)"
+  rm -f "$out"/e2e-*
   pki="$root/.cluster/pki"
   server="$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
   # shellcheck source=hack/versions.sh
@@ -214,7 +215,6 @@ YAML
     esac
     sleep 3
   }
-  rm -f "$out"/e2e-*
   quota=$(( (e2e_pods + 500) / 50 ))   # cpu; each pod asks 10m: twice the demand and more
   e2e_run nogate nogate ""
   e2e_run sluice sluice "$quota"
