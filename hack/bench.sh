@@ -135,7 +135,7 @@ if want e2e; then
   rm -f "$out"/e2e-*
   pki="$root/.cluster/pki"
   server="$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
-  # shellcheck source=hack/versions.sh
+  # shellcheck disable=SC1091  # hack/versions.sh: pinned versions (variables only)
   (source hack/versions.sh && echo "Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, Kueue $KUEUE_VERSION") > "$out/e2e-versions"
   echo "$e2e_nodes" > "$out/e2e-nodes"
   api_metrics() { # file: apiserver_request_total, read with the admin client certificate
