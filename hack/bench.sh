@@ -5,7 +5,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: hack/bench.sh [--only admission|scale|webhook] [--quick] [--no-write | --report-only]
+Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write | --report-only]
 
   admission  criterion: one admission pass over 1k/10k/100k workloads and 10k/100k pods, the
              rewritten pass and the one before it (admission_reference) side by side
@@ -18,8 +18,16 @@ Usage: hack/bench.sh [--only admission|scale|webhook] [--quick] [--no-write | --
   --no-write  print the results, leave BENCHMARKS.md and bench/results.json alone
   --report-only  measure nothing: rewrite the tables from the last run's raw results (target/bench)
 
-Not measured by this version: the end-to-end runs on the local control plane (no gate, sluice,
-Kueue) and the API requests per admitted pod; bench/results.json says null for them.
+  e2e        one local cluster (hack/cluster.sh up --nodes 100 --with-sluice --with-kueue), and in
+             it, one after another, the same 5,000+ pods (single pods, gangs of 4-8, groups of 32)
+             created by target/release/examples/e2e_load (32 creates in flight): (a) no gate,
+             (b) sluice with quota above demand, (c) Kueue's plain-pod integration (pod groups)
+             with the same quota, (d) sluice with a fifth of the quota, each pod ended 1 s after
+             it runs: pods Running over time, admitted pods/s, API server requests per pod (deltas
+             of apiserver_request_total); a PNG plot (matplotlib in a venv under
+             ${SLUICE_CACHE:-~/.cache/sluice}/bench-venv). Brings the cluster down at the end.
+
+Env: E2E_PODS (default 5000; 300 with --quick), E2E_NODES (default 100).
 EOF
 }
 
@@ -114,6 +122,133 @@ if want webhook; then
   trap - EXIT
 fi
 
+
+if want e2e; then
+  echo "== end to end on the local control plane: no gate, sluice, Kueue, quota-limited sluice" >&2
+  cargo build --release --example e2e_load >&2
+  e2e_bin="$root/target/release/examples/e2e_load"
+  e2e_pods="${E2E_PODS:-5000}"; [[ $quick == 1 ]] && e2e_pods="${E2E_PODS:-300}"
+  e2e_nodes="${E2E_NODES:-100}"
+  trap 'hack/cluster.sh down >&2 || true' EXIT
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --with-kueue >&2
+  eval "$(hack/cluster.sh env)"
+  rm -f "$out"/e2e-*
+  pki="$root/.cluster/pki"
+  server="$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
+  # shellcheck disable=SC1091  # hack/versions.sh: pinned versions (variables only)
+  (source hack/versions.sh && echo "Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, Kueue $KUEUE_VERSION") > "$out/e2e-versions"
+  echo "$e2e_nodes" > "$out/e2e-nodes"
+  api_metrics() { # file: apiserver_request_total, read with the admin client certificate
+    curl -sf --max-time 20 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+      "$server/metrics" | grep '^apiserver_request_total' > "$1"
+  }
+  e2e_run() { # name mode quota-cpu [e2e_load args]
+    local name=$1 mode=$2 quota=$3 ns="e2e-$1"; shift 3
+    echo "-- e2e $name ($mode, quota ${quota:-none})" >&2
+    kubectl create namespace "$ns" >&2
+    for _ in $(seq 100); do kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
+    case $mode in
+      sluice) kubectl apply -f - >&2 <<YAML
+apiVersion: sluice.dev/v1alpha1
+kind: CapacityQueue
+metadata: {name: $ns}
+spec: {quota: {cpu: "$quota"}}
+YAML
+        ;;
+      kueue) kubectl apply -f - >&2 <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: $ns}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $ns}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: $ns
+      resources:
+      - {name: cpu, nominalQuota: "$quota"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: $ns, namespace: $ns}
+spec: {clusterQueue: $ns}
+YAML
+        for _ in $(seq 100); do
+          [[ "$(kubectl -n "$ns" get localqueue "$ns" -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' 2>/dev/null)" == True ]] && break
+          sleep 0.2
+        done
+        ;;
+    esac
+    sleep 2
+    api_metrics "$out/e2e-$name.metrics-before"
+    "$e2e_bin" --mode "$mode" --namespace "$ns" --queue "$ns" --pods "$e2e_pods" "$@" > "$out/e2e-$name.json"
+    api_metrics "$out/e2e-$name.metrics-after"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: v for k, v in d.items() if not k.endswith("_times")})' \
+      "$out/e2e-$name.json" >&2
+    # Clean up: the namespace and its pods gone before the next run. Kueue's plain pods carry its
+    # finalizer, which it drops only once a pod has ended, and kwok ends no pod being deleted: end
+    # them first (kwok's pod-end-on-request stage), then delete.
+    if [[ $mode == kueue ]]; then
+      kubectl -n "$ns" annotate pods --all sluice.dev/kwok-phase=Succeeded --overwrite >/dev/null
+      for _ in $(seq 300); do
+        [[ -z "$(kubectl -n "$ns" get pods --field-selector=status.phase=Running -o name 2>/dev/null | head -1)" ]] && break
+        sleep 1
+      done
+    fi
+    kubectl delete namespace "$ns" --wait=false >&2
+    for i in $(seq 600); do
+      kubectl get namespace "$ns" >/dev/null 2>&1 || break
+      if [[ $i == 120 ]]; then # a finalizer left behind: take it off
+        kubectl -n "$ns" get pods -o name | xargs -r -P 4 -n 1 kubectl -n "$ns" patch --type=merge \
+          -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+      fi
+      sleep 1
+    done
+    kubectl get namespace "$ns" >/dev/null 2>&1 && { echo "bench.sh: namespace $ns still there after 600 s" >&2; exit 1; }
+    case $mode in
+      sluice) kubectl delete capacityqueue "$ns" --ignore-not-found >&2 ;;
+      kueue) kubectl delete clusterqueue "$ns" --ignore-not-found >&2; kubectl delete resourceflavor "$ns" --ignore-not-found >&2 ;;
+    esac
+    sleep 3
+  }
+  quota=$(( (e2e_pods + 500) / 50 ))   # cpu; each pod asks 10m: twice the demand and more
+  e2e_run nogate nogate ""
+  e2e_run sluice sluice "$quota"
+  e2e_run kueue kueue "$quota"
+  e2e_run churn sluice "$(( e2e_pods / 500 > 0 ? e2e_pods / 500 : 1 ))" --end-after 1   # a fifth of the demand
+  hack/cluster.sh down >&2
+  trap - EXIT
+  venv="${SLUICE_CACHE:-$HOME/.cache/sluice}/bench-venv"
+  if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+    python3 -m venv "$venv" >&2 && "$venv/bin/pip" install -q matplotlib >&2
+  fi
+  "$venv/bin/python" - "$out" <<'EOF'
+import json, os, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out = sys.argv[1]
+fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+for name, label in (("nogate", "(a) no gate"), ("sluice", "(b) sluice"), ("kueue", "(c) Kueue plain pods")):
+    p = os.path.join(out, f"e2e-{name}.json")
+    if not os.path.exists(p):
+        continue
+    times = json.load(open(p))["running_times"]
+    ax.step([0] + times, range(len(times) + 1), where="post", label=label)
+ax.set_xlabel("seconds since the first create")
+ax.set_ylabel("pods Running")
+ax.set_title("Pods Running over time (local control plane, kwok nodes, 2 shared cores)")
+ax.grid(alpha=0.3)
+ax.legend()
+fig.tight_layout()
+fig.savefig(os.path.join(out, "e2e-running.png"))
+EOF
+fi
+
 [[ $write == 1 ]] || exit 0
 
 versions="sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'), $(rustc --version | cut -d' ' -f1-2)"
@@ -190,6 +325,89 @@ if web:
     md += ["", f"Highest fixed rate held with p99 under 1 ms: {f'{held:,.0f}/s' if held else 'none of the rates tried'}.", ""]
     results["webhook_max_rps_p99_under_1ms"] = held
     results.setdefault("webhook_p99_ms", None)
+md_e2e = []
+e2e = {n: load(f"e2e-{n}.json") for n in ("nogate", "sluice", "kueue", "churn")}
+if any(e2e.values()):
+    import shutil
+    def metrics(name):
+        tot = {}
+        for when, sign in (("before", -1), ("after", 1)):
+            p = os.path.join(out, f"e2e-{name}.metrics-{when}")
+            if not os.path.exists(p):
+                return None
+            for line in open(p):
+                m = re.match(r'apiserver_request_total\{(.*)\} (\S+)', line)
+                if not m:
+                    continue
+                lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+                key = (lab.get("verb", ""), lab.get("resource", "") + ("/" + lab["subresource"] if lab.get("subresource") else ""))
+                tot[key] = tot.get(key, 0) + sign * float(m.group(2))
+        return tot
+    def rate(r):
+        return r["pods"] / r["all_running_s"] if r and r.get("complete") and r.get("all_running_s") else None
+    def steady(r):
+        t = r and r.get("admitted_times")
+        if not t or len(t) < 10:
+            return None
+        lo, hi = t[len(t) // 5], t[(4 * len(t)) // 5]
+        return ((4 * len(t)) // 5 - len(t) // 5) / (hi - lo) if hi > lo else None
+    versions_e2e = open(os.path.join(out, "e2e-versions")).read().strip() if os.path.exists(os.path.join(out, "e2e-versions")) else "?"
+    nodes = open(os.path.join(out, "e2e-nodes")).read().strip() if os.path.exists(os.path.join(out, "e2e-nodes")) else "?"
+    first = next(r for r in e2e.values() if r)
+    md_e2e += ["### End to end on the local control plane", "",
+           f"One cluster (`hack/cluster.sh up --nodes {nodes} --with-sluice --with-kueue`; {versions_e2e}; sluice as",
+           "`hack/cluster.sh` runs it: `target/debug/sluice serve --local`, dependencies at opt-level 2), the runs one after",
+           f"another, each in a fresh namespace deleted (and its pods gone) before the next. The same {first['pods']:,} pods in",
+           f"{first['workloads']:,} workloads ({first['singles']:,} single pods, {first['gangs_4_8']:,} gangs of 4–8, {first['groups_32']:,} groups of 32), 10m cpu each, created by",
+           f"`target/release/examples/e2e_load --mode M --pods N` with {first['concurrency']} creates in flight; a pod counts as Running",
+           "when the client's watch first shows it so. Both sluice's and Kueue's pod webhooks stay registered in",
+           "every run (each ignores pods without its queue label, but the API server still calls them).", "",
+           "| run | pods | all created | all Running | pods Running/s | create retries |", "|---|---:|---:|---:|---:|---:|"]
+    labels = {"nogate": "(a) no gate", "sluice": "(b) sluice, quota ≥ demand", "kueue": "(c) Kueue plain pods / pod groups, same quota"}
+    for n in ("nogate", "sluice", "kueue"):
+        r = e2e[n]
+        if r:
+            ar = f"{r['all_running_s']:.1f} s" if r.get("complete") else f"incomplete: {len(r['running_times']):,} Running at {r['all_running_s'] or 0:.1f} s"
+            md_e2e.append(f"| {labels[n]} | {r['pods']:,} | {r['create_s']:.1f} s | {ar} | "
+                      f"{(f'{rate(r):.1f}' if rate(r) else '–')} | {r['create_retries']} |")
+    rn, rs, rk = rate(e2e["nogate"]), rate(e2e["sluice"]), rate(e2e["kueue"])
+    md_e2e += ["", f"Ratios: sluice / no gate = {f'{rs / rn:.2f}' if rs and rn else '–'} (target ≥ 0.8); "
+               f"sluice / Kueue = {f'{rs / rk:.2f}' if rs and rk else '–'} (target ≥ 2).", ""]
+    c = e2e["churn"]
+    if c:
+        st = steady(c)
+        md_e2e += [f"(d) quota-limited sluice: the same pods in a queue with a fifth of their demand, each pod ended",
+               f"(`sluice.dev/kwok-phase=Succeeded`) {c['end_after_s']} s after the client sees it Running: all {c['pods']:,} admitted in",
+               f"{c['all_admitted_s'] or 0:.1f} s; **{f'{st:.1f}' if st else '–'} admitted pods/s at steady state** (the middle 60 % of admissions).", ""]
+    per = {n: metrics(n) for n in ("nogate", "sluice", "kueue", "churn")}
+    if per["nogate"] and per["sluice"]:
+        keys = set()
+        for n, m in per.items():
+            if m and e2e[n]:
+                keys |= {k for k, v in m.items() if v / e2e[n]["pods"] >= 0.01}
+        cols = [n for n in ("nogate", "sluice", "kueue", "churn") if per[n] and e2e[n]]
+        md_e2e += ["API server requests per pod (deltas of `apiserver_request_total` read from the API server's `/metrics`",
+               "with the admin certificate before and after each run; every client counts: the load tool's creates,",
+               "the scheduler's bindings, kwok's status writes, node leases; the sluice column less the no-gate one is what",
+               "sluice adds):", "",
+               "| verb | resource | " + " | ".join(cols) + " | sluice − no gate |", "|---|---|" + "---:|" * (len(cols) + 1)]
+        tot = {n: 0.0 for n in cols}
+        for k in sorted(keys, key=lambda k: -(per["sluice"].get(k, 0) / e2e["sluice"]["pods"])):
+            vals = {n: per[n].get(k, 0) / e2e[n]["pods"] for n in cols}
+            md_e2e.append(f"| {k[0]} | {k[1]} | " + " | ".join(f"{vals[n]:.2f}" for n in cols) + f" | {vals['sluice'] - vals['nogate']:+.2f} |")
+        for n in cols:
+            tot[n] = sum(per[n].values()) / e2e[n]["pods"]
+        md_e2e += ["| all | | " + " | ".join(f"**{tot[n]:.2f}**" for n in cols) + f" | **{tot['sluice'] - tot['nogate']:+.2f}** |", ""]
+        results["e2e_apiserver_requests_per_pod"] = {n: round(tot[n], 3) for n in cols}
+    png = os.path.join(out, "e2e-running.png")
+    if os.path.exists(png):
+        shutil.copy(png, os.path.join(root, "bench", "e2e-running.png"))
+        md_e2e += ["![Pods Running over time](bench/e2e-running.png)", ""]
+    results["e2e_pods_per_s"] = {"nogate": round(rn, 1) if rn else None, "sluice": round(rs, 1) if rs else None,
+                                 "kueue": round(rk, 1) if rk else None}
+    results["e2e_ratio_sluice_nogate"] = round(rs / rn, 3) if rs and rn else None
+    results["e2e_ratio_sluice_kueue"] = round(rs / rk, 3) if rs and rk else None
+    results["e2e_quota_limited_admitted_pods_per_s"] = round(steady(c), 1) if c and steady(c) else None
 results.setdefault("admission_pass_ms_10k_workloads", None)
 results.setdefault("webhook_p99_ms", None)
 results.setdefault("webhook_max_rps_p99_under_1ms", None)
@@ -203,13 +421,18 @@ load_avg = (run[2].split() if len(run) > 2 and run[2].strip() else ["?"] * 3)
 header = [f"Measured {started_at} by `{('hack/bench.sh ' + command).strip()}` — {versions}; "
           f"machine: {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, "
           f"shared with other work (load average {' / '.join(load_avg)} when the run started).", ""]
-section = "\n".join(["<!-- bench.sh:begin -->"] + header + md + ["<!-- bench.sh:end -->"])
 bm = os.path.join(root, "BENCHMARKS.md")
 text = open(bm).read()
-if "<!-- bench.sh:begin -->" in text:
-    text = re.sub(r"<!-- bench.sh:begin -->.*?<!-- bench.sh:end -->", lambda _: section, text, flags=re.S)
-else:
-    text = text.rstrip() + "\n\n## Latest `hack/bench.sh` run\n\n" + section + "\n"
+def put(text, tag, title, body):
+    section = "\n".join([f"<!-- {tag}:begin -->"] + header + body + [f"<!-- {tag}:end -->"])
+    print(section)
+    if f"<!-- {tag}:begin -->" in text:
+        return re.sub(rf"<!-- {tag}:begin -->.*?<!-- {tag}:end -->", lambda _: section, text, flags=re.S)
+    return text.rstrip() + f"\n\n## {title}\n\n" + section + "\n"
+# Each section is rewritten only when its parts were measured (or are in the raw results).
+if md:
+    text = put(text, "bench.sh", "Latest `hack/bench.sh` run", md)
+if md_e2e:
+    text = put(text, "bench.sh:e2e", "End to end: latest `hack/bench.sh --only e2e` run", md_e2e)
 open(bm, "w").write(text)
-print(section)
 EOF
