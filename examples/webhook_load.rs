@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
@@ -301,6 +300,122 @@ fn start_server(listen: std::net::SocketAddr) -> (String, String) {
     (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
 }
 
+/// Where the load goes: one TLS connection per [`Sender`], HTTP/1.1 or HTTP/2 as chosen.
+struct Target {
+    host: String,
+    port: u16,
+    path: String,
+    authority: String,
+    http2: bool,
+    tls: tokio_rustls::TlsConnector,
+}
+
+/// One connection's request sender.
+enum Sender {
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+    /// Moved to its worker (HTTP/1.1 connections are not shared).
+    Taken,
+}
+
+impl Target {
+    /// `https://host:port` (no path).
+    fn parse(url: &str) -> Result<Target, String> {
+        let rest = url
+            .strip_prefix("https://")
+            .ok_or("only https:// URLs are served by the webhook")?;
+        let authority = rest.trim_end_matches('/').to_string();
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().map_err(|e| format!("port {p:?}: {e}"))?),
+            None => (authority.as_str(), 443),
+        };
+        Ok(Target {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port,
+            path: "/mutate-pods".into(),
+            authority: authority.clone(),
+            http2: false,
+            tls: tokio_rustls::TlsConnector::from(Arc::new(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            )),
+        })
+    }
+
+    async fn connect(&self) -> Result<Sender, String> {
+        let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+        let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+            .map_err(|e| format!("server name {}: {e}", self.host))?;
+        let stream = self
+            .tls
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        if self.http2 {
+            let (sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+            tokio::spawn(connection);
+            Ok(Sender::Http2(sender))
+        } else {
+            let (sender, connection) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
+            tokio::spawn(connection);
+            Ok(Sender::Http1(sender))
+        }
+    }
+}
+
+impl Sender {
+    /// Sends one review and checks that the answer is a JSONPatch.
+    async fn send(&mut self, target: &Target, body: Bytes) -> Result<(), String> {
+        let builder =
+            hyper::Request::post(target.path.as_str()).header("content-type", "application/json");
+        let request = match self {
+            Sender::Http1(_) | Sender::Taken => builder.header("host", target.authority.as_str()),
+            Sender::Http2(_) => builder.uri(format!("https://{}{}", target.authority, target.path)),
+        }
+        .body(Full::new(body))
+        .map_err(|e| format!("request: {e}"))?;
+        let response = match self {
+            Sender::Http1(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(request).await
+            }
+            Sender::Http2(s) => {
+                s.ready().await.map_err(|e| e.to_string())?;
+                s.send_request(request).await
+            }
+            Sender::Taken => return Err("no connection".into()),
+        }
+        .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if !status.is_success() || !body.windows(9).any(|w| w == b"JSONPatch") {
+            return Err(format!(
+                "unexpected answer {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -366,24 +481,25 @@ async fn main() {
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.expect("CA PEM")).expect("CA");
     }
-    let tls = rustls::ClientConfig::builder()
+    let mut tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let builder = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only();
-    let connector = if args.http2 {
-        builder.enable_http2().build()
+    tls.alpn_protocols = vec![if args.http2 {
+        b"h2".to_vec()
     } else {
-        builder.enable_http1().build()
-    };
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
-        .http2_only(args.http2)
-        .pool_max_idle_per_host(args.concurrency)
-        .build(connector);
-    let target: hyper::Uri = format!("{url}/mutate-pods").parse().expect("url");
+        b"http/1.1".to_vec()
+    }];
+    let target = Target::parse(&url).unwrap_or_else(|e| {
+        eprintln!("webhook_load: --url {url}: {e}");
+        std::process::exit(2)
+    });
+    let target = Arc::new(Target {
+        tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+        http2: args.http2,
+        ..target
+    });
 
-    // Wait for the server, then warm up the connections.
+    // Pre-serialised bodies, sent as they are (a Bytes clone is a reference count).
     let bodies: Arc<Vec<Bytes>> = Arc::new(
         (0..256)
             .map(|i| Bytes::from(review(args.shape, i)))
@@ -393,29 +509,13 @@ async fn main() {
     if !args.json {
         println!("review size: {mean_size} bytes on average");
     }
-    let send = |client: Client<_, Full<Bytes>>, body: Bytes, target: hyper::Uri| async move {
-        let request = hyper::Request::post(target)
-            .header("content-type", "application/json")
-            .body(Full::new(body))
-            .expect("request");
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        if !status.is_success() || !body.windows(9).any(|w| w == b"JSONPatch") {
-            return Err(format!(
-                "unexpected answer {status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(200)])
-            ));
-        }
-        Ok::<(), String>(())
-    };
+    // Wait for the server.
     for attempt in 0..=200 {
-        match send(client.clone(), bodies[0].clone(), target.clone()).await {
+        let result = match target.connect().await {
+            Ok(mut sender) => sender.send(&target, bodies[0].clone()).await,
+            Err(e) => Err(e),
+        };
+        match result {
             Ok(()) => break,
             Err(e) if attempt == 200 => {
                 eprintln!("webhook_load: the server at {url} does not answer: {e}");
@@ -431,44 +531,113 @@ async fn main() {
     } else {
         args.requests
     };
-    let interval = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
-    let started = Instant::now();
-    let semaphore = Arc::new(tokio::sync::Semaphore::new(args.concurrency));
-    let mut tasks = Vec::with_capacity(total);
-    for i in 0..total {
-        if let Some(interval) = interval {
-            // Open loop at a fixed rate: latency counts from the scheduled send time.
-            let due = started + interval * i as u32;
-            tokio::time::sleep_until(due.into()).await;
+    // One task per connection (HTTP/1.1: one request at a time on each, keep-alive), all opened
+    // before the clock starts. HTTP/2: the tasks share a few connections.
+    let workers = args.concurrency.max(1);
+    let connections = if args.http2 {
+        workers.div_ceil(64)
+    } else {
+        workers
+    };
+    let mut opened = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        match target.connect().await {
+            Ok(sender) => opened.push(sender),
+            Err(e) => {
+                eprintln!("webhook_load: connecting to {url}: {e}");
+                std::process::exit(1);
+            }
         }
-        let permit = semaphore.clone().acquire_owned().await.expect("semaphore");
-        let (client, body, target) = (
-            client.clone(),
-            bodies[i % bodies.len()].clone(),
-            target.clone(),
-        );
-        let scheduled = interval
-            .map(|iv| started + iv * i as u32)
-            .unwrap_or_else(Instant::now);
+    }
+    let senders: Vec<Sender> = if args.http2 {
+        (0..workers)
+            .map(|w| match &opened[w % connections] {
+                Sender::Http2(s) => Sender::Http2(s.clone()),
+                _ => Sender::Taken,
+            })
+            .collect()
+    } else {
+        opened
+    };
+    // Open loop: a pacing thread releases each request at its scheduled time (checking every
+    // 100 µs: tokio's timer has a 1 ms tick) into a queue the workers take from; latency counts
+    // from the scheduled time, so a late send or a queue wait is counted. Closed loop: the
+    // workers take the next request as soon as they are free.
+    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<(usize, Instant)>();
+    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let started = Instant::now();
+    let pacer = if args.rate > 0.0 {
+        let interval = Duration::from_secs_f64(1.0 / args.rate);
+        Some(std::thread::spawn(move || {
+            let mut i = 0;
+            while i < total {
+                let now = Instant::now();
+                while i < total && started + interval * i as u32 <= now {
+                    if jobs.send((i, started + interval * i as u32)).is_err() {
+                        return;
+                    }
+                    i += 1;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }))
+    } else {
+        std::thread::spawn(move || {
+            for i in 0..total {
+                // The time is taken again when the request is sent.
+                if jobs.send((i, started)).is_err() {
+                    return;
+                }
+            }
+        });
+        None
+    };
+    let open_loop = pacer.is_some();
+    let mut tasks = Vec::with_capacity(workers);
+    for mut sender in senders {
+        let (queue, bodies, target) = (queue.clone(), bodies.clone(), target.clone());
         tasks.push(tokio::spawn(async move {
-            let result = send(client, body, target).await;
-            drop(permit);
-            result.map(|_| scheduled.elapsed())
+            let mut done = Vec::with_capacity(total / workers + 1);
+            let mut errors = Vec::new();
+            loop {
+                let job = queue.lock().await.recv().await;
+                let Some((i, scheduled)) = job else { break };
+                let from = if open_loop { scheduled } else { Instant::now() };
+                match sender.send(&target, bodies[i % bodies.len()].clone()).await {
+                    Ok(()) => done.push(from.elapsed()),
+                    Err(e) => {
+                        errors.push(e);
+                        // A broken connection is replaced.
+                        if let Ok(fresh) = target.connect().await {
+                            sender = fresh;
+                        }
+                    }
+                }
+            }
+            (done, errors)
         }));
     }
     let mut latencies = Vec::with_capacity(total);
     let mut errors = 0usize;
     for t in tasks {
         match t.await {
-            Ok(Ok(d)) => latencies.push(d),
-            Ok(Err(e)) => {
-                if errors == 0 {
+            Ok((done, failed)) => {
+                latencies.extend(done);
+                if errors == 0
+                    && let Some(e) = failed.first()
+                {
                     eprintln!("first error: {e}");
                 }
+                errors += failed.len();
+            }
+            Err(e) => {
+                eprintln!("a worker failed: {e}");
                 errors += 1;
             }
-            Err(_) => errors += 1,
         }
+    }
+    if let Some(pacer) = pacer {
+        let _ = pacer.join();
     }
     let elapsed = started.elapsed();
     latencies.sort();

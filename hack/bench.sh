@@ -112,7 +112,7 @@ if want webhook; then
   : > "$out/webhook.jsonl"
   for rate in "${rates[@]}"; do
     "$bin" --url "https://127.0.0.1:$port" --ca "$out/webhook-ca.pem" --shape mixed --json \
-      --rate "$rate" --seconds "$seconds" --concurrency 256 | tee -a "$out/webhook.jsonl" >&2
+      --rate "$rate" --seconds "$seconds" --concurrency 32 | tee -a "$out/webhook.jsonl" >&2
   done
   # Closed loop: the most the pair of processes answers, whatever the latency.
   "$bin" --url "https://127.0.0.1:$port" --ca "$out/webhook-ca.pem" --shape mixed --json \

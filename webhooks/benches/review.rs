@@ -9,8 +9,12 @@ use axum::body::Body;
 use axum::http::Request;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde_json::json;
-use sluice_webhooks::{GateSettings, PodClassifier, Webhooks};
+use sluice_webhooks::pods::wire::PartialPod;
+use sluice_webhooks::{
+    AdmissionHandler, GateSettings, PodClassifier, Webhooks, mutate_pod, validate_pod,
+};
 use tower::ServiceExt;
 
 struct QueueLabel;
@@ -51,21 +55,61 @@ fn review(operation: &str) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+/// The pod webhooks as they were before the partial decode: the whole pod decoded into `Pod`
+/// (a handler registered through `Webhooks::handler::<Pod>` decodes its type whole).
+struct FullMutate;
+impl AdmissionHandler<Pod> for FullMutate {
+    fn admit(&self, request: &AdmissionRequest<Pod>) -> AdmissionResponse {
+        mutate_pod(request, &QueueLabel, &GateSettings::default())
+    }
+}
+struct FullValidate;
+impl AdmissionHandler<Pod> for FullValidate {
+    fn admit(&self, request: &AdmissionRequest<Pod>) -> AdmissionResponse {
+        validate_pod(request, &GateSettings::default())
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread().build();
     let Ok(runtime) = runtime else { return };
-    let router = Webhooks::new(GateSettings::default(), Arc::new(QueueLabel)).router();
-    // The share of the decoding into typed objects (the pod is decoded once, into k8s-openapi's Pod).
+    let router = Webhooks::new(GateSettings::default(), Arc::new(QueueLabel))
+        .handler::<Pod>("/mutate-pods-full", "mutate_full", Arc::new(FullMutate))
+        .handler::<Pod>(
+            "/validate-pods-full",
+            "validate_full",
+            Arc::new(FullValidate),
+        )
+        .router();
+    // The share of the decoding: the whole pod into k8s-openapi's Pod (before), and only what the
+    // pod webhooks judge (PartialPod, what /mutate-pods and /validate-pods decode now).
     let create = review("CREATE");
-    c.bench_function("decode_pod_review", |b| {
+    c.bench_function("decode_pod_review_full", |b| {
         b.iter(|| {
             let review: Result<kube::core::admission::AdmissionReview<Pod>, _> =
                 serde_json::from_slice(black_box(&create));
             black_box(review.ok());
         })
     });
+    c.bench_function("decode_pod_review_partial", |b| {
+        b.iter(|| {
+            let review: Result<kube::core::admission::AdmissionReview<PartialPod>, _> =
+                serde_json::from_slice(black_box(&create));
+            black_box(review.ok());
+        })
+    });
     for (name, path, body) in [
+        (
+            "mutate_pods_full_decode",
+            "/mutate-pods-full",
+            review("CREATE"),
+        ),
         ("mutate_pods", "/mutate-pods", review("CREATE")),
+        (
+            "validate_pods_full_decode",
+            "/validate-pods-full",
+            review("UPDATE"),
+        ),
         ("validate_pods", "/validate-pods", review("UPDATE")),
     ] {
         c.bench_function(name, |b| {

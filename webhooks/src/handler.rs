@@ -41,20 +41,30 @@ pub(crate) trait Endpoint: Send + Sync + 'static {
     fn answer(&self, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Response;
 }
 
-pub(crate) struct TypedEndpoint<K: kube::Resource> {
+/// Serves a handler of `K`, decoding the review as `W` (by default `K` itself; the pod webhooks
+/// decode a partial pod, see [`crate::pods::wire`]) and turning it into a request of `K`.
+pub(crate) struct TypedEndpoint<K: kube::Resource, W: kube::Resource = K> {
     pub(crate) operation: &'static str,
     pub(crate) handler: Arc<dyn AdmissionHandler<K>>,
     pub(crate) metrics: WebhookMetrics,
     pub(crate) max_body_bytes: usize,
+    pub(crate) convert: fn(AdmissionRequest<W>) -> AdmissionRequest<K>,
 }
 
-impl<K> Endpoint for TypedEndpoint<K>
+/// The conversion of an endpoint that decodes `K` itself.
+pub(crate) fn same<K: kube::Resource>(request: AdmissionRequest<K>) -> AdmissionRequest<K> {
+    request
+}
+
+impl<K, W> Endpoint for TypedEndpoint<K, W>
 where
-    K: kube::Resource + DeserializeOwned + 'static,
+    K: kube::Resource + 'static,
+    W: kube::Resource + DeserializeOwned + 'static,
 {
     fn answer(&self, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
         let started = Instant::now();
-        let (response, outcome) = match decode::<K>(headers, body, self.max_body_bytes) {
+        let decoded = decode::<W>(headers, body, self.max_body_bytes).map(self.convert);
+        let (response, outcome) = match decoded {
             Err(rejection) => {
                 tracing::debug!(operation = self.operation, status = %rejection.status, message = %rejection.message, "rejected a request");
                 (rejection.into_response(), Outcome::RejectedBadRequest)

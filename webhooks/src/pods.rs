@@ -305,5 +305,7 @@ impl AdmissionHandler<Pod> for ValidatePods {
     }
 }
 
+pub mod wire;
+
 #[cfg(test)]
 mod tests;

@@ -19,8 +19,11 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::handler::{AdmissionHandler, Application, ApplicationHandler, Endpoint, TypedEndpoint};
+use crate::handler::{
+    AdmissionHandler, Application, ApplicationHandler, Endpoint, TypedEndpoint, same,
+};
 use crate::metrics::WebhookMetrics;
+use crate::pods::wire::{PartialPod, into_pod_request};
 use crate::pods::{GateSettings, MutatePods, PodClassifier, ValidatePods};
 
 /// 8 MiB: far above any real pod, far below what would hurt the process.
@@ -127,6 +130,7 @@ impl Webhooks {
                     handler,
                     metrics: metrics.clone(),
                     max_body_bytes,
+                    convert: same::<K>,
                 }) as Arc<dyn Endpoint>
             }),
         ));
@@ -142,11 +146,13 @@ impl Webhooks {
     /// The routes: `/mutate-pods`, `/validate-pods`, `/healthz`, `/readyz` and the extra handlers.
     pub fn router(self) -> Router {
         let endpoint = |operation: &'static str, handler: Arc<dyn AdmissionHandler<Pod>>| {
-            Arc::new(TypedEndpoint {
+            // Only the fields the pod webhooks judge are decoded (see pods::wire).
+            Arc::new(TypedEndpoint::<Pod, PartialPod> {
                 operation,
                 handler,
                 metrics: self.metrics.clone(),
                 max_body_bytes: self.max_body_bytes,
+                convert: into_pod_request,
             }) as Arc<dyn Endpoint>
         };
         let mut endpoints = vec![

@@ -245,6 +245,37 @@ async fn unreadable_requests_get_a_plain_text_4xx_saying_what_is_wrong() {
             "AdmissionReview",
         ),
         (
+            "another kind of object",
+            Some("application/json"),
+            json_body(&pod_review(
+                "CREATE",
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}),
+                None,
+                "a",
+            )),
+            StatusCode::BAD_REQUEST,
+            "not a \"Pod\"",
+        ),
+        (
+            "labels not a map",
+            Some("application/json"),
+            json_body(&pod_review(
+                "CREATE",
+                json!({"metadata": {"labels": ["sluice.dev/queue"]}}),
+                None,
+                "a",
+            )),
+            StatusCode::BAD_REQUEST,
+            "AdmissionReview",
+        ),
+        (
+            "truncated",
+            Some("application/json"),
+            json_body(&pod_review("CREATE", gated_pod(false), None, "a"))[..200].to_vec(),
+            StatusCode::BAD_REQUEST,
+            "is not an AdmissionReview",
+        ),
+        (
             "oversized",
             Some("application/json"),
             vec![b' '; 128 * 1024],
