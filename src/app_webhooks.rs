@@ -15,8 +15,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
 use crate::adapters::ApplicationAdapter;
-use crate::api::{CapacityQueue, DEFAULT_QUEUE_LABEL, QUEUE_LABEL};
-use crate::namespaces::{DefaultQueue, Namespaces};
+use crate::api::{CapacityQueue, QUEUE_LABEL};
+use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
 use crate::queue::resources::{ResourceList, describe_quantity};
 use crate::queue::snapshot::selector_matches;
 
@@ -95,9 +95,7 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
                     }
                     DefaultQueue::None => return response,
                     DefaultQueue::Unknown => {
-                        return response.deny(format!(
-                            "sluice has not seen namespace {namespace:?} yet, so it cannot tell this application's default queue (namespace label {DEFAULT_QUEUE_LABEL}); retry in a moment"
-                        ));
+                        return response.deny(unseen_namespace_message(&namespace, "application"));
                     }
                 }
             }
@@ -208,6 +206,7 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
 mod tests {
     use super::*;
     use crate::adapters::RayClusters;
+    use crate::api::DEFAULT_QUEUE_LABEL;
 
     fn rc(with_metadata: bool) -> DynamicObject {
         let mut head = json!({"spec": {"containers": [{"name": "h", "image": "ray", "resources": {"requests": {"cpu": "2"}}}]}});

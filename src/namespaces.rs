@@ -26,6 +26,14 @@ pub enum DefaultQueue {
     Unknown,
 }
 
+/// Why an object of `what` (a pod, an application) in `namespace` is refused while its default queue
+/// cannot be told yet: the user retries, nothing passes ungoverned.
+pub fn unseen_namespace_message(namespace: &str, what: &str) -> String {
+    format!(
+        "sluice has not seen namespace {namespace:?} yet, so it cannot tell this {what}'s default queue (namespace label {DEFAULT_QUEUE_LABEL}); retry in a moment"
+    )
+}
+
 /// A cache of every namespace's labels; empty (every namespace without labels) when built with
 /// [`Namespaces::none`], as in unit tests and benchmarks that run without a cluster.
 #[derive(Clone, Default)]

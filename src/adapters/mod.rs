@@ -18,10 +18,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject};
 
 use crate::api::{
-    ApplicationEnd, DEFAULT_QUEUE_LABEL, MIN_COUNT_ANNOTATION, POD_SET_LABEL, PodSetSpec,
-    QUEUE_LABEL, WORKLOAD_LABEL,
+    ApplicationEnd, MIN_COUNT_ANNOTATION, POD_SET_LABEL, PodSetSpec, QUEUE_LABEL, WORKLOAD_LABEL,
 };
-use crate::namespaces::{DefaultQueue, Namespaces};
+use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
 
 /// Where a governed pod belongs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,9 +200,7 @@ impl sluice_webhooks::PodClassifier for Adapters {
             DefaultQueue::None => Ok(None),
             // Only a pod that would be governed is held up: any other pod is none of sluice's business.
             DefaultQueue::Unknown => match self.identify_in_default(pod, "unknown") {
-                Some(_) => Err(format!(
-                    "sluice has not seen namespace {namespace:?} yet, so it cannot tell this pod's default queue (namespace label {DEFAULT_QUEUE_LABEL}); retry in a moment"
-                )),
+                Some(_) => Err(unseen_namespace_message(namespace, "pod")),
                 None => Ok(None),
             },
         }
@@ -221,6 +218,22 @@ pub fn is_label_value(value: &str) -> bool {
                 && bytes
                     .iter()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))))
+}
+
+/// What one pod made from a pod template (`{metadata, spec}`) requests, counted as the scheduler
+/// counts it; `what` names the template in errors.
+fn template_requests(
+    template: &serde_json::Value,
+    what: &str,
+) -> Result<crate::queue::resources::ResourceList, DemandError> {
+    let spec = template
+        .get("spec")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(spec)
+        .map_err(|e| DemandError::Invalid(format!("{what}: pod template: {e}")))?;
+    crate::queue::resources::pod_requests(&spec)
+        .map_err(|e| DemandError::Invalid(format!("{what}: {e}")))
 }
 
 fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -270,6 +283,7 @@ pub fn workload_object_name(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::DEFAULT_QUEUE_LABEL;
     use crate::namespaces::testing::namespaces;
     use sluice_webhooks::PodClassifier;
 

@@ -8,13 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
 use crate::api::{PodSetSpec, QUEUE_LABEL};
-use crate::queue::resources::{ResourceList, pod_requests};
+use crate::queue::resources::ResourceList;
 
 pub const CLUSTER_LABEL: &str = "ray.io/cluster";
 pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";
@@ -59,13 +59,6 @@ fn int(value: &Value, key: &str) -> Option<i64> {
     value.get(key).and_then(Value::as_i64)
 }
 
-fn template_requests(template: &Value, what: &str) -> Result<ResourceList, DemandError> {
-    let spec = template.get("spec").cloned().unwrap_or(Value::Null);
-    let spec: PodSpec = serde_json::from_value(spec)
-        .map_err(|e| DemandError::Invalid(format!("{what}: pod template: {e}")))?;
-    pod_requests(&spec).map_err(|e| DemandError::Invalid(format!("{what}: {e}")))
-}
-
 impl ApplicationAdapter for RayClusters {
     fn api_resource(&self) -> ApiResource {
         ApiResource::from_gvk_with_plural(
@@ -86,7 +79,7 @@ impl ApplicationAdapter for RayClusters {
         let head_template = spec
             .pointer("/headGroupSpec/template")
             .ok_or_else(|| DemandError::Invalid("spec.headGroupSpec.template is missing".into()))?;
-        let mut head = template_requests(head_template, "headGroupSpec")?;
+        let mut head = super::template_requests(head_template, "headGroupSpec")?;
         if spec.get("enableInTreeAutoscaling").and_then(Value::as_bool) == Some(true) {
             let mut sidecar = ResourceList::new();
             let resources = spec.pointer("/autoscalerOptions/resources/requests");
@@ -124,7 +117,7 @@ impl ApplicationAdapter for RayClusters {
             let template = group.get("template").ok_or_else(|| {
                 DemandError::Invalid(format!("workerGroupSpecs {name}: template is missing"))
             })?;
-            let requests = template_requests(template, &format!("workerGroupSpecs {name}"))?;
+            let requests = super::template_requests(template, &format!("workerGroupSpecs {name}"))?;
             let hosts = int(group, "numOfHosts").unwrap_or(1).max(1);
             let min = int(group, "minReplicas").unwrap_or(0).max(0);
             let max = int(group, "maxReplicas").unwrap_or(i64::from(i32::MAX) / hosts);

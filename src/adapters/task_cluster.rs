@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
 use crate::api::{PodSetSpec, QUEUE_LABEL, TASK_CLUSTER_LABEL};
-use crate::queue::resources::pod_requests;
 
 pub struct TaskClusters;
 
@@ -66,14 +65,8 @@ impl ApplicationAdapter for TaskClusters {
             |key: &str, default: i64| spec.get(key).and_then(Value::as_i64).unwrap_or(default);
         let min = int("minWorkers", 1);
         let max = int("maxWorkers", min).max(min);
-        let pod_spec = spec
-            .pointer("/template/spec")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let pod_spec: PodSpec = serde_json::from_value(pod_spec)
-            .map_err(|e| DemandError::Invalid(format!("spec.template: {e}")))?;
-        let requests = pod_requests(&pod_spec)
-            .map_err(|e| DemandError::Invalid(format!("spec.template: {e}")))?;
+        let template = spec.get("template").cloned().unwrap_or(Value::Null);
+        let requests = super::template_requests(&template, "spec.template")?;
         Ok(vec![PodSetSpec {
             name: "workers".into(),
             requests: requests.to_quantities(),
