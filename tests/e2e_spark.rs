@@ -187,12 +187,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
 
     // Spark asks for up to 6 executors: 3 fit, 3 wait behind the gate, all in one DynamicWorkload.
     env.wait_queue_counts(&queue, 3, 4).await;
-    let executors = env
-        .pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("pods")
-        .items;
+    let executors = executor_pods(&env).await;
     assert_eq!(
         executors.len(),
         6,
@@ -208,19 +203,14 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
         .get(&format!("spark-{app_id}"))
         .await
         .expect("one DynamicWorkload for the Spark application");
-    let status = wait_for(
-        "the Spark workload's status",
-        Duration::from_secs(30),
-        || async {
-            env.workloads()
-                .get(&dwl.name_any())
-                .await
-                .ok()?
-                .status
-                .filter(|s| s.pending_pods == 3)
-        },
-    )
-    .await;
+    let status = env
+        .wait_workload_status(
+            &dwl.name_any(),
+            "the Spark workload's status",
+            Duration::from_secs(30),
+            |s| s.pending_pods == 3,
+        )
+        .await;
     assert_eq!(status.admitted_pods, 3);
     assert!(
         status.message.contains("needs 1 cpu more"),
@@ -234,16 +224,20 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
         .await
         .expect("delete other");
     env.wait_queue_counts(&queue, 2, 4).await;
-    let executors = env
-        .pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("pods")
-        .items;
+    let executors = executor_pods(&env).await;
     assert_eq!(executors.len(), 6, "still no extra pods");
     assert_eq!(holding(&executors).len(), 4);
     drop(spark);
     env.cleanup().await;
+}
+
+/// Every executor pod in the test namespace.
+async fn executor_pods(env: &TestEnv) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    env.pods()
+        .list(&ListParams::default().labels("spark-role=executor"))
+        .await
+        .expect("list executor pods")
+        .items
 }
 
 fn spark_applications(env: &TestEnv) -> Api<DynamicObject> {
@@ -318,19 +312,14 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     )
     .await;
     assert!(is_gated(&driver), "the driver waits for its gang's quota");
-    let status = wait_for(
-        "the application's ledger to say why it waits",
-        Duration::from_secs(30),
-        || async {
-            env.workloads()
-                .get("sparkapplication-etl")
-                .await
-                .ok()?
-                .status
-                .filter(|s| s.pending_pods == 1)
-        },
-    )
-    .await;
+    let status = env
+        .wait_workload_status(
+            "sparkapplication-etl",
+            "the application's ledger to say why it waits",
+            Duration::from_secs(30),
+            |s| s.pending_pods == 1,
+        )
+        .await;
     assert_eq!(status.phase, WorkloadPhase::Pending);
     assert!(
         status.message.contains("needs 1 cpu more"),
@@ -349,21 +338,14 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
         (p.status?.phase? == "Running").then_some(())
     })
     .await;
-    let status = wait_for(
-        "one executor's quota reserved",
-        Duration::from_secs(30),
-        || async {
-            env.workloads()
-                .get("sparkapplication-etl")
-                .await
-                .ok()?
-                .status
-                .filter(|s| {
-                    s.admitted_pods == 1 && s.reserved.get("cpu").is_some_and(|q| q.0 == "1")
-                })
-        },
-    )
-    .await;
+    let status = env
+        .wait_workload_status(
+            "sparkapplication-etl",
+            "one executor's quota reserved",
+            Duration::from_secs(30),
+            |s| s.admitted_pods == 1 && s.reserved.get("cpu").is_some_and(|q| q.0 == "1"),
+        )
+        .await;
     assert_eq!(status.pending_pods, 0);
 
     // The driver process itself runs here, bound to the driver pod; its executors get the labels the
@@ -380,12 +362,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     .await;
     // 4 cpu: the driver and 3 executors run, the 4th executor waits.
     env.wait_queue_counts(&queue, 1, 4).await;
-    let executors = env
-        .pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("pods")
-        .items;
+    let executors = executor_pods(&env).await;
     assert_eq!(
         executors.len(),
         4,
@@ -407,19 +384,14 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
         );
     }
     assert_eq!(holding(&executors).len(), 3);
-    let status = wait_for(
-        "the ledger to count driver and executors",
-        Duration::from_secs(30),
-        || async {
-            env.workloads()
-                .get("sparkapplication-etl")
-                .await
-                .ok()?
-                .status
-                .filter(|s| s.admitted_pods == 4 && s.pending_pods == 1)
-        },
-    )
-    .await;
+    let status = env
+        .wait_workload_status(
+            "sparkapplication-etl",
+            "the ledger to count driver and executors",
+            Duration::from_secs(30),
+            |s| s.admitted_pods == 4 && s.pending_pods == 1,
+        )
+        .await;
     assert_eq!(status.phase, WorkloadPhase::Running);
 
     // The driver pod succeeds: the operator marks the application COMPLETED, and its ledger ends
@@ -439,19 +411,14 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     )
     .await;
     assert_eq!(dwl.spec.application_ended, Some(ApplicationEnd::Succeeded));
-    let status = wait_for(
-        "the ledger to say Finished",
-        Duration::from_secs(30),
-        || async {
-            env.workloads()
-                .get("sparkapplication-etl")
-                .await
-                .ok()?
-                .status
-                .filter(|s| s.phase == WorkloadPhase::Finished)
-        },
-    )
-    .await;
+    let status = env
+        .wait_workload_status(
+            "sparkapplication-etl",
+            "the ledger to say Finished",
+            Duration::from_secs(30),
+            |s| s.phase == WorkloadPhase::Finished,
+        )
+        .await;
     assert!(
         status.reserved.is_empty(),
         "nothing reserved after the end: {:?}",

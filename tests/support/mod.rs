@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
+use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload, DynamicWorkloadStatus};
 
 /// A client for the local cluster, or a failure that says how to get one.
 pub async fn client() -> Client {
@@ -158,6 +158,21 @@ impl TestEnv {
                 (s.pending_pods == pending && s.admitted_pods == admitted).then_some(q)
             },
         )
+        .await
+    }
+
+    /// Waits until the DynamicWorkload `name` has a status for which `ready` holds, and returns it.
+    pub async fn wait_workload_status(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&DynamicWorkloadStatus) -> bool,
+    ) -> DynamicWorkloadStatus {
+        let api = self.workloads();
+        wait_for(what, timeout, || async {
+            api.get(name).await.ok()?.status.filter(|s| ready(s))
+        })
         .await
     }
 

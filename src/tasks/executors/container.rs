@@ -216,12 +216,7 @@ impl Executor for ContainerExecutorImpl {
     ) -> BoxFuture<'a, Result<String, ExecError>> {
         async move {
             let spec = spec(ctx)?;
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let Some(pod) = api
-                .get_opt(&handle.name)
-                .await
-                .map_err(ExecError::api(format!("reading worker {}", handle.name)))?
-            else {
+            let Some(pod) = ctx.get_pod("worker", &handle.name).await? else {
                 return Err(ExecError::Invalid(format!(
                     "worker {} is gone",
                     handle.name
@@ -240,16 +235,17 @@ impl Executor for ContainerExecutorImpl {
             let container =
                 build_container(&spec, &ctx.task_name(), &ctx.namespace, &pod, ctx.vars)?;
             let patch = json!({"spec": {"ephemeralContainers": [container]}});
-            api.patch_ephemeral_containers(
-                &handle.name,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-            .map_err(ExecError::api(format!(
-                "adding ephemeral container {name} to worker {}",
-                handle.name
-            )))?;
+            ctx.pods()
+                .patch_ephemeral_containers(
+                    &handle.name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+                .map_err(ExecError::api(format!(
+                    "adding ephemeral container {name} to worker {}",
+                    handle.name
+                )))?;
             Ok(uid)
         }
         .boxed()
@@ -261,11 +257,7 @@ impl Executor for ContainerExecutorImpl {
         handle: &'a TaskHandle,
     ) -> BoxFuture<'a, Result<Progress, ExecError>> {
         async move {
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let pod = api
-                .get_opt(&handle.name)
-                .await
-                .map_err(ExecError::api(format!("reading worker {}", handle.name)))?;
+            let pod = ctx.get_pod("worker", &handle.name).await?;
             let container = handle.container.clone().unwrap_or_default();
             Ok(match pod {
                 Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
@@ -287,18 +279,15 @@ impl Executor for ContainerExecutorImpl {
         handle: &'a TaskHandle,
     ) -> BoxFuture<'a, Result<bool, ExecError>> {
         async move {
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let pod = api
-                .get_opt(&handle.name)
-                .await
-                .map_err(ExecError::api(format!("reading worker {}", handle.name)))?;
+            let pod = ctx.get_pod("worker", &handle.name).await?;
             let Some(pod) = pod else { return Ok(true) };
             let container = handle.container.clone().unwrap_or_default();
             if matches!(container_progress(&pod, &container), Progress::Done(_)) {
                 return Ok(true);
             }
             if pod.metadata.deletion_timestamp.is_none() {
-                api.delete(&handle.name, &DeleteParams::default().grace_period(0))
+                ctx.pods()
+                    .delete(&handle.name, &DeleteParams::default().grace_period(0))
                     .await
                     .map_err(ExecError::api(format!("deleting worker {}", handle.name)))?;
             }

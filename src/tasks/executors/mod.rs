@@ -73,6 +73,24 @@ impl ExecContext<'_> {
         self.task.name_any()
     }
 
+    /// Pods in the Task's namespace.
+    pub fn pods(&self) -> kube::Api<k8s_openapi::api::core::v1::Pod> {
+        kube::Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The pod `name` in the Task's namespace, if it exists; `what` names it in errors ("pod",
+    /// "worker").
+    pub async fn get_pod(
+        &self,
+        what: &str,
+        name: &str,
+    ) -> Result<Option<k8s_openapi::api::core::v1::Pod>, ExecError> {
+        self.pods()
+            .get_opt(name)
+            .await
+            .map_err(ExecError::api(format!("reading {what} {name}")))
+    }
+
     /// An owner reference to the Task (controller), for everything an executor creates.
     pub fn owner_reference(&self) -> Value {
         serde_json::json!({

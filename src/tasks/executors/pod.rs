@@ -222,11 +222,7 @@ impl Executor for PodExecutorImpl {
         handle: &'a TaskHandle,
     ) -> BoxFuture<'a, Result<Progress, ExecError>> {
         async move {
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let pod = api
-                .get_opt(&handle.name)
-                .await
-                .map_err(ExecError::api(format!("reading pod {}", handle.name)))?;
+            let pod = ctx.get_pod("pod", &handle.name).await?;
             Ok(match pod {
                 Some(pod) if owned_by_task(&pod, ctx) => pod_progress(&pod),
                 _ => Progress::Done(Outcome {
