@@ -22,10 +22,14 @@ pub struct ControllerMetrics {
     pub pending_workloads: Family<QueueLabels, Gauge>,
     /// Seconds from a pod's creation to its admission (1 s resolution: creation timestamps are whole seconds).
     pub admission_wait_seconds: Family<QueueLabels, Histogram>,
-    /// Seconds one admission pass took (snapshot, decision, patches and status writes).
+    /// Seconds one admission pass took (snapshot and decision; the writes it asks for run after it).
     pub pass_duration_seconds: Histogram,
     /// Ungate patches that failed.
     pub ungate_errors: Counter,
+    /// Ungate patches asked for and not yet answered.
+    pub ungates_in_flight: Gauge,
+    /// DynamicWorkload and CapacityQueue status writes sent (coalesced: the newest per object).
+    pub status_writes: Counter,
     /// 1 while this replica leads and runs the controller.
     pub leader: Gauge,
 }
@@ -41,6 +45,8 @@ impl ControllerMetrics {
             }),
             pass_duration_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             ungate_errors: Counter::default(),
+            ungates_in_flight: Gauge::default(),
+            status_writes: Counter::default(),
             leader: Gauge::default(),
         };
         registry.register(
@@ -72,6 +78,16 @@ impl ControllerMetrics {
             "sluice_ungate_errors",
             "Ungate patches that failed",
             m.ungate_errors.clone(),
+        );
+        registry.register(
+            "sluice_ungates_in_flight",
+            "Ungate patches asked for and not yet answered",
+            m.ungates_in_flight.clone(),
+        );
+        registry.register(
+            "sluice_status_writes",
+            "Status writes sent to DynamicWorkloads and CapacityQueues",
+            m.status_writes.clone(),
         );
         registry.register(
             "sluice_leader",

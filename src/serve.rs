@@ -113,6 +113,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MAX_CONCURRENT_WRITES", default_value_t = 32)]
     pub max_concurrent_writes: usize,
 
+    /// Status writes to one DynamicWorkload or CapacityQueue are at least this far apart; a
+    /// status that changes faster is written as its newest value.
+    #[arg(long, env = "SLUICE_STATUS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub status_interval: Duration,
+
     /// Largest admission request body accepted, in bytes.
     #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -507,6 +512,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         batch_window: args.batch_window,
         resync_period: args.resync_period,
         max_concurrent_writes: args.max_concurrent_writes,
+        status_interval: args.status_interval,
     };
     let leader_gauge = controller_metrics.leader.clone();
     elector

@@ -7,26 +7,27 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::adapters::Adapters;
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ApplicationEnd, CapacityQueue, CapacityQueueStatus,
-    Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER, PodSetSpec,
-    PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
+    Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, PodSetSpec, PodSetStatus,
+    QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
 };
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, PodRef, PodState, WorkloadTally, decide};
 use crate::queue::snapshot::{self, Built};
+use crate::queue::writer::Writer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -42,6 +43,8 @@ pub struct ControllerSettings {
     pub resync_period: Duration,
     /// Ungate patches and status writes in flight at once.
     pub max_concurrent_writes: usize,
+    /// Status writes to one object are at least this far apart (the newest status wins).
+    pub status_interval: Duration,
 }
 
 impl Default for ControllerSettings {
@@ -50,6 +53,7 @@ impl Default for ControllerSettings {
             batch_window: Duration::from_millis(20),
             resync_period: Duration::from_secs(30),
             max_concurrent_writes: 32,
+            status_interval: Duration::from_secs(1),
         }
     }
 }
@@ -154,25 +158,42 @@ pub async fn run(
             instance: std::env::var("POD_NAME").ok(),
         },
     );
+    let writer = Writer::new(
+        client.clone(),
+        metrics.clone(),
+        settings.max_concurrent_writes,
+        settings.status_interval,
+    );
+    let writing = tokio::spawn(writer.clone().run(shutdown.clone()));
     let mut controller = Controller {
-        client,
+        ungater: Arc::new(Ungater {
+            client,
+            metrics: metrics.clone(),
+            in_flight: Mutex::new(HashMap::new()),
+            recorder,
+            slots: Semaphore::new(settings.max_concurrent_writes.max(1)),
+        }),
         adapters,
         metrics,
         settings,
         stores,
-        in_flight: Arc::new(Mutex::new(HashMap::new())),
-        recorder,
+        writer,
     };
     loop {
-        controller.pass().await;
+        let pass_started = Instant::now();
+        controller.pass();
+        // A pass neither waits for the API server nor holds the CPU: the writes it asked for run
+        // meanwhile, and passes take at most about a quarter of a core however busy the cluster.
+        let pause = pass_started.elapsed() * 3;
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = changed.notified() => {}
             _ = tokio::time::sleep(controller.settings.resync_period) => {}
         }
         // Gather the rest of a burst into the same pass.
-        tokio::time::sleep(controller.settings.batch_window).await;
+        tokio::time::sleep(controller.settings.batch_window.max(pause)).await;
     }
+    writing.abort();
     for task in tasks {
         task.abort();
     }
@@ -200,15 +221,32 @@ where
 }
 
 struct Controller {
-    client: Client,
     adapters: Adapters,
     metrics: ControllerMetrics,
     settings: ControllerSettings,
     stores: Stores,
-    /// Pods this controller ungated that the pod watch has not yet shown without their gate, by
-    /// uid. They count as admitted; otherwise the next pass would admit their quota twice.
-    in_flight: Arc<Mutex<HashMap<String, Instant>>>,
+    ungater: Arc<Ungater>,
+    writer: Writer,
+}
+
+/// Sends ungate patches in the background, at most `slots` at once across passes.
+struct Ungater {
+    client: Client,
+    metrics: ControllerMetrics,
+    /// Pods this controller ungated, or is about to, that the pod watch has not yet shown without
+    /// their gate, by uid. They count as admitted; otherwise the next pass would admit their quota
+    /// twice.
+    in_flight: Mutex<HashMap<String, Instant>>,
     recorder: Recorder,
+    slots: Semaphore,
+}
+
+/// One pod to ungate, with what its metrics and event need.
+struct UngateItem {
+    pod: Arc<Pod>,
+    queue: String,
+    created_at_ms: i64,
+    workload: Option<ObjectReference>,
 }
 
 fn now_rfc3339() -> String {
@@ -218,18 +256,18 @@ fn now_rfc3339() -> String {
 }
 
 impl Controller {
-    async fn pass(&mut self) {
+    fn pass(&mut self) {
         let started = Instant::now();
         let pods = self.stores.pods.state();
         let in_flight: HashSet<String> = {
-            let mut guard = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            let mut guard = self.ungater.lock_in_flight();
             // Forget pods the watch now shows ungated, or that are gone.
-            let gated: HashSet<String> = pods
+            let gated: HashSet<&str> = pods
                 .iter()
                 .filter(|p| snapshot::is_gated(p))
-                .filter_map(|p| p.uid())
+                .filter_map(|p| p.metadata.uid.as_deref())
                 .collect();
-            guard.retain(|uid, _| gated.contains(uid));
+            guard.retain(|uid, _| gated.contains(uid.as_str()));
             guard.keys().cloned().collect()
         };
         let built = snapshot::build(
@@ -244,10 +282,10 @@ impl Controller {
             warn!(problem, "object skipped in admission pass");
         }
         let decisions = decide(&built.snapshot);
-        self.ungate(&built, &decisions).await;
-        self.record_workloads(&built).await;
-        self.write_workload_statuses(&built, &decisions).await;
-        self.write_queue_statuses(&decisions).await;
+        self.start_ungates(&built, &decisions);
+        self.record_workloads(&built);
+        self.want_workload_statuses(&built, &decisions);
+        self.want_queue_statuses(&decisions);
         self.metrics
             .pass_duration_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -272,62 +310,234 @@ impl Controller {
         );
     }
 
-    async fn ungate(&self, built: &Built, decisions: &Decisions) {
+    /// Counts the admitted pods as in flight now (so the next pass does not admit them again) and
+    /// sends their ungate patches in the background.
+    fn start_ungates(&self, built: &Built, decisions: &Decisions) {
         if decisions.admit.is_empty() {
             return;
         }
+        let mut items = Vec::with_capacity(decisions.admit.len());
+        {
+            let mut in_flight = self.ungater.lock_in_flight();
+            for r in &decisions.admit {
+                let pod = built.pods[r.workload][r.pod_set][r.pod].clone();
+                let Some(uid) = pod.metadata.uid.clone() else {
+                    continue;
+                };
+                in_flight.insert(uid, Instant::now());
+                let workload = &built.snapshot.workloads[r.workload];
+                items.push(UngateItem {
+                    pod,
+                    queue: workload.queue.clone(),
+                    created_at_ms: workload.pod_sets[r.pod_set].pods[r.pod].created_at,
+                    workload: built.workloads[r.workload]
+                        .as_ref()
+                        .map(|d| d.object_ref(&())),
+                });
+            }
+        }
+        self.metrics.ungates_in_flight.inc_by(items.len() as i64);
+        let ungater = self.ungater.clone();
+        let concurrency = self.settings.max_concurrent_writes.max(1);
+        tokio::spawn(async move { ungater.ungate_all(items, concurrency).await });
+    }
+
+    /// Records (or deletes) the DynamicWorkload of every workload seen only through its pods.
+    fn record_workloads(&self, built: &Built) {
+        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            let existing = built.workloads[w].as_ref();
+            if existing.is_some_and(|d| d.spec.source.is_some()) {
+                continue; // recorded from an application object: its recorder owns the spec
+            }
+            if workload.pod_sets.iter().all(|s| s.pods.is_empty()) {
+                // A workload recorded from pods goes when its last pod is gone.
+                if let Some(d) = existing
+                    && d.labels().get(RECORDED_FROM_LABEL).map(String::as_str) == Some("pods")
+                    && let Some(uid) = d.uid()
+                {
+                    self.writer.want_delete(workload.key.clone(), uid);
+                }
+                continue;
+            }
+            let pod_sets: Vec<PodSetSpec> = workload
+                .pod_sets
+                .iter()
+                .map(|s| PodSetSpec {
+                    name: s.name.clone(),
+                    requests: s.per_pod.to_quantities(),
+                    min_count: i32::try_from(s.min_count).unwrap_or(i32::MAX),
+                    max_count: None,
+                })
+                .collect();
+            if pod_sets.is_empty() {
+                continue;
+            }
+            let body = |queue: &str, priority: i32, pod_sets: &[PodSetSpec]| {
+                json!({
+                    "apiVersion": "sluice.dev/v1alpha1",
+                    "kind": "DynamicWorkload",
+                    "metadata": {
+                        "name": workload.key.name,
+                        "namespace": workload.key.namespace,
+                        "labels": {RECORDED_FROM_LABEL: "pods", "app.kubernetes.io/managed-by": "sluice"},
+                    },
+                    "spec": {"queueName": queue, "priority": priority, "podSets": pod_sets},
+                })
+            };
+            let seen =
+                existing.map(|d| body(&d.spec.queue_name, d.spec.priority, &d.spec.pod_sets));
+            self.writer.want_record(
+                workload.key.clone(),
+                body(&workload.queue, workload.priority, &pod_sets),
+                seen.as_ref(),
+            );
+        }
+    }
+
+    fn want_workload_statuses(&self, built: &Built, decisions: &Decisions) {
+        let now = now_rfc3339();
+        let mut admitted: HashMap<usize, HashSet<PodRef>> = HashMap::new();
+        for r in &decisions.admit {
+            admitted.entry(r.workload).or_default().insert(*r);
+        }
+        let none = HashSet::new();
+        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            let Some(dwl) = &built.workloads[w] else {
+                continue; // recorded first; its status follows once the watch shows it
+            };
+            let seen = dwl.status.as_ref();
+            let old = self.writer.workload_status(&workload.key, seen);
+            let status = workload_status(
+                built,
+                w,
+                &decisions.workloads[w],
+                admitted.get(&w).unwrap_or(&none),
+                old.as_ref(),
+                &now,
+            );
+            if old.as_ref() != Some(&status) {
+                self.writer
+                    .want_workload_status(workload.key.clone(), status, seen);
+            }
+        }
+    }
+
+    fn want_queue_statuses(&self, decisions: &Decisions) {
+        let now = now_rfc3339();
+        for q in self.stores.queues.state() {
+            let name = q.name_any();
+            let seen = q.status.as_ref();
+            let old = self.writer.queue_status(&name, seen);
+            let previous = old
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
+            let status = match decisions.queues.get(&name) {
+                Some(t) => CapacityQueueStatus {
+                    usage: t.usage.to_quantities(),
+                    reserved: t.reserved.to_quantities(),
+                    pending_workloads: t.pending_workloads as i32,
+                    admitted_workloads: t.admitted_workloads as i32,
+                    pending_pods: t.pending_pods as i32,
+                    admitted_pods: t.admitted_pods as i32,
+                    conditions: vec![Condition::updated(
+                        previous,
+                        "Active",
+                        ConditionStatus::True,
+                        "QuotaValid",
+                        "the queue admits pods".into(),
+                        &now,
+                    )],
+                    observed_generation: q.metadata.generation,
+                },
+                None => CapacityQueueStatus {
+                    conditions: vec![Condition::updated(
+                        previous,
+                        "Active",
+                        ConditionStatus::False,
+                        "InvalidQuota",
+                        "spec.quota holds a quantity sluice cannot read: nothing is admitted"
+                            .into(),
+                        &now,
+                    )],
+                    observed_generation: q.metadata.generation,
+                    ..CapacityQueueStatus::default()
+                },
+            };
+            if old.as_ref() != Some(&status) {
+                self.writer.want_queue_status(name, status, seen);
+            }
+        }
+    }
+}
+
+impl Ungater {
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ungates `items` (already counted in flight), then records metrics and one event per workload.
+    async fn ungate_all(&self, items: Vec<UngateItem>, concurrency: usize) {
         let now = now_rfc3339();
         let now_ms = jiff::Timestamp::now().as_millisecond();
-        let results: Vec<(PodRef, bool)> = stream::iter(decisions.admit.iter().copied())
-            .map(|r| {
-                let pod = built.pods[r.workload][r.pod_set][r.pod].clone();
-                let now = now.clone();
-                async move { (r, self.ungate_pod(&pod, &now).await) }
+        let count = items.len() as i64;
+        let results: Vec<(UngateItem, bool)> = stream::iter(items)
+            .map(|item| {
+                let now = &now;
+                async move {
+                    let ok = match self.slots.acquire().await {
+                        Ok(_permit) => self.ungate_pod(&item.pod, now).await,
+                        Err(_) => false, // closed: never, the semaphore lives as long as self
+                    };
+                    (item, ok)
+                }
             })
-            .buffer_unordered(self.settings.max_concurrent_writes)
+            .buffer_unordered(concurrency)
             .collect()
             .await;
+        self.metrics.ungates_in_flight.dec_by(count);
 
-        let mut admitted_per_workload: HashMap<usize, u32> = HashMap::new();
-        for (r, ok) in results {
+        let mut admitted_per_workload: HashMap<String, (ObjectReference, String, u32)> =
+            HashMap::new();
+        for (item, ok) in results {
             if !ok {
                 continue;
             }
-            *admitted_per_workload.entry(r.workload).or_default() += 1;
-            let workload = &built.snapshot.workloads[r.workload];
             let labels = QueueLabels {
-                queue: workload.queue.clone(),
+                queue: item.queue.clone(),
             };
             self.metrics.admitted_pods.get_or_create(&labels).inc();
-            let created = workload.pod_sets[r.pod_set].pods[r.pod].created_at;
             self.metrics
                 .admission_wait_seconds
                 .get_or_create(&labels)
-                .observe(((now_ms - created).max(0) as f64) / 1000.0);
+                .observe(((now_ms - item.created_at_ms).max(0) as f64) / 1000.0);
+            if let Some(reference) = item.workload {
+                let key = format!(
+                    "{}/{}",
+                    reference.namespace.as_deref().unwrap_or_default(),
+                    reference.name.as_deref().unwrap_or_default()
+                );
+                admitted_per_workload
+                    .entry(key)
+                    .or_insert((reference, item.queue, 0))
+                    .2 += 1;
+            }
         }
-        for (w, count) in admitted_per_workload {
-            let Some(dwl) = &built.workloads[w] else {
-                continue;
-            };
-            let workload = &built.snapshot.workloads[w];
+        for (_, (reference, queue, count)) in admitted_per_workload {
             let event = Event {
                 type_: EventType::Normal,
                 reason: "Admitted".into(),
-                note: Some(format!(
-                    "admitted {count} pod(s) in queue {}",
-                    workload.queue
-                )),
+                note: Some(format!("admitted {count} pod(s) in queue {queue}")),
                 action: "Admit".into(),
                 secondary: None,
             };
-            if let Err(e) = self.recorder.publish(&event, &dwl.object_ref(&())).await {
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
                 debug!(%e, "event not recorded");
             }
         }
     }
 
     /// Removes the gate with one JSON patch guarded by a test of the gate's position. Returns whether
-    /// the pod is now admitted.
+    /// the pod is now admitted; a pod that is not is no longer counted in flight.
     async fn ungate_pod(&self, pod: &Pod, now: &str) -> bool {
         let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
             return false;
@@ -336,6 +546,7 @@ impl Controller {
         let gates = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
         let Some(index) = gates.and_then(|g| g.iter().position(|g| g.name == ADMISSION_GATE))
         else {
+            self.lock_in_flight().remove(&uid);
             return false;
         };
         let mut ops = vec![
@@ -351,10 +562,10 @@ impl Controller {
             Ok(p) => p,
             Err(e) => {
                 warn!(%e, "could not build the ungate patch");
+                self.lock_in_flight().remove(&uid);
                 return false;
             }
         };
-        self.lock_in_flight().insert(uid.clone(), Instant::now());
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         match api
             .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
@@ -387,188 +598,6 @@ impl Controller {
                 !still_gated
             }
         }
-    }
-
-    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Creates the DynamicWorkload of every workload seen only through its pods, and keeps the
-    /// pod sets of such pod-only workloads up to date.
-    async fn record_workloads(&self, built: &Built) {
-        let mut applies = Vec::new();
-        let mut deletes = Vec::new();
-        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            let existing = built.workloads[w].as_ref();
-            if existing.is_some_and(|d| d.spec.source.is_some()) {
-                continue; // recorded from an application object: its recorder owns the spec
-            }
-            if workload.pod_sets.iter().all(|s| s.pods.is_empty()) {
-                // A workload recorded from pods goes when its last pod is gone.
-                if let Some(d) = existing
-                    && d.labels().get(RECORDED_FROM_LABEL).map(String::as_str) == Some("pods")
-                    && let Some(uid) = d.uid()
-                {
-                    deletes.push((workload.key.clone(), uid));
-                }
-                continue;
-            }
-            let pod_sets: Vec<PodSetSpec> = workload
-                .pod_sets
-                .iter()
-                .map(|s| PodSetSpec {
-                    name: s.name.clone(),
-                    requests: s.per_pod.to_quantities(),
-                    min_count: i32::try_from(s.min_count).unwrap_or(i32::MAX),
-                    max_count: None,
-                })
-                .collect();
-            if pod_sets.is_empty() {
-                continue;
-            }
-            if let Some(d) = existing
-                && d.spec.pod_sets == pod_sets
-                && d.spec.queue_name == workload.queue
-                && d.spec.priority == workload.priority
-            {
-                continue;
-            }
-            applies.push((workload.key.clone(), json!({
-                "apiVersion": "sluice.dev/v1alpha1",
-                "kind": "DynamicWorkload",
-                "metadata": {
-                    "name": workload.key.name,
-                    "namespace": workload.key.namespace,
-                    "labels": {RECORDED_FROM_LABEL: "pods", "app.kubernetes.io/managed-by": "sluice"},
-                },
-                "spec": {"queueName": workload.queue, "priority": workload.priority, "podSets": pod_sets},
-            })));
-        }
-        stream::iter(applies)
-            .for_each_concurrent(
-                self.settings.max_concurrent_writes,
-                |(key, body)| async move {
-                    let api: Api<DynamicWorkload> =
-                        Api::namespaced(self.client.clone(), &key.namespace);
-                    let params = PatchParams::apply(FIELD_MANAGER).force();
-                    if let Err(e) = api.patch(&key.name, &params, &Patch::Apply(body)).await {
-                        warn!(%e, workload = %key, "could not record DynamicWorkload");
-                    }
-                },
-            )
-            .await;
-        stream::iter(deletes)
-            .for_each_concurrent(
-                self.settings.max_concurrent_writes,
-                |(key, uid)| async move {
-                    let api: Api<DynamicWorkload> =
-                        Api::namespaced(self.client.clone(), &key.namespace);
-                    // Only the object this pass saw: a workload re-created meanwhile stays.
-                    let params = kube::api::DeleteParams {
-                        preconditions: Some(kube::api::Preconditions {
-                            uid: Some(uid),
-                            resource_version: None,
-                        }),
-                        ..kube::api::DeleteParams::default()
-                    };
-                    match api.delete(&key.name, &params).await {
-                        Ok(_) => debug!(workload = %key, "deleted: its last pod is gone"),
-                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                        Err(e) => warn!(%e, workload = %key, "could not delete DynamicWorkload"),
-                    }
-                },
-            )
-            .await;
-    }
-
-    async fn write_workload_statuses(&self, built: &Built, decisions: &Decisions) {
-        let now = now_rfc3339();
-        let mut writes = Vec::new();
-        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            let Some(dwl) = &built.workloads[w] else {
-                continue;
-            };
-            let admitted: HashSet<PodRef> = decisions
-                .admit
-                .iter()
-                .filter(|r| r.workload == w)
-                .copied()
-                .collect();
-            let status = workload_status(
-                built,
-                w,
-                &decisions.workloads[w],
-                &admitted,
-                dwl.status.as_ref(),
-                &now,
-            );
-            if dwl.status.as_ref() != Some(&status) {
-                writes.push((workload.key.clone(), status));
-            }
-        }
-        stream::iter(writes)
-            .for_each_concurrent(self.settings.max_concurrent_writes, |(key, status)| async move {
-                let api: Api<DynamicWorkload> = Api::namespaced(self.client.clone(), &key.namespace);
-                let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload", "status": status});
-                if let Err(e) = api.patch_status(&key.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await {
-                    debug!(%e, workload = %key, "status not written; the next pass retries");
-                }
-            })
-            .await;
-    }
-
-    async fn write_queue_statuses(&self, decisions: &Decisions) {
-        let now = now_rfc3339();
-        let queues = self.stores.queues.state();
-        let writes: Vec<(String, CapacityQueueStatus)> = queues
-            .iter()
-            .filter_map(|q| {
-                let old = q.status.as_ref();
-                let previous = old.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
-                let status = match decisions.queues.get(&q.name_any()) {
-                    Some(t) => CapacityQueueStatus {
-                        usage: t.usage.to_quantities(),
-                        reserved: t.reserved.to_quantities(),
-                        pending_workloads: t.pending_workloads as i32,
-                        admitted_workloads: t.admitted_workloads as i32,
-                        pending_pods: t.pending_pods as i32,
-                        admitted_pods: t.admitted_pods as i32,
-                        conditions: vec![Condition::updated(
-                            previous,
-                            "Active",
-                            ConditionStatus::True,
-                            "QuotaValid",
-                            "the queue admits pods".into(),
-                            &now,
-                        )],
-                        observed_generation: q.metadata.generation,
-                    },
-                    None => CapacityQueueStatus {
-                        conditions: vec![Condition::updated(
-                            previous,
-                            "Active",
-                            ConditionStatus::False,
-                            "InvalidQuota",
-                            "spec.quota holds a quantity sluice cannot read: nothing is admitted"
-                                .into(),
-                            &now,
-                        )],
-                        observed_generation: q.metadata.generation,
-                        ..CapacityQueueStatus::default()
-                    },
-                };
-                (old != Some(&status)).then(|| (q.name_any(), status))
-            })
-            .collect();
-        stream::iter(writes)
-            .for_each_concurrent(self.settings.max_concurrent_writes, |(name, status)| async move {
-                let api: Api<CapacityQueue> = Api::all(self.client.clone());
-                let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "status": status});
-                if let Err(e) = api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await {
-                    debug!(%e, queue = %name, "status not written; the next pass retries");
-                }
-            })
-            .await;
     }
 }
 

@@ -4,6 +4,7 @@ pub mod admission;
 pub mod controller;
 pub mod resources;
 pub mod snapshot;
+mod writer;
 
 /// The admission pass before its rewrite, kept to check and measure the rewrite against.
 #[doc(hidden)]
