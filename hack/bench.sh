@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# sluice's benchmarks (issue 6): produces the figures, writes them into BENCHMARKS.md (between the
-# bench.sh markers) and bench/results.json. Not part of hack/test.sh.
+# sluice's benchmarks (issue 6): produces the figures, writes each part's tables into its own section
+# of BENCHMARKS.md (between the bench.sh:<part> markers) and its keys into bench/results.json, leaving
+# the parts not run as they are. Not part of hack/test.sh.
 set -euo pipefail
 
 usage() {
@@ -9,16 +10,20 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
 
   admission  criterion: one admission pass over 1k/10k/100k workloads and 10k/100k pods, the
              rewritten pass and the one before it (admission_reference) side by side
-  scale      a process holding 10k workloads / 100k realistic pods: snapshot build, pass, peak RSS
+  scale      a process holding 10k workloads / 100k realistic pods: snapshot build, pass, peak RSS;
+             three runs: the pods as listed, managedFields dropped, and trimmed as the controller's
+             pod cache holds them (--trim-pods: the figure of results.json)
   webhook    sluice's webhook server in one process, the load generator in another (TLS,
              keep-alive, HTTP/1.1, Spark executor and Ray worker AdmissionReviews of 6-8 KB):
              p50/p99/p99.9/max at fixed rates, and the highest rate held with p99 under 1 ms
 
   --quick     shorter runs (a smoke test of the tooling; figures not meant to be quoted)
   --no-write  print the results, leave BENCHMARKS.md and bench/results.json alone
-  --report-only  measure nothing: rewrite the tables from the last run's raw results (target/bench)
+  --report-only  measure nothing: rewrite the tables of the parts with raw results in target/bench
+             (each from its last run; with --only, that part's only)
 
-  e2e        one local cluster (hack/cluster.sh up --nodes 100 --with-sluice --with-kueue), and in
+  e2e        one local cluster (hack/cluster.sh up --nodes 100 --with-sluice --release-sluice
+             --with-kueue: sluice's release build), and in
              it, one after another, the same 5,000+ pods (single pods, gangs of 4-8, groups of 32)
              created by target/release/examples/e2e_load (32 creates in flight): (a) no gate,
              (b) sluice with quota above demand, (c) Kueue's plain-pod integration (pod groups)
@@ -28,6 +33,10 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
              ${SLUICE_CACHE:-~/.cache/sluice}/bench-venv). Brings the cluster down at the end.
 
 Env: E2E_PODS (default 5000; 300 with --quick), E2E_NODES (default 100).
+
+Each part writes only its own section of BENCHMARKS.md (<!-- bench.sh:<part>:begin/end -->: the run's
+date, command, versions and machine, then its tables) and only its keys of bench/results.json
+(measured_at_by_part.<part>; measured_at is the latest of them); the other parts' stay as they are.
 EOF
 }
 
@@ -45,23 +54,35 @@ while [[ $# -gt 0 ]]; do
     *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$only" in
+  ""|admission|scale|webhook|e2e) ;;
+  *) echo "bench.sh: --only wants admission, scale, webhook or e2e, not $only" >&2; exit 2 ;;
+esac
 want() { [[ -z "$only" || "$only" == "$1" ]]; }
 
 out="$root/target/bench"
 mkdir -p "$out" "$root/bench"
-if [[ $measure == 1 ]]; then
-  started_at="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  rm -f "$out"/*.json "$out"/*.jsonl "$out"/*.time
-  printf '%s\n%s\n%s\n' "$started_at" "$orig_args" "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run"
-else
-  [[ -s "$out/run" ]] || { echo "bench.sh: no earlier run in $out" >&2; exit 1; }
-  started_at="$(sed -n 1p "$out/run")"
-  orig_args="$(sed -n 2p "$out/run")"
-  only="none"
+started_at="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+versions="sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'), $(rustc --version | cut -d' ' -f1-2)"
+parts=()   # the parts whose sections and keys this run rewrites
+# A part about to be measured: its earlier raw results go, target/bench/run-<part> notes this run
+# (start, command, load average as the part starts, versions) for its section's first line.
+begin_part() {
+  rm -f "$out/$1".* "$out/$1"-*
+  printf '%s\n%s\n%s\n%s\n' "$started_at" "$orig_args" "$(cut -d' ' -f1-3 /proc/loadavg)" "$versions" > "$out/run-$1"
+  parts+=("$1")
+}
+if [[ $measure == 0 ]]; then
+  for part in admission scale webhook e2e; do
+    if want "$part" && [[ -s "$out/run-$part" ]]; then parts+=("$part"); fi
+  done
+  [[ ${#parts[@]} -gt 0 ]] || { echo "bench.sh: no earlier run${only:+ of $only} in $out" >&2; exit 1; }
+  only="none"   # measure nothing below
 fi
 
 if want admission; then
   echo "== admission pass (criterion)" >&2
+  begin_part admission
   crit_args=(--noplot)
   [[ $quick == 1 ]] && crit_args+=(--warm-up-time 1 --measurement-time 2)
   cargo bench --bench admission -- "${crit_args[@]}" 2>&1 | tee "$out/admission.txt" >&2
@@ -87,20 +108,24 @@ fi
 
 if want scale; then
   echo "== controller holding 10k workloads / 100k pods" >&2
+  begin_part scale
   cargo build --release --example admission_scale >&2
-  /usr/bin/time -v target/release/examples/admission_scale --workloads 10000 --pods 100000 \
-    > "$out/scale.json" 2> "$out/scale.time"
-  /usr/bin/time -v target/release/examples/admission_scale --workloads 10000 --pods 100000 \
-    --strip-managed-fields > "$out/scale-stripped.json" 2> "$out/scale-stripped.time"
-  cat "$out/scale.json" "$out/scale-stripped.json" >&2
+  # One process per run, one after another (up to ~3 GB each): the pods as the API server lists
+  # them, without managedFields, and trimmed as the controller's pod cache holds them.
+  for run in scale: scale-stripped:--strip-managed-fields scale-trimmed:--trim-pods; do
+    name="${run%%:*}" flag="${run#*:}"
+    /usr/bin/time -v target/release/examples/admission_scale --workloads 10000 --pods 100000 \
+      ${flag:+"$flag"} > "$out/$name.json" 2> "$out/$name.time"
+    cat "$out/$name.json" >&2
+  done
 fi
 
 if want webhook; then
   echo "== webhook: server and load generator in two processes" >&2
+  begin_part webhook
   cargo build --release --example webhook_load >&2
   bin="$root/target/release/examples/webhook_load"
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  rm -f "$out/webhook-ca.pem" "$out/webhook-server.log"
   "$bin" --serve-only --listen "127.0.0.1:$port" --ca-out "$out/webhook-ca.pem" > "$out/webhook-server.log" 2>&1 &
   server=$!
   trap 'kill "$server" 2>/dev/null || true' EXIT
@@ -125,14 +150,16 @@ fi
 
 if want e2e; then
   echo "== end to end on the local control plane: no gate, sluice, Kueue, quota-limited sluice" >&2
+  begin_part e2e
   cargo build --release --example e2e_load >&2
   e2e_bin="$root/target/release/examples/e2e_load"
   e2e_pods="${E2E_PODS:-5000}"; [[ $quick == 1 ]] && e2e_pods="${E2E_PODS:-300}"
   e2e_nodes="${E2E_NODES:-100}"
   trap 'hack/cluster.sh down >&2 || true' EXIT
-  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --with-kueue >&2
+  # sluice's release build (what is measured); a cluster already up restarts sluice with it.
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue >&2
   eval "$(hack/cluster.sh env)"
-  rm -f "$out"/e2e-*
+  cat "$root/.cluster/sluice.profile" > "$out/e2e-sluice-build"
   pki="$root/.cluster/pki"
   server="$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
   # shellcheck disable=SC1091  # hack/versions.sh: pinned versions (variables only)
@@ -249,12 +276,11 @@ fig.savefig(os.path.join(out, "e2e-running.png"))
 EOF
 fi
 
-[[ $write == 1 ]] || exit 0
-
-versions="sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'), $(rustc --version | cut -d' ' -f1-2)"
-python3 - "$out" "$root" "$started_at" "$versions" "$orig_args" <<'EOF'
-import json, os, re, sys, datetime
-out, root, started_at, versions, command = sys.argv[1:6]
+# The tables of the parts this run measured (or, with --report-only, found in target/bench), each
+# into its own section of BENCHMARKS.md and its own keys of bench/results.json.
+python3 - "$out" "$root" "$write" "${parts[@]}" <<'EOF'
+import json, os, re, sys
+out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 def load(name, lines=False):
     p = os.path.join(out, name)
     if not os.path.exists(p):
@@ -269,16 +295,22 @@ def max_rss_mib(name):
         return None
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(p).read())
     return int(m.group(1)) // 1024 if m else None
+def run_of(part):  # target/bench/run-<part>: started_at, command, load average, versions
+    lines = open(os.path.join(out, f"run-{part}")).read().split("\n") + [""] * 4
+    return {"started_at": lines[0], "command": lines[1],
+            "load": lines[2].split() if lines[2].strip() else ["?"] * 3, "versions": lines[3] or "?"}
 
 results_path = os.path.join(root, "bench", "results.json")
 results = json.load(open(results_path)) if os.path.exists(results_path) else {}
-md = []
-admission = load("admission.json")
-if admission:
-    md += ["### Admission pass", "",
-           "`cargo bench --bench admission` (criterion, median [95% CI]); `reference` is the pass before the",
-           "rewrite (`src/queue/admission_reference.rs`) on the same snapshots, in the same run.", "",
-           "| workloads × pods | pass | reference | ratio |", "|---|---:|---:|---:|"]
+sections = {}   # part -> (heading, body lines)
+
+def admission_part():
+    admission = load("admission.json")
+    if not admission:
+        return None
+    md = ["`cargo bench --bench admission` (criterion, median [95% CI]); `reference` is the pass before the",
+          "rewrite (`src/queue/admission_reference.rs`) on the same snapshots, in the same run.", "",
+          "| workloads × pods | pass | reference | ratio |", "|---|---:|---:|---:|"]
     by = {(r["group"], r["case"]): r for r in admission}
     for case in sorted({r["case"] for r in admission}, key=lambda c: [int(x[:-1]) for x in c.split("_")]):
         new = by.get(("admission_pass", case)); ref = by.get(("admission_pass_reference", case))
@@ -290,30 +322,44 @@ if admission:
     # first round of BENCHMARKS.md); 10k workloads with 100k pods are in the table.
     ten = by.get(("admission_pass", "10000w_10000p"))
     results["admission_pass_ms_10k_workloads"] = round(ten["median_ms"], 3) if ten else None
-scale = load("scale.json"); stripped = load("scale-stripped.json")
-if scale:
-    md += ["### Controller at scale", "",
-           "`target/release/examples/admission_scale --workloads 10000 --pods 100000 [--strip-managed-fields]` under",
-           "`/usr/bin/time -v`: realistic executor pods as the API server returns them, held as the pod",
-           "reflector holds them; one snapshot build and one pass (median of 5).", "",
-           "| pods held | avg pod JSON | snapshot build | pass | RSS holding the pods | peak RSS (time -v) |",
-           "|---|---:|---:|---:|---:|---:|"]
-    for s, t, label in ((scale, "scale.time", "as listed"), (stripped, "scale-stripped.time", "managedFields dropped")):
+    return "### Admission pass", md
+
+def scale_part():
+    runs = [(load(f"{n}.json"), f"{n}.time", label) for n, label in (
+        ("scale", "as listed"), ("scale-stripped", "managedFields dropped"),
+        ("scale-trimmed", "trimmed as the controller's pod cache holds them"))]
+    if not any(s for s, _, _ in runs):
+        return None
+    md = ["`target/release/examples/admission_scale --workloads 10000 --pods 100000 [--strip-managed-fields | --trim-pods]`",
+          "under `/usr/bin/time -v`, one process per row: realistic executor pods as the API server returns them, held",
+          "as the pod reflector holds them: as listed, without managedFields, or trimmed by `queue::snapshot::trim_pod`",
+          "as the controller's pod cache now holds them (the controller's figure); one snapshot build and one pass",
+          "(median of 5).", "",
+          "| pods held | avg pod JSON | snapshot build | pass | pods admitted | RSS holding the pods | peak RSS (time -v) |",
+          "|---|---:|---:|---:|---:|---:|---:|"]
+    for s, t, label in runs:
         if s:
+            peak = max_rss_mib(t)
             md.append(f"| {s['pods']:,} in {s['workloads']:,} workloads, {label} | {s['pod_json_bytes_avg']:,} B | "
-                      f"{s['snapshot_build_ms_median']:.1f} ms | {s['decide_ms_median']:.1f} ms | "
-                      f"{s['rss_holding_pods_mib']:,} MiB | {max_rss_mib(t):,} MiB |")
+                      f"{s['snapshot_build_ms_median']:.1f} ms | {s['decide_ms_median']:.1f} ms | {s.get('admitted', 0):,} | "
+                      f"{s['rss_holding_pods_mib']:,} MiB | {f'{peak:,} MiB' if peak is not None else '–'} |")
     md.append("")
-    results["controller_peak_rss_mib_10k_workloads_100k_pods"] = max_rss_mib("scale.time")
-web = load("webhook.jsonl", lines=True)
-if web:
-    md += ["### Webhook", "",
-           "`target/release/examples/webhook_load --serve-only` (sluice's webhook server as `sluice serve` builds",
-           "it) in one process, `webhook_load --url ... --shape mixed --json --rate R` in another: TLS 1.3",
-           "(rustls, ring), HTTP/1.1 keep-alive, Spark executor and Ray worker pods in turn, every answer",
-           "checked to be a JSONPatch. Latency counts from the scheduled send time (open loop).", "",
-           "| load | achieved | errors | p50 | p99 | p99.9 | max |", "|---|---:|---:|---:|---:|---:|---:|"]
+    # The controller's figure: pods held as its cache holds them (trimmed); as listed beside it.
+    results["controller_peak_rss_mib_10k_workloads_100k_pods"] = max_rss_mib("scale-trimmed.time")
+    results["controller_peak_rss_mib_10k_workloads_100k_pods_untrimmed"] = max_rss_mib("scale.time")
+    return "### Controller at scale", md
+
+def webhook_part():
+    web = load("webhook.jsonl", lines=True)
+    if not web:
+        return None
+    md = ["`target/release/examples/webhook_load --serve-only` (sluice's webhook server as `sluice serve` builds",
+          "it) in one process, `webhook_load --url ... --shape mixed --json --rate R` in another: TLS 1.3",
+          "(rustls, ring), HTTP/1.1 keep-alive, Spark executor and Ray worker pods in turn, every answer",
+          "checked to be a JSONPatch. Latency counts from the scheduled send time (open loop).", "",
+          "| load | achieved | errors | p50 | p99 | p99.9 | max |", "|---|---:|---:|---:|---:|---:|---:|"]
     held = None
+    results["webhook_p99_ms"] = None
     for r in web:
         load_ = f"{r['target_rps']:,.0f}/s" if r["target_rps"] else f"closed loop, concurrency {r['concurrency']}"
         md.append(f"| {load_} | {r['achieved_rps']:,.0f}/s | {r['errors']} | {r['p50_ms']:.3f} ms | {r['p99_ms']:.3f} ms | "
@@ -324,10 +370,12 @@ if web:
             results["webhook_p99_ms"] = round(r["p99_ms"], 3)
     md += ["", f"Highest fixed rate held with p99 under 1 ms: {f'{held:,.0f}/s' if held else 'none of the rates tried'}.", ""]
     results["webhook_max_rps_p99_under_1ms"] = held
-    results.setdefault("webhook_p99_ms", None)
-md_e2e = []
-e2e = {n: load(f"e2e-{n}.json") for n in ("nogate", "sluice", "kueue", "churn")}
-if any(e2e.values()):
+    return "### Webhook", md
+
+def e2e_part():
+    e2e = {n: load(f"e2e-{n}.json") for n in ("nogate", "sluice", "kueue", "churn")}
+    if not any(e2e.values()):
+        return None
     import shutil
     def metrics(name):
         tot = {}
@@ -351,42 +399,47 @@ if any(e2e.values()):
             return None
         lo, hi = t[len(t) // 5], t[(4 * len(t)) // 5]
         return ((4 * len(t)) // 5 - len(t) // 5) / (hi - lo) if hi > lo else None
-    versions_e2e = open(os.path.join(out, "e2e-versions")).read().strip() if os.path.exists(os.path.join(out, "e2e-versions")) else "?"
-    nodes = open(os.path.join(out, "e2e-nodes")).read().strip() if os.path.exists(os.path.join(out, "e2e-nodes")) else "?"
+    def text(name, default="?"):
+        p = os.path.join(out, name)
+        return open(p).read().strip() if os.path.exists(p) else default
+    versions_e2e, nodes, build = text("e2e-versions"), text("e2e-nodes"), text("e2e-sluice-build", "debug")
+    how = ("`target/release/sluice serve --local`, its release build" if build == "release" else
+           "`target/debug/sluice serve --local`, dependencies at opt-level 2")
+    flags = "--with-sluice --release-sluice --with-kueue" if build == "release" else "--with-sluice --with-kueue"
     first = next(r for r in e2e.values() if r)
-    md_e2e += ["### End to end on the local control plane", "",
-           f"One cluster (`hack/cluster.sh up --nodes {nodes} --with-sluice --with-kueue`; {versions_e2e}; sluice as",
-           "`hack/cluster.sh` runs it: `target/debug/sluice serve --local`, dependencies at opt-level 2), the runs one after",
-           f"another, each in a fresh namespace deleted (and its pods gone) before the next. The same {first['pods']:,} pods in",
-           f"{first['workloads']:,} workloads ({first['singles']:,} single pods, {first['gangs_4_8']:,} gangs of 4–8, {first['groups_32']:,} groups of 32), 10m cpu each, created by",
-           f"`target/release/examples/e2e_load --mode M --pods N` with {first['concurrency']} creates in flight; a pod counts as Running",
-           "when the client's watch first shows it so. Both sluice's and Kueue's pod webhooks stay registered in",
-           "every run (each ignores pods without its queue label, but the API server still calls them).", "",
-           "| run | pods | all created | all Running | pods Running/s | create retries |", "|---|---:|---:|---:|---:|---:|"]
+    md = [f"One cluster (`hack/cluster.sh up --nodes {nodes} {flags}`; {versions_e2e}; sluice as",
+          f"`hack/cluster.sh` runs it: {how}), the runs one after",
+          f"another, each in a fresh namespace deleted (and its pods gone) before the next. The same {first['pods']:,} pods in",
+          f"{first['workloads']:,} workloads ({first['singles']:,} single pods, {first['gangs_4_8']:,} gangs of 4–8, {first['groups_32']:,} groups of 32), 10m cpu each, created by",
+          f"`target/release/examples/e2e_load --mode M --pods N` with {first['concurrency']} creates in flight; a pod counts as Running",
+          "when the client's watch first shows it so. Both sluice's and Kueue's pod webhooks stay registered in",
+          "every run (each ignores pods without its queue label, but the API server still calls them).", "",
+          "| run | pods | all created | all Running | pods Running/s | create retries |", "|---|---:|---:|---:|---:|---:|"]
     labels = {"nogate": "(a) no gate", "sluice": "(b) sluice, quota ≥ demand", "kueue": "(c) Kueue plain pods / pod groups, same quota"}
     for n in ("nogate", "sluice", "kueue"):
         r = e2e[n]
         if r:
             ar = f"{r['all_running_s']:.1f} s" if r.get("complete") else f"incomplete: {len(r['running_times']):,} Running at {r['all_running_s'] or 0:.1f} s"
-            md_e2e.append(f"| {labels[n]} | {r['pods']:,} | {r['create_s']:.1f} s | {ar} | "
+            md.append(f"| {labels[n]} | {r['pods']:,} | {r['create_s']:.1f} s | {ar} | "
                       f"{(f'{rate(r):.1f}' if rate(r) else '–')} | {r['create_retries']} |")
     rn, rs, rk = rate(e2e["nogate"]), rate(e2e["sluice"]), rate(e2e["kueue"])
-    md_e2e += ["", f"Ratios: sluice / no gate = {f'{rs / rn:.2f}' if rs and rn else '–'} (target ≥ 0.8); "
-               f"sluice / Kueue = {f'{rs / rk:.2f}' if rs and rk else '–'} (target ≥ 2).", ""]
+    md += ["", f"Ratios: sluice / no gate = {f'{rs / rn:.2f}' if rs and rn else '–'} (target ≥ 0.8); "
+           f"sluice / Kueue = {f'{rs / rk:.2f}' if rs and rk else '–'} (target ≥ 2).", ""]
     c = e2e["churn"]
     if c:
         st = steady(c)
-        md_e2e += [f"(d) quota-limited sluice: the same pods in a queue with a fifth of their demand, each pod ended",
+        md += [f"(d) quota-limited sluice: the same pods in a queue with a fifth of their demand, each pod ended",
                f"(`sluice.dev/kwok-phase=Succeeded`) {c['end_after_s']} s after the client sees it Running: all {c['pods']:,} admitted in",
                f"{c['all_admitted_s'] or 0:.1f} s; **{f'{st:.1f}' if st else '–'} admitted pods/s at steady state** (the middle 60 % of admissions).", ""]
     per = {n: metrics(n) for n in ("nogate", "sluice", "kueue", "churn")}
+    results["e2e_apiserver_requests_per_pod"] = None
     if per["nogate"] and per["sluice"]:
         keys = set()
         for n, m in per.items():
             if m and e2e[n]:
                 keys |= {k for k, v in m.items() if v / e2e[n]["pods"] >= 0.01}
         cols = [n for n in ("nogate", "sluice", "kueue", "churn") if per[n] and e2e[n]]
-        md_e2e += ["API server requests per pod (deltas of `apiserver_request_total` read from the API server's `/metrics`",
+        md += ["API server requests per pod (deltas of `apiserver_request_total` read from the API server's `/metrics`",
                "with the admin certificate before and after each run; every client counts: the load tool's creates,",
                "the scheduler's bindings, kwok's status writes, node leases; the sluice column less the no-gate one is what",
                "sluice adds):", "",
@@ -394,45 +447,64 @@ if any(e2e.values()):
         tot = {n: 0.0 for n in cols}
         for k in sorted(keys, key=lambda k: -(per["sluice"].get(k, 0) / e2e["sluice"]["pods"])):
             vals = {n: per[n].get(k, 0) / e2e[n]["pods"] for n in cols}
-            md_e2e.append(f"| {k[0]} | {k[1]} | " + " | ".join(f"{vals[n]:.2f}" for n in cols) + f" | {vals['sluice'] - vals['nogate']:+.2f} |")
+            md.append(f"| {k[0]} | {k[1]} | " + " | ".join(f"{vals[n]:.2f}" for n in cols) + f" | {vals['sluice'] - vals['nogate']:+.2f} |")
         for n in cols:
             tot[n] = sum(per[n].values()) / e2e[n]["pods"]
-        md_e2e += ["| all | | " + " | ".join(f"**{tot[n]:.2f}**" for n in cols) + f" | **{tot['sluice'] - tot['nogate']:+.2f}** |", ""]
+        md += ["| all | | " + " | ".join(f"**{tot[n]:.2f}**" for n in cols) + f" | **{tot['sluice'] - tot['nogate']:+.2f}** |", ""]
         results["e2e_apiserver_requests_per_pod"] = {n: round(tot[n], 3) for n in cols}
     png = os.path.join(out, "e2e-running.png")
     if os.path.exists(png):
-        shutil.copy(png, os.path.join(root, "bench", "e2e-running.png"))
-        md_e2e += ["![Pods Running over time](bench/e2e-running.png)", ""]
+        if write:
+            shutil.copy(png, os.path.join(root, "bench", "e2e-running.png"))
+        md += ["![Pods Running over time](bench/e2e-running.png)", ""]
     results["e2e_pods_per_s"] = {"nogate": round(rn, 1) if rn else None, "sluice": round(rs, 1) if rs else None,
                                  "kueue": round(rk, 1) if rk else None}
     results["e2e_ratio_sluice_nogate"] = round(rs / rn, 3) if rs and rn else None
     results["e2e_ratio_sluice_kueue"] = round(rs / rk, 3) if rs and rk else None
     results["e2e_quota_limited_admitted_pods_per_s"] = round(steady(c), 1) if c and steady(c) else None
-results.setdefault("admission_pass_ms_10k_workloads", None)
-results.setdefault("webhook_p99_ms", None)
-results.setdefault("webhook_max_rps_p99_under_1ms", None)
+    return "### End to end on the local control plane", md
+
+titles = {"admission": "Admission pass: latest `hack/bench.sh --only admission` run",
+          "scale": "Controller at scale: latest `hack/bench.sh --only scale` run",
+          "webhook": "Webhook: latest `hack/bench.sh --only webhook` run",
+          "e2e": "End to end: latest `hack/bench.sh --only e2e` run"}
+build = {"admission": admission_part, "scale": scale_part, "webhook": webhook_part, "e2e": e2e_part}
+by_part = results.setdefault("measured_at_by_part", {})
+for part in parts:
+    made = build[part]()
+    if made is None:
+        print(f"bench.sh: no raw results of {part} in {out}: its section and keys stay as they are", file=sys.stderr)
+        continue
+    sections[part] = made
+    by_part[part] = run_of(part)["started_at"]
+# Keys every results.json has, measured or not.
+for key in ("admission_pass_ms_10k_workloads", "controller_peak_rss_mib_10k_workloads_100k_pods",
+            "webhook_p99_ms", "webhook_max_rps_p99_under_1ms"):
+    results.setdefault(key, None)
 results["e2e_pods_per_s"] = results.get("e2e_pods_per_s") or {"nogate": None, "sluice": None, "kueue": None}
-results["measured_at"] = started_at
+if by_part:
+    results["measured_at"] = max(by_part.values())
+results.setdefault("measured_at", None)
+
+def header(part):
+    r = run_of(part)
+    return (f"Measured {r['started_at']} by `{('hack/bench.sh ' + r['command']).strip()}` — {r['versions']}; "
+            f"machine: {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, "
+            f"shared with other work (load average {' / '.join(r['load'])} when this part started).")
+bm = os.path.join(root, "BENCHMARKS.md")
+text = open(bm).read() if os.path.exists(bm) else "# Benchmarks\n"
+for part, (heading, body) in sections.items():
+    tag = f"bench.sh:{part}"
+    section = "\n".join([f"<!-- {tag}:begin -->", heading, "", header(part), ""] + body + [f"<!-- {tag}:end -->"])
+    print(section)
+    pattern = re.compile(rf"<!-- {re.escape(tag)}:begin -->.*?<!-- {re.escape(tag)}:end -->", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text, count=1)
+    else:
+        text = text.rstrip() + f"\n\n## {titles[part]}\n\n" + section + "\n"
+if not write:
+    sys.exit(0)
+open(bm, "w").write(text)
 json.dump(results, open(results_path, "w"), indent=2)
 open(results_path, "a").write("\n")
-
-run = open(os.path.join(out, "run")).read().split("\n")
-load_avg = (run[2].split() if len(run) > 2 and run[2].strip() else ["?"] * 3)
-header = [f"Measured {started_at} by `{('hack/bench.sh ' + command).strip()}` — {versions}; "
-          f"machine: {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, "
-          f"shared with other work (load average {' / '.join(load_avg)} when the run started).", ""]
-bm = os.path.join(root, "BENCHMARKS.md")
-text = open(bm).read()
-def put(text, tag, title, body):
-    section = "\n".join([f"<!-- {tag}:begin -->"] + header + body + [f"<!-- {tag}:end -->"])
-    print(section)
-    if f"<!-- {tag}:begin -->" in text:
-        return re.sub(rf"<!-- {tag}:begin -->.*?<!-- {tag}:end -->", lambda _: section, text, flags=re.S)
-    return text.rstrip() + f"\n\n## {title}\n\n" + section + "\n"
-# Each section is rewritten only when its parts were measured (or are in the raw results).
-if md:
-    text = put(text, "bench.sh", "Latest `hack/bench.sh` run", md)
-if md_e2e:
-    text = put(text, "bench.sh:e2e", "End to end: latest `hack/bench.sh --only e2e` run", md_e2e)
-open(bm, "w").write(text)
 EOF

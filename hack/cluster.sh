@@ -23,6 +23,7 @@ COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kube
 
 NODES=${SLUICE_NODES:-4} NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
 WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true REAL_NODE=false
+SLUICE_PROFILE=${SLUICE_PROFILE:-debug}  # cargo profile of the sluice run on the host: debug or release
 TIMEOUT=${SLUICE_CLUSTER_TIMEOUT:-120}   # seconds to wait for each component to become ready
 STOP_TIMEOUT=10                          # seconds between TERM and KILL in `down`
 
@@ -61,7 +62,12 @@ Flags of 'up' (and 'build'):
   --with-sluice        build sluice (cargo build --bin sluice) and run 'sluice serve --local' on the host;
                        writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR). Restarted
                        when its binary changed or its process is gone, on the same ports.
-  --no-build           with --with-sluice: use target/debug/sluice as it is (no cargo build)
+  --release-sluice     with --with-sluice: build and run the release build (cargo build --release --bin
+                       sluice, target/release/sluice) instead of the debug one; what benchmarks measure
+                       (hack/bench.sh e2e). Same as SLUICE_PROFILE=release. A running sluice of the other
+                       build is restarted (its binary changed).
+  --no-build           with --with-sluice: use target/debug/sluice (target/release/sluice with
+                       --release-sluice) as it is (no cargo build)
   --with-kuberay       the KubeRay operator $KUBERAY_VERSION on the host, its CRDs applied
   --with-spark-operator
                        the Spark operator $SPARK_OPERATOR_VERSION (controller only, no webhook) on the host,
@@ -74,9 +80,10 @@ Flags of 'up' (and 'build'):
                        $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
                        runc and the CNI plugins from Debian (apt-get install when missing), and images built
                        here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev
-                       (target/debug/sluice; --no-build uses it as it is). The node is $REAL_NODE_NAME,
-                       labelled $REAL_NODE_LABEL=real, tainted $REAL_NODE_TAINT=true:NoSchedule; kwok never
-                       manages it. State in .cluster/node/; 'down' stops its containers and cleans up.
+                       (target/debug/sluice, whatever SLUICE_PROFILE says; --no-build uses it as it is).
+                       The node is $REAL_NODE_NAME, labelled $REAL_NODE_LABEL=real, tainted
+                       $REAL_NODE_TAINT=true:NoSchedule; kwok never manages it. State in .cluster/node/;
+                       'down' stops its containers and cleans up.
   --all                (build only) every add-on
   --timeout S          seconds to wait for each component to become ready (default $TIMEOUT)
 
@@ -87,8 +94,10 @@ Environment:
   SLUICE_REAL_NODE_SNAPSHOTTER
                        containerd's snapshotter on the real node (default overlayfs; native where overlay
                        mounts are refused)
+  SLUICE_PROFILE       debug (default) or release: the build of sluice --with-sluice runs on the host
+                       (release: as --release-sluice)
   RUST_LOG             sluice's log filter (default info)
-  CARGO_TARGET_DIR     where cargo puts target/debug/sluice (default target/ of the repository)
+  CARGO_TARGET_DIR     where cargo puts target/{debug,release}/sluice (default target/ of the repository)
 
 kwok stages (hack/kwok/stages.yaml): pods on kwok nodes become Running; pods owned by a Job complete;
 any pod annotated sluice.dev/kwok-phase=Succeeded or =Failed ends so (exit code 0 or 1).
@@ -622,13 +631,14 @@ CFG
 # ---- sluice --------------------------------------------------------------------------------------
 
 start_sluice() {
-  local bin=${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice sum
+  local bin=${CARGO_TARGET_DIR:-$ROOT/target}/$SLUICE_PROFILE/sluice sum build=(cargo build --bin sluice)
+  [[ $SLUICE_PROFILE == release ]] && build+=(--release)
   if $BUILD_SLUICE; then
     command -v cargo >/dev/null || die "cargo is needed for --with-sluice (rustup: ~/.cargo/bin)"
-    log "building sluice (cargo build --bin sluice)"
-    (cd "$ROOT" && cargo build --quiet --bin sluice) || die "cargo build --bin sluice failed (errors above)"
+    log "building sluice (${build[*]})"
+    (cd "$ROOT" && "${build[@]}" --quiet) || die "${build[*]} failed (errors above)"
   fi
-  [[ -x $bin ]] || die "$bin does not exist: run cargo build --bin sluice (or drop --no-build)"
+  [[ -x $bin ]] || die "$bin does not exist: run ${build[*]} (or drop --no-build)"
   sum=$(sha256sum "$bin" | cut -d' ' -f1)
   if alive sluice && [[ $(cat "$STATE/sluice.sha256" 2>/dev/null) == "$sum" ]]; then
     return 0
@@ -637,11 +647,12 @@ start_sluice() {
   # Run a copy: a rebuild never replaces the binary of the running process.
   cp "$bin" "$STATE/sluice.tmp" && mv "$STATE/sluice.tmp" "$STATE/sluice"
   echo "$sum" >"$STATE/sluice.sha256"
+  echo "$SLUICE_PROFILE" >"$STATE/sluice.profile"
   printf 'SLUICE_WEBHOOK_ADDR=127.0.0.1:%s\nSLUICE_METRICS_ADDR=127.0.0.1:%s\n' "$SLUICE_PORT" "$SLUICE_METRICS_PORT" >"$STATE/sluice.env"
   start sluice env KUBECONFIG="$STATE/kubeconfig" RUST_LOG="${RUST_LOG:-info}" "$STATE/sluice" serve --local \
     --listen "127.0.0.1:$SLUICE_PORT" --metrics-listen "127.0.0.1:$SLUICE_METRICS_PORT"
   wait_until "$TIMEOUT" "sluice /readyz" sluice curl -sfk --max-time 2 "https://127.0.0.1:$SLUICE_PORT/readyz"
-  log "sluice serving on https://127.0.0.1:$SLUICE_PORT (metrics: http://127.0.0.1:$SLUICE_METRICS_PORT/metrics)"
+  log "sluice ($SLUICE_PROFILE build) serving on https://127.0.0.1:$SLUICE_PORT (metrics: http://127.0.0.1:$SLUICE_METRICS_PORT/metrics)"
 }
 
 # ---- commands ------------------------------------------------------------------------------------
@@ -658,6 +669,7 @@ parse_flags() { # command flags...
         esac
         shift 2 ;;
       --with-sluice) WITH_SLUICE=true; shift ;;
+      --release-sluice) SLUICE_PROFILE=release; shift ;;
       --no-build) BUILD_SLUICE=false; shift ;;
       --with-kuberay) WITH_KUBERAY=true; shift ;;
       --with-spark-operator) WITH_SPARK=true; shift ;;
@@ -671,6 +683,8 @@ parse_flags() { # command flags...
   [[ $NODES =~ ^[0-9]+$ && $NODES -ge 1 ]] || die "--nodes wants a positive number, not '$NODES'"
   [[ $NODE_PODS =~ ^[0-9]+$ ]] || die "--node-pods wants a number, not '$NODE_PODS'"
   [[ $TIMEOUT =~ ^[0-9]+$ ]] || die "--timeout wants seconds, not '$TIMEOUT'"
+  [[ $SLUICE_PROFILE == debug || $SLUICE_PROFILE == release ]] \
+    || die "SLUICE_PROFILE wants debug or release, not '$SLUICE_PROFILE'"
 }
 
 cmd_up() {
@@ -734,6 +748,7 @@ cmd_status() {
     else state=dead; fi
     printf '%-24s %-8s %-8s %s\n' "$c" "${pid:--}" "$state" "${port:--}"
   done
+  if alive sluice && [[ -f $STATE/sluice.profile ]]; then echo "sluice build: $(cat "$STATE/sluice.profile")"; fi
   [[ -f $STATE/kubeconfig ]] && echo "kubeconfig: $STATE/kubeconfig"
   return 0
 }
