@@ -424,6 +424,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // ... and the namespaces' labels: default queues and namespaceSelectors.
     let (namespaces, watch_namespaces) = crate::namespaces::Namespaces::watch(client.clone());
     tokio::spawn(watch_namespaces);
+    // Admission at creation: the webhook admits from what this replica's controller found, while
+    // this replica leads.
+    let at_creation = Arc::new(crate::queue::at_creation::AdmitAtCreation::default());
     let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
         .application(
             "/mutate-applications",
@@ -441,7 +444,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }),
         )
         .gate(gate)
-        .classifier(Arc::new(Adapters::with_namespaces(namespaces.clone())))
+        .classifier(Arc::new(crate::queue::at_creation::Classifier {
+            adapters: Adapters::with_namespaces(namespaces.clone()),
+            at_creation: Some(at_creation.clone()),
+        }))
         .readiness(ready.clone())
         .metrics(webhook_metrics)
         .max_body_bytes(args.max_body_bytes)
@@ -526,6 +532,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 let metrics = controller_metrics.clone();
                 let settings = settings.clone();
                 let task_metrics = task_metrics.clone();
+                let at_creation = at_creation.clone();
                 async move {
                     // The recorder writes DynamicWorkloads from application objects: leader only,
                     // like the controller.
@@ -537,8 +544,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                         task_metrics,
                         token.clone(),
                     ));
-                    if let Err(e) =
-                        controller::run(client, Adapters::default(), metrics, settings, token).await
+                    if let Err(e) = controller::run(
+                        client,
+                        Adapters::default(),
+                        metrics,
+                        settings,
+                        Some(at_creation),
+                        token,
+                    )
+                    .await
                     {
                         error!(%e, "queue controller stopped");
                     }

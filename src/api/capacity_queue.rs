@@ -67,6 +67,23 @@ pub struct CapacityQueueSpec {
     /// BestEffortFIFO (the default) lets smaller items behind it go first.
     #[serde(default)]
     pub queueing_strategy: QueueingStrategy,
+
+    /// When a pod that fits is admitted. AtCreation (the default): as it is created, with no gate
+    /// at all, when the queue has room for it and nothing waits in the queue; otherwise it waits
+    /// behind the gate. InPass: every pod is gated and admitted by the controller's next pass.
+    #[serde(default)]
+    pub admission: AdmissionTiming,
+}
+
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum AdmissionTiming {
+    /// A pod that fits, in a queue where nothing waits, is admitted as it is created (no gate).
+    #[default]
+    AtCreation,
+    /// Every pod is gated and admitted by the controller's next pass.
+    InPass,
 }
 
 #[derive(

@@ -8,7 +8,9 @@ mod task;
 mod task_cluster;
 mod task_object;
 
-pub use capacity_queue::{CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueueingStrategy};
+pub use capacity_queue::{
+    AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueueingStrategy,
+};
 pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{
     ApplicationEnd, DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec,

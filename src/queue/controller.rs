@@ -20,12 +20,13 @@ use tracing::{debug, info, warn};
 
 use crate::adapters::Adapters;
 use crate::api::{
-    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ApplicationEnd, CapacityQueue, CapacityQueueStatus,
-    Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus, PodSetSpec, PodSetStatus,
-    QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AdmissionTiming, ApplicationEnd, CapacityQueue,
+    CapacityQueueStatus, Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus,
+    PodSetSpec, PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
 };
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, PodRef, PodState, WorkloadTally, decide};
+use crate::queue::at_creation::{self, AdmitAtCreation};
 use crate::queue::snapshot::{self, Built};
 use crate::queue::writer::Writer;
 
@@ -71,8 +72,11 @@ pub async fn run(
     adapters: Adapters,
     metrics: ControllerMetrics,
     settings: ControllerSettings,
+    at_creation: Option<Arc<AdmitAtCreation>>,
     shutdown: CancellationToken,
 ) -> Result<(), ControllerError> {
+    // Whatever way this ends, the webhook stops admitting at creation from this controller's state.
+    let _deactivate = at_creation.clone().map(Deactivate);
     let changed = Arc::new(Notify::new());
     let (queues, queue_writer) = reflector::store();
     let (workloads, workload_writer) = reflector::store();
@@ -178,6 +182,7 @@ pub async fn run(
         settings,
         stores,
         writer,
+        at_creation,
     };
     loop {
         let pass_started = Instant::now();
@@ -227,6 +232,16 @@ struct Controller {
     stores: Stores,
     ungater: Arc<Ungater>,
     writer: Writer,
+    at_creation: Option<Arc<AdmitAtCreation>>,
+}
+
+/// Turns admission at creation off when dropped.
+struct Deactivate(Arc<AdmitAtCreation>);
+
+impl Drop for Deactivate {
+    fn drop(&mut self) {
+        self.0.deactivate();
+    }
 }
 
 /// Sends ungate patches in the background, at most `slots` at once across passes.
@@ -259,6 +274,15 @@ impl Controller {
     fn pass(&mut self) {
         let started = Instant::now();
         let pods = self.stores.pods.state();
+        // Room the webhook gave pods at creation that the pod cache does not show yet.
+        let (mark, holds) = match &self.at_creation {
+            Some(at_creation) => {
+                let (mark, holds) =
+                    at_creation.holds_for_pass(started, &at_creation::visible_tokens(&pods));
+                (Some(mark), holds)
+            }
+            None => (None, HashMap::new()),
+        };
         let in_flight: HashSet<String> = {
             let mut guard = self.ungater.lock_in_flight();
             // Forget pods the watch now shows ungated, or that are gone.
@@ -270,9 +294,10 @@ impl Controller {
             guard.retain(|uid, _| gated.contains(uid.as_str()));
             guard.keys().cloned().collect()
         };
-        let built = snapshot::build(
+        let queues = self.stores.queues.state();
+        let mut built = snapshot::build(
             &self.adapters,
-            &self.stores.queues.state(),
+            &queues,
             &self.stores.workloads.state(),
             &pods,
             &self.stores.namespaces.state(),
@@ -281,7 +306,22 @@ impl Controller {
         for problem in &built.problems {
             warn!(problem, "object skipped in admission pass");
         }
+        for queue in &mut built.snapshot.queues {
+            if let Some(held) = holds.get(&queue.name) {
+                for (name, limit) in queue.quota.0.iter_mut() {
+                    *limit -= held.get(name);
+                }
+            }
+        }
         let decisions = decide(&built.snapshot);
+        if let (Some(at_creation), Some(mark)) = (&self.at_creation, mark) {
+            let open: HashMap<String, bool> = queues
+                .iter()
+                .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
+                .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
+                .collect();
+            at_creation.publish(mark, &built, &decisions, &open);
+        }
         self.start_ungates(&built, &decisions);
         self.record_workloads(&built);
         self.want_workload_statuses(&built, &decisions);

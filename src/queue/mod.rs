@@ -1,6 +1,7 @@
 //! The queue: the pure admission decision and the controller that applies it.
 
 pub mod admission;
+pub mod at_creation;
 pub mod controller;
 pub mod resources;
 pub mod snapshot;

@@ -30,6 +30,19 @@ pub trait PodClassifier: Send + Sync + 'static {
         let _ = namespace;
         Ok(self.classify(pod))
     }
+
+    /// Whether the governed `pod` (to be labelled `labels`) is admitted as it is created, without
+    /// the gate: the annotations to add when it is, None when it waits behind the gate. Called
+    /// once per creation of a governed pod; by default every pod waits.
+    fn admit_at_creation(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<BTreeMap<String, String>> {
+        let _ = (namespace, pod, labels);
+        None
+    }
 }
 
 /// What the pod webhooks protect and who may change it.
@@ -94,23 +107,60 @@ pub fn mutation_patch(pod: &Pod, labels: &BTreeMap<String, String>, gate_name: &
         Some(Some(gates)) if gates.iter().any(|g| g.name == gate_name) => {}
         Some(Some(_)) => operations.push(add(&["spec", "schedulingGates", "-"], gate)),
     }
-    match pod.metadata.labels.as_ref() {
-        None if labels.is_empty() => {}
-        None => operations.push(add(&["metadata", "labels"], json!(labels))),
+    set_map(
+        &mut operations,
+        "labels",
+        pod.metadata.labels.as_ref(),
+        labels,
+    );
+    Patch(operations)
+}
+
+/// The JSON patch for a pod admitted as it is created: `labels` and `annotations` set, no gate.
+pub fn admission_at_creation_patch(
+    pod: &Pod,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Patch {
+    let mut operations = Vec::new();
+    set_map(
+        &mut operations,
+        "labels",
+        pod.metadata.labels.as_ref(),
+        labels,
+    );
+    set_map(
+        &mut operations,
+        "annotations",
+        pod.metadata.annotations.as_ref(),
+        annotations,
+    );
+    Patch(operations)
+}
+
+/// Operations setting `wanted` in the metadata map `field` (labels, annotations), others kept.
+fn set_map(
+    operations: &mut Vec<PatchOperation>,
+    field: &str,
+    existing: Option<&BTreeMap<String, String>>,
+    wanted: &BTreeMap<String, String>,
+) {
+    match existing {
+        None if wanted.is_empty() => {}
+        None => operations.push(add(&["metadata", field], json!(wanted))),
         Some(existing) => {
-            for (key, value) in labels {
+            for (key, value) in wanted {
                 match existing.get(key) {
                     Some(current) if current == value => {}
                     Some(_) => operations.push(PatchOperation::Replace(ReplaceOperation {
-                        path: pointer(&["metadata", "labels", key]),
+                        path: pointer(&["metadata", field, key]),
                         value: json!(value),
                     })),
-                    None => operations.push(add(&["metadata", "labels", key], json!(value))),
+                    None => operations.push(add(&["metadata", field, key], json!(value))),
                 }
             }
         }
     }
-    Patch(operations)
 }
 
 fn has_gate(pod: &Pod, gate: &str) -> bool {
@@ -146,7 +196,8 @@ where
 }
 
 /// Adds the gate and sluice's labels to a pod the classifier says is governed (CREATE only, dry
-/// runs alike). Denies only when the classifier cannot tell yet whether the pod is governed;
+/// runs alike), or only the labels and the classifier's annotations when the classifier admits the
+/// pod as it is created. Denies only when the classifier cannot tell yet whether the pod is governed;
 /// otherwise the validator and the controller handle the rest.
 pub fn mutate_pod(
     request: &AdmissionRequest<Pod>,
@@ -170,7 +221,16 @@ pub fn mutate_pod(
         Ok(None) => return allowed,
         Err(message) => return allowed.deny(message),
     };
-    let patch = mutation_patch(pod, &labels, &gate.gate_name);
+    // A dry run holds no quota, so it is shown gated.
+    let at_creation = if request.dry_run {
+        None
+    } else {
+        classifier.admit_at_creation(namespace, pod, &labels)
+    };
+    let patch = match at_creation {
+        Some(annotations) => admission_at_creation_patch(pod, &labels, &annotations),
+        None => mutation_patch(pod, &labels, &gate.gate_name),
+    };
     if patch.0.is_empty() {
         return allowed;
     }

@@ -1,12 +1,17 @@
 //! The pod as the pod webhooks read it off the wire: only what they judge (name, generateName,
-//! namespace, labels, annotations and `spec.schedulingGates`). Every other field is skipped
-//! without being built, which is most of a pod's 5-10 KB: containers, env, volumes, managedFields.
+//! namespace, labels, annotations, `spec.schedulingGates`, and what makes a pod's requests:
+//! containers' and init containers' resources and restart policy, `spec.overhead`). Every other
+//! field is skipped without being built, which is most of a pod's 5-10 KB: env, volumes, probes,
+//! managedFields.
 //! The result is an ordinary [`Pod`] carrying just those fields, so the handlers and the
 //! classifier keep their types.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, PodSchedulingGate, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSchedulingGate, PodSpec, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::admission::AdmissionRequest;
 use serde::Deserialize;
@@ -71,6 +76,47 @@ struct WireMeta {
 struct WireSpec {
     #[serde(default)]
     scheduling_gates: Option<Vec<WireGate>>,
+    #[serde(default)]
+    containers: Option<Vec<WireContainer>>,
+    #[serde(default)]
+    init_containers: Option<Vec<WireContainer>>,
+    #[serde(default)]
+    overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A container as far as its requests go.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireContainer {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    resources: Option<WireResources>,
+    #[serde(default)]
+    restart_policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireResources {
+    #[serde(default)]
+    requests: Option<BTreeMap<String, Quantity>>,
+    #[serde(default)]
+    limits: Option<BTreeMap<String, Quantity>>,
+}
+
+impl WireContainer {
+    fn into_container(self) -> Container {
+        Container {
+            name: self.name,
+            resources: self.resources.map(|r| ResourceRequirements {
+                requests: r.requests,
+                limits: r.limits,
+                ..ResourceRequirements::default()
+            }),
+            restart_policy: self.restart_policy,
+            ..Container::default()
+        }
+    }
 }
 
 /// A scheduling gate: only its name exists in the API.
@@ -112,6 +158,16 @@ impl<'de> Deserialize<'de> for PartialPod {
                     .map(|g| PodSchedulingGate { name: g.name })
                     .collect()
             }),
+            containers: s
+                .containers
+                .unwrap_or_default()
+                .into_iter()
+                .map(WireContainer::into_container)
+                .collect(),
+            init_containers: s
+                .init_containers
+                .map(|c| c.into_iter().map(WireContainer::into_container).collect()),
+            overhead: s.overhead,
             ..PodSpec::default()
         });
         Ok(PartialPod(Pod {
@@ -190,8 +246,27 @@ mod tests {
             "name": pod.metadata.name, "generateName": pod.metadata.generate_name,
             "namespace": pod.metadata.namespace, "labels": pod.metadata.labels,
             "annotations": pod.metadata.annotations,
-            "spec": pod.spec.as_ref().map(|s| json!(s.scheduling_gates)),
+            "spec": pod.spec.as_ref().map(|s| json!({
+                "schedulingGates": s.scheduling_gates,
+                "overhead": s.overhead,
+                "containers": requests_of(&s.containers),
+                "initContainers": s.init_containers.as_deref().map(requests_of),
+            })),
         })
+    }
+
+    /// What makes a pod's requests, per container.
+    fn requests_of(containers: &[k8s_openapi::api::core::v1::Container]) -> Value {
+        containers
+            .iter()
+            .map(|c| {
+                json!([
+                    c.name,
+                    c.restart_policy,
+                    c.resources.as_ref().map(|r| json!([r.requests, r.limits]))
+                ])
+            })
+            .collect()
     }
 
     #[test]
@@ -202,7 +277,12 @@ mod tests {
                          "labels": {"sluice.dev/queue": "q", "a": "b"}, "annotations": {"x": "y"},
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "d", "uid": "1"}],
                          "managedFields": [{"manager": "m", "fieldsV1": {"f:metadata": {}}}]},
-            "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}],
+            "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}],
+                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2"}}},
+                                    {"name": "d", "image": "i"}],
+                     "initContainers": [{"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
+                                        {"name": "i", "resources": {"limits": {"memory": "2Gi"}}}],
+                     "overhead": {"cpu": "10m"},
                      "schedulingGates": [{"name": "other"}, {"name": "sluice.dev/admission"}]},
             "status": {"phase": "Pending"},
         });
@@ -214,6 +294,8 @@ mod tests {
             json!({"spec": {"schedulingGates": []}}),
             json!({"spec": {"schedulingGates": null}}),
             json!({"metadata": {"generateName": "w-", "labels": {}}}),
+            json!({"spec": {"containers": [{"name": "c", "resources": {}}], "initContainers": []}}),
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": null}}]}}),
         ];
         for pod in pods {
             let body = serde_json::to_vec(&review(pod.clone(), pod.clone())).unwrap_or_default();
@@ -248,6 +330,8 @@ mod tests {
             json!({"metadata": "x"}),
             json!({"spec": {"schedulingGates": {"name": "g"}}}),
             json!({"spec": {"schedulingGates": [{"name": 1}]}}),
+            json!({"spec": {"containers": [{"name": "c", "resources": {"requests": ["cpu"]}}]}}),
+            json!({"spec": {"containers": {"name": "c"}}}),
             json!("a pod"),
         ];
         for pod in cases {
