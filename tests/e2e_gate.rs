@@ -288,3 +288,94 @@ async fn an_ungoverned_pod_is_untouched() {
     .await;
     env.cleanup().await;
 }
+
+/// Waits until the controller has published a pass that saw `queue` (its status says Active).
+async fn wait_queue_active(env: &TestEnv, queue: &str) {
+    let api: kube::Api<sluice::api::CapacityQueue> = kube::Api::all(env.client.clone());
+    wait_for(
+        &format!("queue {queue} to be Active"),
+        Duration::from_secs(30),
+        || async {
+            let q = api.get(queue).await.ok()?;
+            q.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Active" && c.status == sluice::api::ConditionStatus::True)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+fn admitted_at_creation(pod: &Pod) -> bool {
+    pod.annotations()
+        .contains_key(sluice::queue::at_creation::AT_CREATION_ANNOTATION)
+}
+
+#[tokio::test]
+async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_quota() {
+    let mut env = TestEnv::new("atcreation").await;
+    let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
+    wait_queue_active(&env, &queue).await;
+
+    // Room and nobody waiting: the pod comes back from its creation without the gate.
+    let first = env.create_pod(pod("first", &queue, "1")).await;
+    assert!(!is_gated(&first), "admitted as it was created");
+    assert!(admitted_at_creation(&first), "marked admitted at creation");
+
+    // A burst of 20 concurrent creations against the 4 cpu left.
+    let creations = (0..20).map(|i| {
+        let pods = env.pods();
+        let p = pod(&format!("burst-{i}"), &queue, "1");
+        async move {
+            pods.create(&PostParams::default(), &p)
+                .await
+                .expect("create pod")
+        }
+    });
+    let created = futures::future::join_all(creations).await;
+    let ungated_at_creation = created.iter().filter(|p| !is_gated(p)).count();
+    assert!(
+        ungated_at_creation <= 4,
+        "{ungated_at_creation} pods admitted at creation with room for 4"
+    );
+    // Whatever way each was admitted, exactly the quota is used.
+    env.wait_queue_counts(&queue, 16, 5).await;
+    let pods = env.list_pods().await;
+    assert_eq!(holding(&pods).len(), 5, "exactly 5 admitted");
+    assert_eq!(gated(&pods).len(), 16);
+    // The ledger of a pod admitted at creation exists like any other.
+    env.wait_workload_status(
+        "first",
+        "the ledger of the first pod",
+        Duration::from_secs(30),
+        |s| s.admitted_pods == 1,
+    )
+    .await;
+
+    // Freed room goes to the waiting pods through a pass, never to a newcomer at creation.
+    env.pods()
+        .delete("first", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
+    let late = env.create_pod(pod("late", &queue, "1")).await;
+    assert!(is_gated(&late), "a pod created while others wait waits too");
+    env.wait_queue_counts(&queue, 16, 5).await;
+    assert!(is_gated(&env.pods().get("late").await.expect("pod")));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_queue_admitting_in_pass_gates_every_pod() {
+    let mut env = TestEnv::new("inpass").await;
+    let queue = env
+        .queue_with_spec("q", json!({"quota": {"cpu": "5"}, "admission": "InPass"}))
+        .await;
+    wait_queue_active(&env, &queue).await;
+    let created = env.create_pod(pod("p", &queue, "1")).await;
+    assert!(is_gated(&created), "gated at creation despite the room");
+    assert!(!admitted_at_creation(&created));
+    env.wait_queue_counts(&queue, 0, 1).await;
+    assert!(!is_gated(&env.pods().get("p").await.expect("pod")));
+    env.cleanup().await;
+}

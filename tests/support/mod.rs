@@ -110,11 +110,20 @@ impl TestEnv {
         quota: serde_json::Value,
         strategy: &str,
     ) -> String {
+        self.queue_with_spec(
+            suffix,
+            json!({"quota": quota, "queueingStrategy": strategy}),
+        )
+        .await
+    }
+
+    /// A CapacityQueue named after the test's namespace and `suffix`, with this spec.
+    pub async fn queue_with_spec(&mut self, suffix: &str, spec: serde_json::Value) -> String {
         let name = format!("{}-{suffix}", self.namespace);
         let q: CapacityQueue = serde_json::from_value(json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
             "metadata": {"name": name},
-            "spec": {"quota": quota, "queueingStrategy": strategy},
+            "spec": spec,
         }))
         .expect("queue");
         Api::<CapacityQueue>::all(self.client.clone())
