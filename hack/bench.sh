@@ -169,18 +169,41 @@ if want e2e; then
     curl -sf --max-time 20 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
       "$server/metrics" | grep '^apiserver_request_total' > "$1"
   }
-  e2e_run() { # name mode quota-cpu [e2e_load args]
-    local name=$1 mode=$2 quota=$3 ns="e2e-$1"; shift 3
+  # Kueue's pod webhooks have no object selector: left as installed, the API server would call them
+  # for every pod of every run. Scope them to the namespaces labelled for the Kueue run, so that the
+  # no-gate and sluice runs pay for no Kueue call (and Kueue's run for no sluice call: sluice's
+  # webhooks select pods by its queue label).
+  for kind in mutatingwebhookconfigurations validatingwebhookconfigurations; do
+    for cfg in $(kubectl get "$kind" -o name | grep -i kueue); do
+      kubectl get "$cfg" -o json | python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+for w in c.get("webhooks", []):
+    sel = w.setdefault("namespaceSelector", {})
+    exprs = sel.setdefault("matchExpressions", [])
+    if not any(e.get("key") == "bench.sluice.dev/kueue" for e in exprs):
+        exprs.append({"key": "bench.sluice.dev/kueue", "operator": "In", "values": ["on"]})
+print(json.dumps(c))' | kubectl replace -f - >&2
+    done
+  done
+  e2e_run() { # name mode quota-cpu [e2e_load args]; mode: nogate, sluice, sluice-inpass, kueue
+    local name=$1 mode=$2 quota=$3 ns="e2e-$1" admission=AtCreation; shift 3
     echo "-- e2e $name ($mode, quota ${quota:-none})" >&2
     kubectl create namespace "$ns" >&2
+    [[ $mode == kueue ]] && kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
     for _ in $(seq 100); do kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
+    [[ $mode == sluice-inpass ]] && { mode=sluice; admission=InPass; }
     case $mode in
       sluice) kubectl apply -f - >&2 <<YAML
 apiVersion: sluice.dev/v1alpha1
 kind: CapacityQueue
 metadata: {name: $ns}
-spec: {quota: {cpu: "$quota"}}
+spec: {quota: {cpu: "$quota"}, admission: $admission}
 YAML
+        for _ in $(seq 100); do
+          [[ "$(kubectl get capacityqueue "$ns" -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' 2>/dev/null)" == True ]] && break
+          sleep 0.2
+        done
         ;;
       kueue) kubectl apply -f - >&2 <<YAML
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -245,6 +268,7 @@ YAML
   quota=$(( (e2e_pods + 500) / 50 ))   # cpu; each pod asks 10m: twice the demand and more
   e2e_run nogate nogate ""
   e2e_run sluice sluice "$quota"
+  e2e_run inpass sluice-inpass "$quota"
   e2e_run kueue kueue "$quota"
   e2e_run churn sluice "$(( e2e_pods / 500 > 0 ? e2e_pods / 500 : 1 ))" --end-after 1   # a fifth of the demand
   hack/cluster.sh down >&2
@@ -260,7 +284,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 out = sys.argv[1]
 fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
-for name, label in (("nogate", "(a) no gate"), ("sluice", "(b) sluice"), ("kueue", "(c) Kueue plain pods")):
+for name, label in (("nogate", "(a) no gate"), ("sluice", "(b) sluice"), ("inpass", "(b') sluice, every pod gated"), ("kueue", "(c) Kueue plain pods")):
     p = os.path.join(out, f"e2e-{name}.json")
     if not os.path.exists(p):
         continue
@@ -373,7 +397,7 @@ def webhook_part():
     return "### Webhook", md
 
 def e2e_part():
-    e2e = {n: load(f"e2e-{n}.json") for n in ("nogate", "sluice", "kueue", "churn")}
+    e2e = {n: load(f"e2e-{n}.json") for n in ("nogate", "sluice", "inpass", "kueue", "churn")}
     if not any(e2e.values()):
         return None
     import shutil
@@ -412,33 +436,38 @@ def e2e_part():
           f"another, each in a fresh namespace deleted (and its pods gone) before the next. The same {first['pods']:,} pods in",
           f"{first['workloads']:,} workloads ({first['singles']:,} single pods, {first['gangs_4_8']:,} gangs of 4–8, {first['groups_32']:,} groups of 32), 10m cpu each, created by",
           f"`target/release/examples/e2e_load --mode M --pods N` with {first['concurrency']} creates in flight; a pod counts as Running",
-          "when the client's watch first shows it so. Both sluice's and Kueue's pod webhooks stay registered in",
-          "every run (each ignores pods without its queue label, but the API server still calls them).", "",
+          "when the client's watch first shows it so. Kueue's webhooks are scoped to the Kueue run's namespace",
+          "(they have no object selector), sluice's select pods by its queue label: no run pays for the other's calls.",
+          "(b) is sluice as installed (`admission: AtCreation`: a pod that fits in a queue where nothing waits is",
+          "admitted by the webhook as it is created); (b') the same queue with `admission: InPass` (every pod gated,",
+          "then ungated by a pass).", "",
           "| run | pods | all created | all Running | pods Running/s | create retries |", "|---|---:|---:|---:|---:|---:|"]
-    labels = {"nogate": "(a) no gate", "sluice": "(b) sluice, quota ≥ demand", "kueue": "(c) Kueue plain pods / pod groups, same quota"}
-    for n in ("nogate", "sluice", "kueue"):
+    labels = {"nogate": "(a) no gate", "sluice": "(b) sluice, quota ≥ demand", "inpass": "(b') sluice, same quota, `admission: InPass`",
+              "kueue": "(c) Kueue plain pods / pod groups, same quota"}
+    for n in ("nogate", "sluice", "inpass", "kueue"):
         r = e2e[n]
         if r:
             ar = f"{r['all_running_s']:.1f} s" if r.get("complete") else f"incomplete: {len(r['running_times']):,} Running at {r['all_running_s'] or 0:.1f} s"
             md.append(f"| {labels[n]} | {r['pods']:,} | {r['create_s']:.1f} s | {ar} | "
                       f"{(f'{rate(r):.1f}' if rate(r) else '–')} | {r['create_retries']} |")
-    rn, rs, rk = rate(e2e["nogate"]), rate(e2e["sluice"]), rate(e2e["kueue"])
+    rn, rs, rk, ri = rate(e2e["nogate"]), rate(e2e["sluice"]), rate(e2e["kueue"]), rate(e2e.get("inpass"))
     md += ["", f"Ratios: sluice / no gate = {f'{rs / rn:.2f}' if rs and rn else '–'} (target ≥ 0.8); "
-           f"sluice / Kueue = {f'{rs / rk:.2f}' if rs and rk else '–'} (target ≥ 2).", ""]
+           f"sluice / Kueue = {f'{rs / rk:.2f}' if rs and rk else '–'} (target ≥ 2); "
+           f"InPass: / no gate = {f'{ri / rn:.2f}' if ri and rn else '–'}, / Kueue = {f'{ri / rk:.2f}' if ri and rk else '–'}.", ""]
     c = e2e["churn"]
     if c:
         st = steady(c)
         md += [f"(d) quota-limited sluice: the same pods in a queue with a fifth of their demand, each pod ended",
                f"(`sluice.dev/kwok-phase=Succeeded`) {c['end_after_s']} s after the client sees it Running: all {c['pods']:,} admitted in",
                f"{c['all_admitted_s'] or 0:.1f} s; **{f'{st:.1f}' if st else '–'} admitted pods/s at steady state** (the middle 60 % of admissions).", ""]
-    per = {n: metrics(n) for n in ("nogate", "sluice", "kueue", "churn")}
+    per = {n: metrics(n) for n in ("nogate", "sluice", "inpass", "kueue", "churn")}
     results["e2e_apiserver_requests_per_pod"] = None
     if per["nogate"] and per["sluice"]:
         keys = set()
         for n, m in per.items():
             if m and e2e[n]:
                 keys |= {k for k, v in m.items() if v / e2e[n]["pods"] >= 0.01}
-        cols = [n for n in ("nogate", "sluice", "kueue", "churn") if per[n] and e2e[n]]
+        cols = [n for n in ("nogate", "sluice", "inpass", "kueue", "churn") if per[n] and e2e[n]]
         md += ["API server requests per pod (deltas of `apiserver_request_total` read from the API server's `/metrics`",
                "with the admin certificate before and after each run; every client counts: the load tool's creates,",
                "the scheduler's bindings, kwok's status writes, node leases; the sluice column less the no-gate one is what",
@@ -461,6 +490,7 @@ def e2e_part():
                                  "kueue": round(rk, 1) if rk else None}
     results["e2e_ratio_sluice_nogate"] = round(rs / rn, 3) if rs and rn else None
     results["e2e_ratio_sluice_kueue"] = round(rs / rk, 3) if rs and rk else None
+    results["e2e_pods_per_s_sluice_inpass"] = round(ri, 1) if ri else None
     results["e2e_quota_limited_admitted_pods_per_s"] = round(steady(c), 1) if c and steady(c) else None
     return "### End to end on the local control plane", md
 
