@@ -16,6 +16,8 @@ pub struct QueueLabels {
 pub struct ControllerMetrics {
     /// Pods ungated, per queue.
     pub admitted_pods: Family<QueueLabels, Counter>,
+    /// Pods admitted by the webhook as they were created (never gated), per queue.
+    pub admitted_at_creation: Family<QueueLabels, Counter>,
     /// Pods waiting behind the gate, per queue, after the last pass.
     pub pending_pods: Family<QueueLabels, Gauge>,
     /// Workloads with waiting pods, per queue, after the last pass.
@@ -38,6 +40,7 @@ impl ControllerMetrics {
     pub fn new(registry: &mut Registry) -> Self {
         let m = ControllerMetrics {
             admitted_pods: Family::default(),
+            admitted_at_creation: Family::default(),
             pending_pods: Family::default(),
             pending_workloads: Family::default(),
             admission_wait_seconds: Family::new_with_constructor(|| {
@@ -51,8 +54,13 @@ impl ControllerMetrics {
         };
         registry.register(
             "sluice_admitted_pods",
-            "Pods admitted (ungated) per queue",
+            "Pods admitted by a pass (ungated) per queue",
             m.admitted_pods.clone(),
+        );
+        registry.register(
+            "sluice_admitted_at_creation_pods",
+            "Pods admitted as they were created (never gated) per queue",
+            m.admitted_at_creation.clone(),
         );
         registry.register(
             "sluice_queue_pending_pods",

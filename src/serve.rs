@@ -426,7 +426,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(watch_namespaces);
     // Admission at creation: the webhook admits from what this replica's controller found, while
     // this replica leads.
-    let at_creation = Arc::new(crate::queue::at_creation::AdmitAtCreation::default());
+    let at_creation = Arc::new(
+        crate::queue::at_creation::AdmitAtCreation::default()
+            .with_metrics(controller_metrics.admitted_at_creation.clone()),
+    );
     let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
         .application(
             "/mutate-applications",

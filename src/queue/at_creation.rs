@@ -28,9 +28,12 @@ use kube::ResourceExt;
 
 use crate::adapters::{Adapters, PodIdentity, workload_object_name};
 use crate::api::{ADMITTED_AT_ANNOTATION, QUEUE_LABEL};
+use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};
 use crate::queue::resources::{ResourceList, pod_requests};
 use crate::queue::snapshot::Built;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 /// The annotation a pod admitted at creation carries: the token of the room held for it.
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
@@ -45,6 +48,7 @@ pub const WAITING_GUARD: Duration = Duration::from_secs(1);
 pub struct AdmitAtCreation {
     state: Mutex<State>,
     keys: RandomState,
+    admitted: Option<Family<QueueLabels, Counter>>,
 }
 
 #[derive(Default)]
@@ -98,6 +102,7 @@ impl Default for AdmitAtCreation {
         AdmitAtCreation {
             state: Mutex::new(State::default()),
             keys: RandomState::new(),
+            admitted: None,
         }
     }
 }
@@ -108,6 +113,12 @@ fn fits(room: &BTreeMap<String, i64>, amount: &ResourceList) -> bool {
 }
 
 impl AdmitAtCreation {
+    /// Counts the pods admitted at creation in `admitted`, per queue.
+    pub fn with_metrics(mut self, admitted: Family<QueueLabels, Counter>) -> Self {
+        self.admitted = Some(admitted);
+        self
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -137,6 +148,13 @@ impl AdmitAtCreation {
             return None;
         }
         admitted.map(|(queue, amount)| {
+            if let Some(metric) = &self.admitted {
+                metric
+                    .get_or_create(&QueueLabels {
+                        queue: queue.clone(),
+                    })
+                    .inc();
+            }
             let seq = state.next_seq;
             state.next_seq += 1;
             let token = self.token(seq);
