@@ -34,6 +34,7 @@ struct Args {
     serve_only: bool,
     listen: Option<String>,
     ca_out: Option<String>,
+    server_threads: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,7 @@ fn parse_args() -> Result<Args, String> {
         serve_only: false,
         listen: None,
         ca_out: None,
+        server_threads: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -82,6 +84,11 @@ fn parse_args() -> Result<Args, String> {
             "--serve-only" => args.serve_only = true,
             "--listen" => args.listen = Some(value()?),
             "--ca-out" => args.ca_out = Some(value()?),
+            "--server-threads" => {
+                args.server_threads = value()?
+                    .parse()
+                    .map_err(|e| format!("--server-threads: {e}"))?
+            }
             "--shape" => {
                 args.shape = match value()?.as_str() {
                     "spark" => Shape::Spark,
@@ -92,7 +99,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--json]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem"
+                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--json]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem [--server-threads N (default 1, as sluice serve --webhook-threads)]\n  The client's own threads: TOKIO_WORKER_THREADS (default: one per core)."
                 );
                 std::process::exit(0);
             }
@@ -271,9 +278,10 @@ fn spark_review(i: usize) -> Vec<u8> {
     admission_review(i, "research", "system:serviceaccount:research:spark", pod)
 }
 
-/// sluice's webhook server as `sluice serve` builds it (gate settings, the adapters as classifier),
-/// with a fresh CA, on `listen` (port 0: any free port). Returns its URL and the CA in PEM.
-fn start_server(listen: std::net::SocketAddr) -> (String, String) {
+/// sluice's webhook server as `sluice serve` builds it (gate settings, the adapters as classifier,
+/// a runtime of its own with `threads` threads), with a fresh CA, on `listen` (port 0: any free
+/// port). Returns its URL and the CA in PEM.
+fn start_server(listen: std::net::SocketAddr, threads: usize) -> (String, String) {
     let settings = sluice_certs::CertSettings {
         namespace: "sluice-system".into(),
         secret_name: "unused".into(),
@@ -296,7 +304,11 @@ fn start_server(listen: std::net::SocketAddr) -> (String, String) {
         .classifier(Arc::new(sluice::adapters::Adapters::default()))
         .readiness(Arc::new(AtomicBool::new(true)))
         .build();
-    tokio::spawn(server.serve_on(listener, tokio_util::sync::CancellationToken::new()));
+    tokio::spawn(server.serve_dedicated(
+        threads,
+        Some(listener),
+        tokio_util::sync::CancellationToken::new(),
+    ));
     (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
 }
 
@@ -443,7 +455,7 @@ async fn main() {
                     std::process::exit(2);
                 }
             };
-        let (url, ca_pem) = start_server(listen);
+        let (url, ca_pem) = start_server(listen, args.server_threads);
         // Written whole or not at all: a reader polling for the file never sees half of it.
         if let Some(path) = &args.ca_out {
             let partial = format!("{path}.partial");
@@ -474,7 +486,7 @@ async fn main() {
                 std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")),
             )
         }
-        None => start_server(([127, 0, 0, 1], 0).into()),
+        None => start_server(([127, 0, 0, 1], 0).into(), args.server_threads),
     };
 
     let mut roots = rustls::RootCertStore::empty();

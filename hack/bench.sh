@@ -186,6 +186,20 @@ for w in c.get("webhooks", []):
 print(json.dumps(c))' | kubectl replace -f - >&2
     done
   done
+  cpu_seconds() { # "<component> <user+system seconds>" for every process hack/cluster.sh started
+    local tick; tick=$(getconf CLK_TCK)
+    for f in "$root"/.cluster/pids/*.pid; do
+      local pid; pid=$(cat "$f" 2>/dev/null) || continue
+      [[ -r /proc/$pid/stat ]] || continue
+      # Fields 14 and 15 of /proc/<pid>/stat (after the command in parentheses): utime, stime.
+      awk -v n="$(basename "$f" .pid)" -v t="$tick" '{sub(/^.*\) /, ""); print n, ($12 + $13) / t}' "/proc/$pid/stat"
+    done
+  }
+  sluice_metrics() { # sluice's own figures after a run (its /metrics on the host)
+    # shellcheck disable=SC1091  # written by hack/cluster.sh: SLUICE_METRICS_ADDR
+    (source "$root/.cluster/sluice.env" && curl -sf --max-time 10 "http://$SLUICE_METRICS_ADDR/metrics") |
+      grep -E '^sluice_(webhook_request_duration_seconds_(sum|count)|admission_pass_duration_seconds_(sum|count)|admitted_pods_total|admitted_at_creation_pods_total|status_writes_total|ungate_errors_total)' || true
+  }
   e2e_run() { # name mode quota-cpu [e2e_load args]; mode: nogate, sluice, sluice-inpass, kueue
     local name=$1 mode=$2 quota=$3 ns="e2e-$1" admission=AtCreation; shift 3
     echo "-- e2e $name ($mode, quota ${quota:-none})" >&2
@@ -235,8 +249,13 @@ YAML
     esac
     sleep 2
     api_metrics "$out/e2e-$name.metrics-before"
-    "$e2e_bin" --mode "$mode" --namespace "$ns" --queue "$ns" --pods "$e2e_pods" "$@" > "$out/e2e-$name.json"
+    cpu_seconds > "$out/e2e-$name.cpu-before"
+    [[ $mode == sluice ]] && sluice_metrics > "$out/e2e-$name.sluice-before"
+    /usr/bin/time -f "e2e_load %U %S" -o "$out/e2e-$name.cpu-client" \
+      "$e2e_bin" --mode "$mode" --namespace "$ns" --queue "$ns" --pods "$e2e_pods" "$@" > "$out/e2e-$name.json"
+    cpu_seconds > "$out/e2e-$name.cpu-after"
     api_metrics "$out/e2e-$name.metrics-after"
+    [[ $mode == sluice ]] && sluice_metrics > "$out/e2e-$name.sluice-after"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: v for k, v in d.items() if not k.endswith("_times")})' \
       "$out/e2e-$name.json" >&2
     # Clean up: the namespace and its pods gone before the next run. Kueue's plain pods carry its
@@ -481,6 +500,64 @@ def e2e_part():
             tot[n] = sum(per[n].values()) / e2e[n]["pods"]
         md += ["| all | | " + " | ".join(f"**{tot[n]:.2f}**" for n in cols) + f" | **{tot['sluice'] - tot['nogate']:+.2f}** |", ""]
         results["e2e_apiserver_requests_per_pod"] = {n: round(tot[n], 3) for n in cols}
+    def cpu(n):
+        b, a = os.path.join(out, f"e2e-{n}.cpu-before"), os.path.join(out, f"e2e-{n}.cpu-after")
+        if not (os.path.exists(b) and os.path.exists(a)):
+            return None
+        rd = lambda p: {l.split()[0]: float(l.split()[1]) for l in open(p) if len(l.split()) == 2}
+        before, after = rd(b), rd(a)
+        d = {k: after[k] - before.get(k, 0.0) for k in after}
+        c = os.path.join(out, f"e2e-{n}.cpu-client")
+        if os.path.exists(c):
+            f = open(c).read().split()
+            if len(f) >= 3 and f[-3] == "e2e_load":
+                d["e2e_load (the client)"] = float(f[-2]) + float(f[-1])
+        return d
+    cpus = {n: cpu(n) for n in ("nogate", "sluice", "inpass", "kueue", "churn")}
+    ccols = [n for n in ("nogate", "sluice", "inpass", "kueue", "churn") if cpus[n] and e2e[n]]
+    if ccols:
+        comps = sorted({k for n in ccols for k in cpus[n]}, key=lambda k: -max(cpus[n].get(k, 0) for n in ccols))
+        md += ["CPU seconds (user + system) each process used during each run (`/proc/<pid>/stat` before and after;",
+               "the machine has 2 cores, so a run of T seconds has 2T to give):", "",
+               "| process | " + " | ".join(ccols) + " |", "|---|" + "---:|" * len(ccols)]
+        for k in comps:
+            md.append(f"| {k} | " + " | ".join(f"{cpus[n].get(k, 0):.1f}" for n in ccols) + " |")
+        md.append("| **all** | " + " | ".join(f"**{sum(cpus[n].values()):.1f}**" for n in ccols) + " |")
+        md.append("| run's wall time × 2 cores | " + " | ".join(f"{2 * (e2e[n].get('all_running_s') or 0):.1f}" for n in ccols) + " |")
+        md.append("")
+    def sluice_delta(n):
+        b, a = os.path.join(out, f"e2e-{n}.sluice-before"), os.path.join(out, f"e2e-{n}.sluice-after")
+        if not (os.path.exists(b) and os.path.exists(a)):
+            return None
+        rd = lambda p: {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in open(p) if " " in l.strip()}
+        before, after = rd(b), rd(a)
+        agg = {}
+        for k, v in after.items():
+            base = k.split("{")[0]
+            agg[base] = agg.get(base, 0.0) + v - before.get(k, 0.0)
+        return agg
+    sd = {n: sluice_delta(n) for n in ("sluice", "inpass", "churn")}
+    scols = [n for n in ("sluice", "inpass", "churn") if sd[n]]
+    if scols:
+        def row(label, f):
+            vals = []
+            for n in scols:
+                try:
+                    vals.append(f(sd[n]))
+                except (KeyError, ZeroDivisionError):
+                    vals.append("–")
+            return f"| {label} | " + " | ".join(vals) + " |"
+        md += ["sluice's own metrics over each run (deltas of its `/metrics`):", "",
+               "| | " + " | ".join(scols) + " |", "|---|" + "---:|" * len(scols),
+               row("pods admitted at creation", lambda d: f"{d['sluice_admitted_at_creation_pods_total']:,.0f}"),
+               row("pods admitted by a pass (ungated)", lambda d: f"{d['sluice_admitted_pods_total']:,.0f}"),
+               row("admission passes", lambda d: f"{d['sluice_admission_pass_duration_seconds_count']:,.0f}"),
+               row("mean pass (ms)", lambda d: f"{1000 * d['sluice_admission_pass_duration_seconds_sum'] / d['sluice_admission_pass_duration_seconds_count']:.1f}"),
+               row("CPU in passes (s)", lambda d: f"{d['sluice_admission_pass_duration_seconds_sum']:.1f}"),
+               row("webhook reviews", lambda d: f"{d['sluice_webhook_request_duration_seconds_count']:,.0f}"),
+               row("mean webhook answer (µs, in the handler)", lambda d: f"{1e6 * d['sluice_webhook_request_duration_seconds_sum'] / d['sluice_webhook_request_duration_seconds_count']:.0f}"),
+               row("status writes", lambda d: f"{d['sluice_status_writes_total']:,.0f}"),
+               ""]
     png = os.path.join(out, "e2e-running.png")
     if os.path.exists(png):
         if write:

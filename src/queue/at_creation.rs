@@ -171,6 +171,11 @@ impl AdmitAtCreation {
         })
     }
 
+    /// Whether the controller runs here and has published a pass (else every pod is gated).
+    pub fn is_active(&self) -> bool {
+        self.lock().active
+    }
+
     /// Whether `token` is one this process handed out and still holds room for.
     fn holds(&self, token: &str) -> bool {
         self.lock().holds.contains_key(token)
@@ -387,7 +392,7 @@ impl sluice_webhooks::PodClassifier for Classifier {
         pod: &Pod,
         labels: &BTreeMap<String, String>,
     ) -> Option<BTreeMap<String, String>> {
-        let at_creation = self.at_creation.as_ref()?;
+        let at_creation = self.at_creation.as_ref().filter(|a| a.is_active())?;
         let mut annotations = BTreeMap::new();
         // The webhook called again for the same creation (reinvocation): already admitted.
         if let Some(token) = pod.annotations().get(AT_CREATION_ANNOTATION)

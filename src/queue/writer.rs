@@ -4,7 +4,9 @@
 //! A pass only says what it wants each object to look like and goes on; this writer sends it. What
 //! a pass wants replaces what an earlier pass wanted and was not sent yet (one write, the newest),
 //! and rounds of writes are at least `min_interval` apart, so a workload whose pods change many
-//! times a second costs at most one status write per interval. Nothing is lost by this: the
+//! times a second costs at most one status write per interval; a change of wording only (a waiting
+//! workload's message follows every pod of its queue) waits ten intervals. A value being sent
+//! counts as known, so a pass never asks for the same write twice. Nothing is lost by this: the
 //! cluster stays the source of truth, and a write that fails is wanted again by the next pass
 //! (which compares with what the watch shows).
 
@@ -30,25 +32,42 @@ use crate::queue::admission::WorkloadKey;
 /// How long a write this writer made is believed over an older value the watch still shows.
 /// Past it, the watch's value wins again (someone else may have written since).
 const TRUST_WRITTEN_FOR: Duration = Duration::from_secs(30);
+/// A change of wording only (see [`same_but_for_wording`]) waits this many status intervals after
+/// the object's last write.
+const LAZY_INTERVALS: u32 = 10;
 
-/// Wanted values not yet sent, and values sent that the watch may not show yet.
+/// Wanted values not yet sent, being sent, and sent (the watch may not show them yet).
 struct Slot<K, V> {
-    pending: HashMap<K, V>,
+    pending: HashMap<K, Wanted<V>>,
+    sending: HashMap<K, V>,
     written: HashMap<K, (V, Instant)>,
+    /// When each object was last written (kept after the watch caught up: lazy values wait on it).
+    last_write: HashMap<K, Instant>,
+}
+
+/// A value wanted, and whether it may wait (see [`Writer::want_workload_status`]).
+struct Wanted<V> {
+    value: V,
+    lazy: bool,
 }
 
 impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
     fn new() -> Self {
         Slot {
             pending: HashMap::new(),
+            sending: HashMap::new(),
             written: HashMap::new(),
+            last_write: HashMap::new(),
         }
     }
 
-    /// The newest value known for `key`: wanted and not yet sent, else sent recently, else what
-    /// the watch shows (`seen`).
+    /// The newest value known for `key`: wanted and not yet sent, else being sent, else sent
+    /// recently, else what the watch shows (`seen`).
     fn newest(&mut self, key: &K, seen: Option<&V>) -> Option<V> {
-        if let Some(value) = self.pending.get(key) {
+        if let Some(wanted) = self.pending.get(key) {
+            return Some(wanted.value.clone());
+        }
+        if let Some(value) = self.sending.get(key) {
             return Some(value.clone());
         }
         if let Some((value, at)) = self.written.get(key) {
@@ -61,19 +80,54 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
         seen.cloned()
     }
 
-    /// Records that `value` is wanted; returns whether that is news (a write is due).
-    fn want(&mut self, key: K, value: V, seen: Option<&V>) -> bool {
+    /// Records that `value` is wanted; returns whether that is news (a write is due). A lazy
+    /// value stays lazy only while every value wanted since the last write was lazy.
+    fn want(&mut self, key: K, value: V, seen: Option<&V>, lazy: bool) -> bool {
         if self.newest(&key, seen).as_ref() == Some(&value) {
             return false;
         }
-        self.pending.insert(key, value);
+        let lazy = lazy && self.pending.get(&key).is_none_or(|w| w.lazy);
+        self.pending.insert(key, Wanted { value, lazy });
         true
+    }
+
+    /// Takes what is due for a round: everything urgent, and lazy values whose object was last
+    /// written `lazy_interval` ago or more (or never). They count as being sent from now on.
+    fn take_due(&mut self, lazy_interval: Duration) -> Vec<(K, V)> {
+        self.last_write.retain(|_, at| at.elapsed() < lazy_interval);
+        let last_write = &self.last_write;
+        let due: Vec<K> = self
+            .pending
+            .iter()
+            .filter(|(key, wanted)| !wanted.lazy || !last_write.contains_key(*key))
+            .map(|(key, _)| key.clone())
+            .collect();
+        due.into_iter()
+            .filter_map(|key| {
+                let wanted = self.pending.remove(&key)?;
+                self.sending.insert(key.clone(), wanted.value.clone());
+                Some((key, wanted.value))
+            })
+            .collect()
+    }
+
+    /// The write of `key` ended: remembered as written when it succeeded; forgotten when it
+    /// failed, so that the next pass wants it again.
+    fn sent(&mut self, key: K, ok: bool) {
+        if let Some(value) = self.sending.remove(&key)
+            && ok
+        {
+            self.last_write.insert(key.clone(), Instant::now());
+            self.written.insert(key, (value, Instant::now()));
+        }
     }
 }
 
 struct State {
     records: Slot<WorkloadKey, serde_json::Value>,
     deletes: HashMap<WorkloadKey, String>,
+    /// uids of DynamicWorkloads deleted (or found gone) recently, not to be deleted twice.
+    deleted: HashMap<String, Instant>,
     workload_statuses: Slot<WorkloadKey, DynamicWorkloadStatus>,
     queue_statuses: Slot<String, CapacityQueueStatus>,
 }
@@ -107,6 +161,7 @@ impl Writer {
                 state: Mutex::new(State {
                     records: Slot::new(),
                     deletes: HashMap::new(),
+                    deleted: HashMap::new(),
                     workload_statuses: Slot::new(),
                     queue_statuses: Slot::new(),
                 }),
@@ -136,7 +191,17 @@ impl Writer {
         status: DynamicWorkloadStatus,
         seen: Option<&DynamicWorkloadStatus>,
     ) {
-        if self.state().workload_statuses.want(key, status, seen) {
+        // Only the message and the amounts changed (a waiting workload's "needs 1 cpu more" follows
+        // every pod of its queue): that may wait for the lazy interval.
+        let news = {
+            let mut state = self.state();
+            let lazy = state
+                .workload_statuses
+                .newest(&key, seen)
+                .is_some_and(|old| same_but_for_wording(&old, &status));
+            state.workload_statuses.want(key, status, seen, lazy)
+        };
+        if news {
             self.inner.wake.notify_one();
         }
     }
@@ -155,7 +220,7 @@ impl Writer {
         status: CapacityQueueStatus,
         seen: Option<&CapacityQueueStatus>,
     ) {
-        if self.state().queue_statuses.want(name, status, seen) {
+        if self.state().queue_statuses.want(name, status, seen, false) {
             self.inner.wake.notify_one();
         }
     }
@@ -170,7 +235,7 @@ impl Writer {
     ) {
         let mut state = self.state();
         state.deletes.remove(&key);
-        if state.records.want(key, body, seen) {
+        if state.records.want(key, body, seen, false) {
             drop(state);
             self.inner.wake.notify_one();
         }
@@ -183,6 +248,10 @@ impl Writer {
         state.records.written.remove(&key);
         state.workload_statuses.pending.remove(&key);
         state.workload_statuses.written.remove(&key);
+        state.workload_statuses.last_write.remove(&key);
+        if state.deleted.contains_key(&uid) {
+            return; // asked already; the watch has not shown it gone yet
+        }
         if state.deletes.insert(key, uid.clone()).as_ref() != Some(&uid) {
             drop(state);
             self.inner.wake.notify_one();
@@ -191,13 +260,16 @@ impl Writer {
 
     /// Writes rounds of what is wanted until `shutdown`, at most one round per `min_interval`.
     pub(crate) async fn run(self, shutdown: CancellationToken) {
+        let mut waiting_lazily = false;
         loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.inner.wake.notified() => {}
+            if !waiting_lazily {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = self.inner.wake.notified() => {}
+                }
             }
             let started = Instant::now();
-            self.round().await;
+            waiting_lazily = self.round().await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until((started + self.inner.min_interval).into()) => {}
@@ -206,14 +278,19 @@ impl Writer {
     }
 
     /// One round: records first (a status needs its object), then deletions, then statuses.
-    async fn round(&self) {
+    /// Returns whether lazy writes were left for a later round.
+    async fn round(&self) -> bool {
+        let lazy_interval = self.inner.min_interval * LAZY_INTERVALS;
         let (records, deletes, workload_statuses, queue_statuses) = {
             let mut state = self.state();
+            state
+                .deleted
+                .retain(|_, at| at.elapsed() < TRUST_WRITTEN_FOR);
             (
-                std::mem::take(&mut state.records.pending),
+                state.records.take_due(lazy_interval),
                 std::mem::take(&mut state.deletes),
-                std::mem::take(&mut state.workload_statuses.pending),
-                std::mem::take(&mut state.queue_statuses.pending),
+                state.workload_statuses.take_due(lazy_interval),
+                state.queue_statuses.take_due(lazy_interval),
             )
         };
         let concurrency = self.inner.concurrency;
@@ -223,12 +300,11 @@ impl Writer {
             .for_each_concurrent(concurrency, |(key, body)| async move {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                match api.patch(&key.name, &params, &Patch::Apply(&body)).await {
-                    Ok(_) => {
-                        self.state().records.written.insert(key, (body, Instant::now()));
-                    }
-                    Err(e) => warn!(%e, workload = %key, "could not record DynamicWorkload; the next pass retries"),
+                let result = api.patch(&key.name, &params, &Patch::Apply(&body)).await;
+                if let Err(e) = &result {
+                    warn!(%e, workload = %key, "could not record DynamicWorkload; the next pass retries");
                 }
+                self.state().records.sent(key, result.is_ok());
             })
             .await;
 
@@ -238,15 +314,24 @@ impl Writer {
                 // Only the object the pass saw: a workload re-created meanwhile stays.
                 let params = DeleteParams {
                     preconditions: Some(Preconditions {
-                        uid: Some(uid),
+                        uid: Some(uid.clone()),
                         resource_version: None,
                     }),
                     ..DeleteParams::default()
                 };
-                match api.delete(&key.name, &params).await {
-                    Ok(_) => debug!(workload = %key, "deleted: its last pod is gone"),
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => warn!(%e, workload = %key, "could not delete DynamicWorkload; the next pass retries"),
+                let done = match api.delete(&key.name, &params).await {
+                    Ok(_) => {
+                        debug!(workload = %key, "deleted: its last pod is gone");
+                        true
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
+                    Err(e) => {
+                        warn!(%e, workload = %key, "could not delete DynamicWorkload; the next pass retries");
+                        false
+                    }
+                };
+                if done {
+                    self.state().deleted.insert(uid, Instant::now());
                 }
             })
             .await;
@@ -256,13 +341,14 @@ impl Writer {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                match api.patch_status(&key.name, &params, &Patch::Apply(body)).await {
+                let result = api.patch_status(&key.name, &params, &Patch::Apply(body)).await;
+                match &result {
                     Ok(_) => {
                         self.inner.metrics.status_writes.inc();
-                        self.state().workload_statuses.written.insert(key, (status, Instant::now()));
                     }
                     Err(e) => debug!(%e, workload = %key, "status not written; the next pass retries"),
                 }
+                self.state().workload_statuses.sent(key, result.is_ok());
             })
             .await;
 
@@ -271,16 +357,49 @@ impl Writer {
                 let api: Api<CapacityQueue> = Api::all(client.clone());
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                match api.patch_status(&name, &params, &Patch::Apply(body)).await {
+                let result = api.patch_status(&name, &params, &Patch::Apply(body)).await;
+                match &result {
                     Ok(_) => {
                         self.inner.metrics.status_writes.inc();
-                        self.state().queue_statuses.written.insert(name, (status, Instant::now()));
                     }
                     Err(e) => debug!(%e, queue = %name, "status not written; the next pass retries"),
                 }
+                self.state().queue_statuses.sent(name, result.is_ok());
             })
             .await;
+
+        let state = self.state();
+        !state.records.pending.is_empty()
+            || !state.workload_statuses.pending.is_empty()
+            || !state.queue_statuses.pending.is_empty()
     }
+}
+
+/// Whether two statuses differ only in their wording and amounts (message, conditions' messages,
+/// used, reserved): what a waiting workload's status does whenever anything in its queue moves.
+fn same_but_for_wording(old: &DynamicWorkloadStatus, new: &DynamicWorkloadStatus) -> bool {
+    let conditions = |s: &DynamicWorkloadStatus| -> Vec<(String, String, String, String)> {
+        s.conditions
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    format!("{:?}", c.status),
+                    c.reason.clone(),
+                    c.last_transition_time.clone(),
+                )
+            })
+            .collect()
+    };
+    old.phase == new.phase
+        && old.pod_sets == new.pod_sets
+        && old.pending_pods == new.pending_pods
+        && old.admitted_pods == new.admitted_pods
+        && old.interrupted_count == new.interrupted_count
+        && old.admitted_at == new.admitted_at
+        && old.finished_at == new.finished_at
+        && old.pod_set_summary == new.pod_set_summary
+        && conditions(old) == conditions(new)
 }
 
 #[cfg(test)]
@@ -291,13 +410,13 @@ mod tests {
     fn a_wanted_value_is_news_only_when_it_differs_from_the_newest_known() {
         let mut slot: Slot<&str, u32> = Slot::new();
         // Nothing known: news.
-        assert!(slot.want("a", 1, None));
+        assert!(slot.want("a", 1, None, false));
         // The same again before it is sent: not news, still one pending write.
-        assert!(!slot.want("a", 1, None));
+        assert!(!slot.want("a", 1, None, false));
         // A newer value replaces the pending one: one write, the newest.
-        assert!(slot.want("a", 2, None));
+        assert!(slot.want("a", 2, None, false));
         assert_eq!(slot.pending.len(), 1);
-        assert_eq!(slot.pending.get("a"), Some(&2));
+        assert_eq!(slot.pending.get("a").map(|w| w.value), Some(2));
     }
 
     #[test]
@@ -306,12 +425,48 @@ mod tests {
         slot.written.insert("a", (2, Instant::now()));
         // The watch still shows the old value 1: the write wins, so 2 is not news.
         assert_eq!(slot.newest(&"a", Some(&1)), Some(2));
-        assert!(!slot.want("a", 2, Some(&1)));
+        assert!(!slot.want("a", 2, Some(&1), false));
         // The watch shows 2: the written entry is forgotten.
         assert_eq!(slot.newest(&"a", Some(&2)), Some(2));
         assert!(slot.written.is_empty());
         // Going back to what the watch shows is news again.
-        assert!(slot.want("a", 1, Some(&2)));
+        assert!(slot.want("a", 1, Some(&2), false));
+    }
+
+    #[test]
+    fn a_value_being_sent_is_not_wanted_again() {
+        let mut slot: Slot<&str, u32> = Slot::new();
+        assert!(slot.want("a", 1, None, false));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 1)]);
+        // The watch does not show it yet and the write has not answered: not news.
+        assert!(!slot.want("a", 1, None, false));
+        slot.sent("a", true);
+        assert!(!slot.want("a", 1, None, false));
+        // A failed write is forgotten: the next pass wants it again.
+        assert!(slot.want("a", 2, Some(&1), false));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 2)]);
+        slot.sent("a", false);
+        assert!(slot.want("a", 2, Some(&1), false));
+    }
+
+    #[test]
+    fn a_lazy_change_waits_for_its_interval_an_urgent_one_does_not() {
+        let mut slot: Slot<&str, u32> = Slot::new();
+        assert!(slot.want("a", 1, None, false));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 1)]);
+        slot.sent("a", true);
+        // The watch shows the write; then only the wording changes.
+        assert!(slot.want("a", 2, Some(&1), true));
+        assert!(
+            slot.take_due(Duration::from_secs(10)).is_empty(),
+            "written just now: waits"
+        );
+        // An urgent change on top makes the whole write urgent.
+        assert!(slot.want("a", 3, Some(&1), false));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 3)]);
+        // Never written: a lazy value goes at once.
+        assert!(slot.want("b", 1, None, true));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("b", 1)]);
     }
 
     #[test]
@@ -323,6 +478,6 @@ mod tests {
         };
         slot.written.insert("a", (2, long_ago));
         assert_eq!(slot.newest(&"a", Some(&1)), Some(1));
-        assert!(slot.want("a", 2, Some(&1)));
+        assert!(slot.want("a", 2, Some(&1), false));
     }
 }

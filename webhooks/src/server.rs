@@ -41,6 +41,10 @@ pub enum WebhookError {
     },
     #[error("webhook server: using the given listener: {0}")]
     Listener(#[source] std::io::Error),
+    #[error("webhook server: starting its runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("webhook server: its thread ended without a result (it panicked)")]
+    Stopped,
 }
 
 /// Builds an endpoint once the metrics and body limit are final.
@@ -253,6 +257,42 @@ impl WebhookServer {
         let server = axum_server::bind_rustls(self.listen, self.tls.clone());
         let listen = self.listen;
         self.run(server, listen, shutdown).await
+    }
+
+    /// Like [`WebhookServer::serve`], on a runtime of its own with `threads` worker threads (1: a
+    /// single-threaded runtime, no work stealing, no cross-thread wake-ups), so that admission
+    /// answers never queue behind other work of the process (an admission pass over 100k pods
+    /// holds a thread for a few hundred ms). Resolves when the server stops.
+    pub async fn serve_dedicated(
+        self,
+        threads: usize,
+        listener: Option<std::net::TcpListener>,
+        shutdown: CancellationToken,
+    ) -> Result<(), WebhookError> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("webhooks".into())
+            .spawn(move || {
+                let mut builder = if threads <= 1 {
+                    tokio::runtime::Builder::new_current_thread()
+                } else {
+                    let mut b = tokio::runtime::Builder::new_multi_thread();
+                    b.worker_threads(threads);
+                    b
+                };
+                let outcome = match builder.enable_all().thread_name("webhooks").build() {
+                    Ok(runtime) => runtime.block_on(async move {
+                        match listener {
+                            Some(listener) => self.serve_on(listener, shutdown).await,
+                            None => self.serve(shutdown).await,
+                        }
+                    }),
+                    Err(e) => Err(WebhookError::Runtime(e)),
+                };
+                let _ = done.send(outcome);
+            })
+            .map_err(WebhookError::Runtime)?;
+        result.await.unwrap_or(Err(WebhookError::Stopped))
     }
 
     /// Like [`WebhookServer::serve`] on a listener bound by the caller (e.g. to port 0 in tests);
