@@ -252,6 +252,20 @@ async fn register_webhooks(
     Ok(())
 }
 
+/// Every metric sluice serves, registered under its own name (`sluice_...`, no prefix).
+pub fn metrics_registry() -> (
+    Registry,
+    ControllerMetrics,
+    crate::tasks::TaskMetrics,
+    sluice_webhooks::WebhookMetrics,
+) {
+    let mut registry = Registry::default();
+    let controller_metrics = ControllerMetrics::new(&mut registry);
+    let task_metrics = crate::tasks::TaskMetrics::new(&mut registry);
+    let webhook_metrics = sluice_webhooks::WebhookMetrics::new(&mut registry);
+    (registry, controller_metrics, task_metrics, webhook_metrics)
+}
+
 async fn serve_metrics(
     addr: SocketAddr,
     registry: Arc<Registry>,
@@ -354,10 +368,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
 
-    let mut registry = Registry::with_prefix("");
-    let controller_metrics = ControllerMetrics::new(&mut registry);
-    let task_metrics = crate::tasks::TaskMetrics::new(&mut registry);
-    let webhook_metrics = sluice_webhooks::WebhookMetrics::new(&mut registry);
+    let (registry, controller_metrics, task_metrics, webhook_metrics) = metrics_registry();
     let registry = Arc::new(registry);
 
     let endpoint = if args.local {
@@ -618,5 +629,40 @@ mod tests {
         assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("5y").is_err());
+    }
+
+    #[test]
+    fn metrics_are_served_under_their_documented_names() {
+        let (registry, controller, _, _) = super::metrics_registry();
+        controller.status_writes.inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        let names: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split(['{', ' ']).next().unwrap_or_default())
+            .collect();
+        assert!(!names.is_empty());
+        for name in &names {
+            assert!(name.starts_with("sluice_"), "metric {name} in:\n{text}");
+        }
+        assert!(names.contains(&"sluice_status_writes_total"), "{text}");
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README");
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut words = line.split_whitespace().skip(2);
+            let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let documented = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            assert!(
+                readme.contains(&format!("`{documented}`")),
+                "README's Metrics table lacks `{documented}`"
+            );
+        }
     }
 }
