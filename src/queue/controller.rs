@@ -442,10 +442,13 @@ impl Controller {
         }
         let none = HashSet::new();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            let Some(dwl) = &built.workloads[w] else {
-                continue; // recorded first; its status follows once the watch shows it
+            // A workload seen only through its pods is recorded in the same round of writes,
+            // before its status: it shows a status as soon as it exists.
+            let seen = match &built.workloads[w] {
+                Some(dwl) => dwl.status.as_ref(),
+                None if workload.pod_sets.iter().any(|s| !s.pods.is_empty()) => None,
+                None => continue,
             };
-            let seen = dwl.status.as_ref();
             let old = self.writer.workload_status(&workload.key, seen);
             let status = workload_status(
                 built,
