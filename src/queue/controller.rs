@@ -412,6 +412,15 @@ impl Controller {
             if pod_sets.is_empty() {
                 continue;
             }
+            // The common case, cheaply: the ledger already says what the pods say.
+            if let Some(d) = existing
+                && d.spec.pod_sets == pod_sets
+                && d.spec.queue_name == workload.queue
+                && d.spec.priority == workload.priority
+            {
+                self.writer.record_settled(&workload.key);
+                continue;
+            }
             let body = |queue: &str, priority: i32, pod_sets: &[PodSetSpec]| {
                 json!({
                     "apiVersion": "sluice.dev/v1alpha1",
@@ -449,16 +458,17 @@ impl Controller {
                 None if workload.pod_sets.iter().any(|s| !s.pods.is_empty()) => None,
                 None => continue,
             };
-            let old = self.writer.workload_status(&workload.key, seen);
+            let newer = self.writer.newer_workload_status(&workload.key, seen);
+            let old = newer.as_ref().or(seen);
             let status = workload_status(
                 built,
                 w,
                 &decisions.workloads[w],
                 admitted.get(&w).unwrap_or(&none),
-                old.as_ref(),
+                old,
                 &now,
             );
-            if old.as_ref() != Some(&status) {
+            if old != Some(&status) {
                 self.writer
                     .want_workload_status(workload.key.clone(), status, seen);
             }

@@ -80,6 +80,15 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
         seen.cloned()
     }
 
+    /// The newest value for `key` when it is not what the watch shows (`seen`): wanted, being
+    /// sent, or sent and not yet shown. None: `seen` is the newest (no copy made).
+    fn newer_than_seen(&mut self, key: &K, seen: Option<&V>) -> Option<V> {
+        if self.pending.is_empty() && self.sending.is_empty() && self.written.is_empty() {
+            return None;
+        }
+        self.newest(key, seen).filter(|v| seen != Some(v))
+    }
+
     /// Records that `value` is wanted; returns whether that is news (a write is due). A lazy
     /// value stays lazy only while every value wanted since the last write was lazy.
     fn want(&mut self, key: K, value: V, seen: Option<&V>, lazy: bool) -> bool {
@@ -176,13 +185,23 @@ impl Writer {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The newest status known for a workload (see [`Slot::newest`]): what a pass builds on.
-    pub(crate) fn workload_status(
+    /// The newest status known for a workload when it is newer than what the watch shows (`seen`);
+    /// None when `seen` is the newest. What a pass builds on.
+    pub(crate) fn newer_workload_status(
         &self,
         key: &WorkloadKey,
         seen: Option<&DynamicWorkloadStatus>,
     ) -> Option<DynamicWorkloadStatus> {
-        self.state().workload_statuses.newest(key, seen)
+        self.state().workload_statuses.newer_than_seen(key, seen)
+    }
+
+    /// The ledger recorded from pods already says what the pods say: nothing of an earlier pass
+    /// still waiting to be sent is wanted any more.
+    pub(crate) fn record_settled(&self, key: &WorkloadKey) {
+        let mut state = self.state();
+        if !state.records.pending.is_empty() {
+            state.records.pending.remove(key);
+        }
     }
 
     pub(crate) fn want_workload_status(
