@@ -141,10 +141,7 @@ impl AdmitAtCreation {
         let mut state = self.lock();
         let admitted = state.try_admit(namespace, identity, requests);
         if admitted.is_none() {
-            if let Some(queue) = state.queues.get_mut(&identity.queue) {
-                queue.waiting = true;
-                queue.last_gated = Some(Instant::now());
-            }
+            state.note_waiting(&identity.queue);
             return None;
         }
         admitted.map(|(queue, amount)| {
@@ -297,6 +294,14 @@ impl AdmitAtCreation {
 }
 
 impl State {
+    /// A pod of `queue` is gated: the queue has a pod waiting, and later pods must not pass it.
+    fn note_waiting(&mut self, queue: &str) {
+        if let Some(q) = self.queues.get_mut(queue) {
+            q.waiting = true;
+            q.last_gated = Some(Instant::now());
+        }
+    }
+
     /// The queue and the amount to hold when the pod is admitted now.
     fn try_admit(
         &mut self,
@@ -427,9 +432,7 @@ impl sluice_webhooks::PodClassifier for Classifier {
         annotations.insert(AT_CREATION_ANNOTATION.to_string(), token);
         annotations.insert(
             ADMITTED_AT_ANNOTATION.to_string(),
-            jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string(),
+            crate::queue::controller::now_rfc3339(),
         );
         Some(annotations)
     }
@@ -445,10 +448,7 @@ fn has_gates(pod: &Pod) -> bool {
 impl AdmitAtCreation {
     /// Notes that a pod of `queue` is gated whatever the room: the queue has a pod waiting.
     fn try_admit_never(&self, queue: &str) {
-        if let Some(q) = self.lock().queues.get_mut(queue) {
-            q.waiting = true;
-            q.last_gated = Some(Instant::now());
-        }
+        self.lock().note_waiting(queue);
     }
 }
 

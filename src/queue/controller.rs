@@ -264,7 +264,8 @@ struct UngateItem {
     workload: Option<ObjectReference>,
 }
 
-fn now_rfc3339() -> String {
+/// Now, as the API's timestamps are written (whole seconds, UTC).
+pub(crate) fn now_rfc3339() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
