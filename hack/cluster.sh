@@ -25,6 +25,7 @@ NODES=${SLUICE_NODES:-4} NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
 WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true REAL_NODE=false
 SLUICE_PROFILE=${SLUICE_PROFILE:-debug}  # cargo profile of the sluice run on the host: debug or release
 TIMEOUT=${SLUICE_CLUSTER_TIMEOUT:-120}   # seconds to wait for each component to become ready
+PROFILING=${SLUICE_APISERVER_PROFILING:-false}  # true: kube-apiserver serves /debug/pprof (admin only)
 STOP_TIMEOUT=10                          # seconds between TERM and KILL in `down`
 
 usage() {
@@ -96,6 +97,9 @@ Environment:
                        mounts are refused)
   SLUICE_PROFILE       debug (default) or release: the build of sluice --with-sluice runs on the host
                        (release: as --release-sluice)
+  SLUICE_APISERVER_PROFILING
+                       true: kube-apiserver serves /debug/pprof to the admin client (default false), e.g.
+                       kubectl get --raw '/debug/pprof/profile?seconds=30' > cpu.pprof
   RUST_LOG             sluice's log filter (default info)
   CARGO_TARGET_DIR     where cargo puts target/{debug,release}/sluice (default target/ of the repository)
 
@@ -400,7 +404,7 @@ start_apiserver() {
     "${kubelet_client[@]}" --enable-aggregator-routing=true \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota \
     --endpoint-reconciler-type none --enable-priority-and-fairness=false \
-    --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling=false
+    --max-requests-inflight 800 --max-mutating-requests-inflight 400 --profiling="$PROFILING"
   wait_until "$TIMEOUT" "kube-apiserver /readyz" kube-apiserver api_ready
 }
 

@@ -105,6 +105,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_BATCH_WINDOW", default_value = "20ms", value_parser = parse_duration)]
     pub batch_window: Duration,
 
+    /// While no pod waits behind the gate, admission passes (which then only refresh statuses and
+    /// the room for admission at creation) are at least this far apart; a pod seen gated starts a
+    /// pass at once. 0s (the default): passes follow every change. 250ms halved sluice's CPU when
+    /// nothing waits; its effect on quota-limited turnover is not settled (BENCHMARKS.md).
+    #[arg(long, env = "SLUICE_IDLE_INTERVAL", default_value = "0s", value_parser = parse_duration)]
+    pub idle_interval: Duration,
+
     /// An admission pass runs at least this often even when nothing changed.
     #[arg(long, env = "SLUICE_RESYNC_PERIOD", default_value = "30s", value_parser = parse_duration)]
     pub resync_period: Duration,
@@ -539,6 +546,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         resync_period: args.resync_period,
         max_concurrent_writes: args.max_concurrent_writes,
         status_interval: args.status_interval,
+        idle_interval: args.idle_interval,
     };
     let leader_gauge = controller_metrics.leader.clone();
     elector

@@ -289,24 +289,6 @@ async fn an_ungoverned_pod_is_untouched() {
     env.cleanup().await;
 }
 
-/// Waits until the controller has published a pass that saw `queue` (its status says Active).
-async fn wait_queue_active(env: &TestEnv, queue: &str) {
-    let api: kube::Api<sluice::api::CapacityQueue> = kube::Api::all(env.client.clone());
-    wait_for(
-        &format!("queue {queue} to be Active"),
-        Duration::from_secs(30),
-        || async {
-            let q = api.get(queue).await.ok()?;
-            q.status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Active" && c.status == sluice::api::ConditionStatus::True)
-                .then_some(())
-        },
-    )
-    .await;
-}
-
 fn admitted_at_creation(pod: &Pod) -> bool {
     pod.annotations()
         .contains_key(sluice::queue::at_creation::AT_CREATION_ANNOTATION)
@@ -316,7 +298,6 @@ fn admitted_at_creation(pod: &Pod) -> bool {
 async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_quota() {
     let mut env = TestEnv::new("atcreation").await;
     let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
-    wait_queue_active(&env, &queue).await;
 
     // Room and nobody waiting: the pod comes back from its creation without the gate.
     let first = env.create_pod(pod("first", &queue, "1")).await;
@@ -371,7 +352,6 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
     let queue = env
         .queue_with_spec("q", json!({"quota": {"cpu": "5"}, "admission": "InPass"}))
         .await;
-    wait_queue_active(&env, &queue).await;
     let created = env.create_pod(pod("p", &queue, "1")).await;
     assert!(is_gated(&created), "gated at creation despite the room");
     assert!(!admitted_at_creation(&created));

@@ -452,13 +452,5 @@ impl AdmitAtCreation {
     }
 }
 
-/// The tokens of the pods in `pods` admitted at creation.
-pub fn visible_tokens(pods: &[Arc<Pod>]) -> HashSet<&str> {
-    pods.iter()
-        .filter_map(|p| p.metadata.annotations.as_ref()?.get(AT_CREATION_ANNOTATION))
-        .map(String::as_str)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests;

@@ -26,7 +26,7 @@ use crate::api::{
 };
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, PodRef, PodState, WorkloadTally, decide};
-use crate::queue::at_creation::{self, AdmitAtCreation};
+use crate::queue::at_creation::AdmitAtCreation;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::writer::Writer;
 
@@ -46,6 +46,10 @@ pub struct ControllerSettings {
     pub max_concurrent_writes: usize,
     /// Status writes to one object are at least this far apart (the newest status wins).
     pub status_interval: Duration,
+    /// While no pod waits behind the gate, passes (which then only refresh statuses and the room
+    /// for admission at creation) are at least this far apart; a pod seen gated starts one at once.
+    /// Zero: passes follow every change.
+    pub idle_interval: Duration,
 }
 
 impl Default for ControllerSettings {
@@ -55,6 +59,7 @@ impl Default for ControllerSettings {
             resync_period: Duration::from_secs(30),
             max_concurrent_writes: 32,
             status_interval: Duration::from_secs(1),
+            idle_interval: Duration::ZERO,
         }
     }
 }
@@ -78,6 +83,8 @@ pub async fn run(
     // Whatever way this ends, the webhook stops admitting at creation from this controller's state.
     let _deactivate = at_creation.clone().map(Deactivate);
     let changed = Arc::new(Notify::new());
+    // A pod seen behind the gate: a pass is wanted at once, even while passes are idle.
+    let gated = Arc::new(Notify::new());
     let (queues, queue_writer) = reflector::store();
     let (workloads, workload_writer) = reflector::store();
     let (pods, pod_writer) = reflector::store();
@@ -98,6 +105,7 @@ pub async fn run(
                 .default_backoff(),
             ),
             changed.clone(),
+            None,
             "capacityqueues",
         ),
         spawn_reflector(
@@ -110,6 +118,7 @@ pub async fn run(
                 .default_backoff(),
             ),
             changed.clone(),
+            None,
             "dynamicworkloads",
         ),
         spawn_reflector(
@@ -121,6 +130,10 @@ pub async fn run(
                     .modify(snapshot::trim_pod),
             ),
             changed.clone(),
+            Some((
+                gated.clone(),
+                shows_gated_pod as fn(&watcher::Event<Pod>) -> bool,
+            )),
             "pods",
         ),
         spawn_reflector(
@@ -133,6 +146,7 @@ pub async fn run(
                 .default_backoff(),
             ),
             changed.clone(),
+            None,
             "namespaces",
         ),
     ];
@@ -183,17 +197,34 @@ pub async fn run(
         stores,
         writer,
         at_creation,
+        pod_memo: snapshot::PodMemo::default(),
     };
     loop {
         let pass_started = Instant::now();
-        controller.pass();
+        let waiting = controller.pass();
         // A pass neither waits for the API server nor holds the CPU: the writes it asked for run
         // meanwhile, and passes take at most about a quarter of a core however busy the cluster.
         let pause = pass_started.elapsed() * 3;
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = changed.notified() => {}
-            _ = tokio::time::sleep(controller.settings.resync_period) => {}
+        let idle_interval = controller.settings.idle_interval;
+        if waiting || idle_interval.is_zero() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(controller.settings.resync_period) => {}
+            }
+        } else {
+            // Nothing waits behind the gate: a change only moves statuses (written at most once
+            // per status interval anyway) and the room for admission at creation, so passes keep
+            // a calmer pace until a pod is gated.
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = gated.notified() => {}
+                _ = async {
+                    tokio::time::sleep(idle_interval).await;
+                    changed.notified().await;
+                } => {}
+                _ = tokio::time::sleep(controller.settings.resync_period) => {}
+            }
         }
         // Gather the rest of a burst into the same pass.
         tokio::time::sleep(controller.settings.batch_window.max(pause)).await;
@@ -205,9 +236,25 @@ pub async fn run(
     Ok(())
 }
 
+/// Whether a pod watch event shows a pod behind sluice's gate (one that may wait for a pass).
+fn shows_gated_pod(event: &watcher::Event<Pod>) -> bool {
+    match event {
+        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+            snapshot::is_gated(pod) && pod.metadata.deletion_timestamp.is_none()
+        }
+        _ => false,
+    }
+}
+
+/// A Notify to wake, and which watch events wake it.
+type Urgent<K> = (Arc<Notify>, fn(&watcher::Event<K>) -> bool);
+
+/// Drives a reflector, notifying `changed` of every event, and `urgent`'s Notify of the events
+/// its test picks.
 fn spawn_reflector<K, S>(
     stream: S,
     changed: Arc<Notify>,
+    urgent: Option<Urgent<K>>,
     what: &'static str,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -218,7 +265,14 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
-                Ok(_) => changed.notify_one(),
+                Ok(event) => {
+                    if let Some((notify, test)) = &urgent
+                        && test(&event)
+                    {
+                        notify.notify_one();
+                    }
+                    changed.notify_one();
+                }
                 Err(e) => warn!(%e, what, "watch error; retrying with backoff"),
             }
         }
@@ -233,6 +287,8 @@ struct Controller {
     ungater: Arc<Ungater>,
     writer: Writer,
     at_creation: Option<Arc<AdmitAtCreation>>,
+    /// What each pod says about itself, read once per pod version.
+    pod_memo: snapshot::PodMemo,
 }
 
 /// Turns admission at creation off when dropped.
@@ -272,14 +328,21 @@ pub(crate) fn now_rfc3339() -> String {
 }
 
 impl Controller {
-    fn pass(&mut self) {
+    /// One admission pass; true when a pod still waits behind the gate afterwards (the next pass
+    /// should follow the next change closely).
+    fn pass(&mut self) -> bool {
         let started = Instant::now();
         let pods = self.stores.pods.state();
+        let facts = self.pod_memo.refresh(&self.adapters, &pods);
         // Room the webhook gave pods at creation that the pod cache does not show yet.
         let (mark, holds) = match &self.at_creation {
             Some(at_creation) => {
-                let (mark, holds) =
-                    at_creation.holds_for_pass(started, &at_creation::visible_tokens(&pods));
+                let visible: HashSet<&str> = facts
+                    .iter()
+                    .flatten()
+                    .filter_map(|f| f.at_creation_token.as_deref())
+                    .collect();
+                let (mark, holds) = at_creation.holds_for_pass(started, &visible);
                 (Some(mark), holds)
             }
             None => (None, HashMap::new()),
@@ -296,11 +359,11 @@ impl Controller {
             guard.keys().cloned().collect()
         };
         let queues = self.stores.queues.state();
-        let mut built = snapshot::build(
-            &self.adapters,
+        let mut built = snapshot::build_from_facts(
             &queues,
             &self.stores.workloads.state(),
             &pods,
+            &facts,
             &self.stores.namespaces.state(),
             &in_flight,
         );
@@ -343,12 +406,22 @@ impl Controller {
                 .get_or_create(&labels)
                 .set(i64::from(tally.pending_workloads));
         }
+        // Gated pods (those just admitted among them, their ungates in flight) or ungates still
+        // in flight from earlier passes: the next change may admit something.
+        let waiting = !in_flight.is_empty()
+            || built.snapshot.workloads.iter().any(|w| {
+                w.pod_sets
+                    .iter()
+                    .any(|s| s.pods.iter().any(|p| p.state == PodState::Gated))
+            });
         debug!(
             admitted = decisions.admit.len(),
             workloads = built.snapshot.workloads.len(),
+            waiting,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "admission pass"
         );
+        waiting
     }
 
     /// Counts the admitted pods as in flight now (so the next pass does not admit them again) and

@@ -1,7 +1,8 @@
 //! Builds the admission snapshot from what the cluster holds: CapacityQueues, DynamicWorkloads,
 //! governed pods and namespaces. The cluster is the source of truth: nothing here is remembered
 //! between passes but the pods whose ungating is in flight (`in_flight`), so that a pod admitted a
-//! moment ago and not yet seen without its gate is never counted as waiting.
+//! moment ago and not yet seen without its gate is never counted as waiting, and what each pod
+//! version says about itself ([`PodMemo`]: a cache of a pure function of the pod, never a decision).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
 use crate::queue::admission::{
     PodSetSnapshot, PodSnapshot, PodState, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
 };
+use crate::queue::at_creation::AT_CREATION_ANNOTATION;
 use crate::queue::resources::{ResourceList, pod_requests};
 
 /// The snapshot plus what is needed to act on its decisions.
@@ -128,7 +130,100 @@ struct Group {
     queue: String,
     priority: i32,
     earliest: i64,
-    sets: BTreeMap<String, (Option<u32>, Vec<Arc<Pod>>)>,
+    sets: BTreeMap<String, (Option<u32>, Vec<FactfulPod>)>,
+}
+
+/// A pod with what it says about itself.
+type FactfulPod = (Arc<Pod>, Arc<PodFacts>);
+
+/// What a pass reads from a governed pod that changes only when the pod does: its workload,
+/// queue, pod set, size. Kept between passes by [`PodMemo`], so that a pass over thousands of
+/// unchanged pods neither asks the adapters nor parses quantities again.
+#[derive(Debug)]
+pub struct PodFacts {
+    pub key: WorkloadKey,
+    pub queue: String,
+    pub pod_set: String,
+    pub min_count: Option<u32>,
+    pub priority: i32,
+    pub name: String,
+    pub created_at: i64,
+    /// Err: a quantity sluice cannot read (the pod is kept out of the pass, and said so).
+    pub requests: Result<ResourceList, String>,
+    /// The token of a pod admitted at creation (see `queue::at_creation`).
+    pub at_creation_token: Option<String>,
+}
+
+impl PodFacts {
+    /// None when no adapter governs the pod or it has no spec.
+    fn of(adapters: &Adapters, pod: &Pod) -> Option<PodFacts> {
+        let spec = pod.spec.as_ref()?;
+        let identity = adapters.identify(pod)?;
+        let namespace = pod.namespace().unwrap_or_default();
+        let raw = identity.workload.unwrap_or_else(|| pod.name_any());
+        let requests =
+            pod_requests(spec).map_err(|e| format!("pod {namespace}/{}: {e}", pod.name_any()));
+        Some(PodFacts {
+            key: WorkloadKey {
+                namespace,
+                name: workload_object_name(&raw),
+            },
+            queue: identity.queue,
+            pod_set: identity.pod_set,
+            min_count: identity.min_count,
+            priority: spec.priority.unwrap_or(0),
+            name: pod.name_any(),
+            created_at: millis(pod.metadata.creation_timestamp.as_ref()),
+            requests,
+            at_creation_token: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(AT_CREATION_ANNOTATION))
+                .cloned(),
+        })
+    }
+}
+
+/// [`PodFacts`] by pod uid and resourceVersion, carried from one pass to the next. Only a pod whose
+/// resourceVersion changed is read again; pods gone are forgotten at each refresh.
+#[derive(Default)]
+pub struct PodMemo {
+    entries: HashMap<String, (String, Option<Arc<PodFacts>>)>,
+}
+
+impl PodMemo {
+    /// The facts of each of `pods`, in the same order (None: not governed).
+    pub fn refresh(
+        &mut self,
+        adapters: &Adapters,
+        pods: &[Arc<Pod>],
+    ) -> Vec<Option<Arc<PodFacts>>> {
+        let mut previous = std::mem::take(&mut self.entries);
+        self.entries.reserve(pods.len());
+        let mut facts = Vec::with_capacity(pods.len());
+        for pod in pods {
+            let (Some(uid), Some(version)) = (
+                pod.metadata.uid.as_ref(),
+                pod.metadata.resource_version.as_ref(),
+            ) else {
+                // Not from the API server (no identity to remember it by): read it every time.
+                facts.push(PodFacts::of(adapters, pod).map(Arc::new));
+                continue;
+            };
+            // The key moves from the last pass's map to this one's: no copy of the uid.
+            let (key, entry) = match previous.remove_entry(uid) {
+                Some((key, (seen, fact))) if seen == *version => (key, (seen, fact)),
+                known => (
+                    known.map(|(key, _)| key).unwrap_or_else(|| uid.clone()),
+                    (version.clone(), PodFacts::of(adapters, pod).map(Arc::new)),
+                ),
+            };
+            facts.push(entry.1.clone());
+            self.entries.insert(key, entry);
+        }
+        facts
+    }
 }
 
 /// Builds the snapshot. Pods are grouped into workloads by the adapters; a workload's shape comes
@@ -138,6 +233,19 @@ pub fn build(
     queues: &[Arc<CapacityQueue>],
     workloads: &[Arc<DynamicWorkload>],
     pods: &[Arc<Pod>],
+    namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
+    in_flight: &HashSet<String>,
+) -> Built {
+    let facts = PodMemo::default().refresh(adapters, pods);
+    build_from_facts(queues, workloads, pods, &facts, namespaces, in_flight)
+}
+
+/// As [`build`], with each pod's facts already read (`facts[i]` of `pods[i]`, see [`PodMemo`]).
+pub fn build_from_facts(
+    queues: &[Arc<CapacityQueue>],
+    workloads: &[Arc<DynamicWorkload>],
+    pods: &[Arc<Pod>],
+    facts: &[Option<Arc<PodFacts>>],
     namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
     in_flight: &HashSet<String>,
 ) -> Built {
@@ -164,32 +272,35 @@ pub fn build(
         .collect();
 
     let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();
-    for pod in pods {
-        let Some(identity) = adapters.identify(pod) else {
+    for (pod, fact) in pods.iter().zip(facts) {
+        let Some(fact) = fact else {
             continue;
         };
-        let namespace = pod.namespace().unwrap_or_default();
-        let raw = identity.workload.unwrap_or_else(|| pod.name_any());
-        let key = WorkloadKey {
-            namespace,
-            name: workload_object_name(&raw),
-        };
-        let created = millis(pod.metadata.creation_timestamp.as_ref());
-        let group = groups.entry(key).or_insert_with(|| Group {
-            queue: identity.queue.clone(),
-            priority: i32::MIN,
-            earliest: i64::MAX,
-            ..Group::default()
-        });
-        group.priority = group
-            .priority
-            .max(pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0));
-        group.earliest = group.earliest.min(created);
-        let set = group.sets.entry(identity.pod_set).or_default();
-        if identity.min_count.is_some() {
-            set.0 = identity.min_count;
+        if !groups.contains_key(&fact.key) {
+            groups.insert(
+                fact.key.clone(),
+                Group {
+                    queue: fact.queue.clone(),
+                    priority: i32::MIN,
+                    earliest: i64::MAX,
+                    ..Group::default()
+                },
+            );
         }
-        set.1.push(pod.clone());
+        let Some(group) = groups.get_mut(&fact.key) else {
+            continue; // inserted just above
+        };
+        group.priority = group.priority.max(fact.priority);
+        group.earliest = group.earliest.min(fact.created_at);
+        if !group.sets.contains_key(&fact.pod_set) {
+            group.sets.insert(fact.pod_set.clone(), (None, Vec::new()));
+        }
+        if let Some(set) = group.sets.get_mut(&fact.pod_set) {
+            if fact.min_count.is_some() {
+                set.0 = fact.min_count;
+            }
+            set.1.push((pod.clone(), fact.clone()));
+        }
     }
 
     let by_key: HashMap<WorkloadKey, &Arc<DynamicWorkload>> = workloads
@@ -345,34 +456,27 @@ fn drop_gated_if(
 }
 
 fn snapshot_pods(
-    pods: &[Arc<Pod>],
+    pods: &[FactfulPod],
     in_flight: &HashSet<String>,
     problems: &mut Vec<String>,
 ) -> (Vec<PodSnapshot>, Vec<Arc<Pod>>) {
     let mut snaps = Vec::with_capacity(pods.len());
     let mut kept = Vec::with_capacity(pods.len());
-    for pod in pods {
-        let Some(spec) = pod.spec.as_ref() else {
-            continue;
-        };
-        let requests = match pod_requests(spec) {
-            Ok(r) => r,
+    for (pod, fact) in pods {
+        let requests = match &fact.requests {
+            Ok(r) => r.clone(),
             Err(e) => {
                 // The API server validated these quantities, so this is a parser gap: say so, and
                 // keep the pod out of the pass rather than guess its size.
-                problems.push(format!(
-                    "pod {}/{}: {e}",
-                    pod.namespace().unwrap_or_default(),
-                    pod.name_any()
-                ));
+                problems.push(e.clone());
                 continue;
             }
         };
         snaps.push(PodSnapshot {
-            name: pod.name_any(),
+            name: fact.name.clone(),
             requests,
             state: pod_state(pod, in_flight),
-            created_at: millis(pod.metadata.creation_timestamp.as_ref()),
+            created_at: fact.created_at,
         });
         kept.push(pod.clone());
     }
@@ -508,6 +612,81 @@ mod tests {
         assert_eq!(
             built.snapshot.workloads[0].priority, 0,
             "no pods yet: the ledger's own"
+        );
+    }
+
+    fn versioned(pod: &Arc<Pod>, version: &str) -> Arc<Pod> {
+        let mut pod = (**pod).clone();
+        pod.metadata.resource_version = Some(version.into());
+        Arc::new(pod)
+    }
+
+    #[test]
+    fn the_pod_memo_reads_a_pod_again_only_when_its_version_changes() {
+        let adapters = Adapters::default();
+        let mut memo = PodMemo::default();
+        let driver = versioned(&pod("d", "driver", false, "Running"), "1");
+        let executor = versioned(&pod("e", "executor", true, "Pending"), "1");
+        let first = memo.refresh(&adapters, &[driver.clone(), executor.clone()]);
+        let fact = |facts: &[Option<Arc<PodFacts>>], i: usize| facts[i].clone().expect("governed");
+        assert_eq!(fact(&first, 1).pod_set, "executor");
+        assert_eq!(
+            fact(&first, 1).requests.as_ref().map(|r| r.get("cpu")),
+            Ok(1000)
+        );
+
+        // Same versions: the very same facts, not read again.
+        let second = memo.refresh(&adapters, &[driver.clone(), executor.clone()]);
+        assert!(Arc::ptr_eq(&fact(&first, 0), &fact(&second, 0)));
+        assert!(Arc::ptr_eq(&fact(&first, 1), &fact(&second, 1)));
+
+        // A new version of a pod is read again; a pod gone is forgotten.
+        let mut bigger = (*versioned(&executor, "2")).clone();
+        if let Some(spec) = bigger.spec.as_mut() {
+            spec.containers[0].resources =
+                Some(serde_json::from_value(json!({"requests": {"cpu": "3"}})).expect("resources"));
+        }
+        let third = memo.refresh(&adapters, &[Arc::new(bigger)]);
+        assert!(!Arc::ptr_eq(&fact(&first, 1), &fact(&third, 0)));
+        assert_eq!(
+            fact(&third, 0).requests.as_ref().map(|r| r.get("cpu")),
+            Ok(3000)
+        );
+        assert_eq!(memo.entries.len(), 1);
+        let again = memo.refresh(&adapters, std::slice::from_ref(&driver));
+        assert!(
+            !Arc::ptr_eq(&fact(&first, 0), &fact(&again, 0)),
+            "forgotten, so read again"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_from_remembered_facts_is_the_snapshot_from_the_pods() {
+        let adapters = Adapters::default();
+        let pods = vec![
+            versioned(&pod("d", "driver", false, "Running"), "1"),
+            versioned(&pod("e1", "executor", true, "Pending"), "1"),
+            versioned(&pod("e2", "executor", false, "Succeeded"), "1"),
+        ];
+        let queues = vec![queue()];
+        let workloads = vec![workload(None)];
+        let fresh = build(&adapters, &queues, &workloads, &pods, &[], &HashSet::new());
+        let mut memo = PodMemo::default();
+        memo.refresh(&adapters, &pods);
+        let facts = memo.refresh(&adapters, &pods);
+        let remembered = build_from_facts(&queues, &workloads, &pods, &facts, &[], &HashSet::new());
+        assert_eq!(
+            format!("{:?}", fresh.snapshot),
+            format!("{:?}", remembered.snapshot)
+        );
+        assert_eq!(fresh.snapshot.workloads.len(), 1);
+        assert_eq!(
+            fresh.snapshot.workloads[0]
+                .pod_sets
+                .iter()
+                .map(|s| s.pods.len())
+                .sum::<usize>(),
+            3
         );
     }
 

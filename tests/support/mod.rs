@@ -131,7 +131,28 @@ impl TestEnv {
             .await
             .expect("create queue");
         self.queues.push(name.clone());
+        // A queue is in use once the controller says it is Active; until sluice's webhooks have
+        // seen it, an application naming it is refused (said so, to be retried).
+        self.wait_queue_active(&name).await;
         name
+    }
+
+    /// Waits until the controller has published a pass that saw `queue` (its status says Active).
+    pub async fn wait_queue_active(&self, queue: &str) {
+        let queues = Api::<CapacityQueue>::all(self.client.clone());
+        wait_for(
+            &format!("CapacityQueue {queue} to be Active"),
+            Duration::from_secs(60),
+            || async {
+                let q = queues.get(queue).await.ok()?;
+                q.status?
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Active" && c.status == sluice::api::ConditionStatus::True)
+                    .then_some(())
+            },
+        )
+        .await;
     }
 
     pub async fn create_pod(&self, pod: Pod) -> Pod {
