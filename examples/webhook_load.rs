@@ -32,6 +32,7 @@ struct Args {
     shape: Shape,
     json: bool,
     serve_only: bool,
+    floor: bool,
     listen: Option<String>,
     ca_out: Option<String>,
     server_threads: usize,
@@ -57,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
         shape: Shape::Spark,
         json: false,
         serve_only: false,
+        floor: false,
         listen: None,
         ca_out: None,
         server_threads: 1,
@@ -82,6 +84,7 @@ fn parse_args() -> Result<Args, String> {
             "--http2" => args.http2 = true,
             "--json" => args.json = true,
             "--serve-only" => args.serve_only = true,
+            "--floor" => args.floor = true,
             "--listen" => args.listen = Some(value()?),
             "--ca-out" => args.ca_out = Some(value()?),
             "--server-threads" => {
@@ -99,7 +102,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--json]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem [--server-threads N (default 1, as sluice serve --webhook-threads)]\n  The client's own threads: TOKIO_WORKER_THREADS (default: one per core)."
+                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--json]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem [--server-threads N (default 1, as sluice serve --webhook-threads)] [--floor]\n  --floor: instead of sluice's webhooks, the same TLS/HTTP stack answering every request with one fixed AdmissionReview (the body read whole, never decoded): the fastest any webhook could be here.\n  The client's own threads: TOKIO_WORKER_THREADS (default: one per core)."
                 );
                 std::process::exit(0);
             }
@@ -312,6 +315,73 @@ fn start_server(listen: std::net::SocketAddr, threads: usize) -> (String, String
     (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
 }
 
+/// The floor of what any webhook can do on this machine beside this load generator: the TLS and
+/// HTTP stack of sluice's webhook server (axum-server on rustls, TCP_NODELAY, a runtime of its own
+/// with `threads` threads, a certificate from the same generator) answering every request with one
+/// fixed AdmissionReview after reading its body whole, never decoding it. Whatever latency this
+/// shows at a rate, sluice's server cannot beat at that rate: it is the part of the figures that
+/// belongs to the machine, the kernel, TLS, HTTP and the load generator itself.
+fn start_floor_server(listen: std::net::SocketAddr, threads: usize) -> (String, String) {
+    let settings = sluice_certs::CertSettings {
+        namespace: "sluice-system".into(),
+        secret_name: "unused".into(),
+        dns_names: vec!["localhost".into()],
+        ip_addresses: vec![listen.ip()],
+        serving_validity: Duration::from_secs(3600),
+        check_interval: Duration::from_secs(3600),
+    };
+    let certs = sluice_certs::generate(&settings).expect("certificates");
+    let tls = sluice_certs::axum_rustls_config(&certs).expect("tls");
+    let listener = std::net::TcpListener::bind(listen).expect("bind the listen address");
+    listener
+        .set_nonblocking(true)
+        .expect("non-blocking listener");
+    let port = listener.local_addr().expect("addr").port();
+    // What sluice answers for a pod it admits, in size and shape: the request's uid (the API server
+    // checks it) and one fixed JSONPatch adding a label (every pod of e2e_load has labels).
+    const PATCH: &str = "W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2xhYmVscy9iZW5jaC5zbHVpY2UuZGV2fjFmbG9vciIsInZhbHVlIjoieWVzIn1d";
+    async fn answer(body: axum::body::Bytes) -> ([(&'static str, &'static str); 1], String) {
+        // The body is read whole (as a real webhook must) and only scanned for the first "uid":
+        // request.uid, as the API server and this load generator write their reviews.
+        let uid = request_uid(&body).unwrap_or("");
+        let answer = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{{"uid":"{uid}","allowed":true,"patchType":"JSONPatch","patch":"{PATCH}"}}}}"#
+        );
+        ([("content-type", "application/json")], answer)
+    }
+    std::thread::Builder::new()
+        .name("floor".into())
+        .spawn(move || {
+            let mut builder = if threads <= 1 {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(threads);
+                b
+            };
+            let runtime = builder.enable_all().build().expect("floor server runtime");
+            runtime.block_on(async move {
+                let router = axum::Router::new().route("/mutate-pods", axum::routing::post(answer));
+                let server = axum_server::tls_rustls::from_tcp_rustls(listener, tls)
+                    .expect("floor server listener")
+                    .map(|a| a.acceptor(axum_server::accept::NoDelayAcceptor::new()));
+                if let Err(e) = server.serve(router.into_make_service()).await {
+                    eprintln!("webhook_load: floor server: {e}");
+                }
+            });
+        })
+        .expect("floor server thread");
+    (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
+}
+
+/// The value of the first `"uid":"…"` in an AdmissionReview's bytes, without decoding them.
+fn request_uid(body: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = b"\"uid\":\"";
+    let start = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let len = body[start..].iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&body[start..start + len]).ok()
+}
+
 /// Where the load goes: one TLS connection per [`Sender`], HTTP/1.1 or HTTP/2 as chosen.
 struct Target {
     host: String,
@@ -455,7 +525,11 @@ async fn main() {
                     std::process::exit(2);
                 }
             };
-        let (url, ca_pem) = start_server(listen, args.server_threads);
+        let (url, ca_pem) = if args.floor {
+            start_floor_server(listen, args.server_threads)
+        } else {
+            start_server(listen, args.server_threads)
+        };
         // Written whole or not at all: a reader polling for the file never sees half of it.
         if let Some(path) = &args.ca_out {
             let partial = format!("{path}.partial");

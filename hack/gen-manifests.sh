@@ -8,7 +8,7 @@ if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
   exit 0
 fi
 cargo build --quiet --bin sluice
-bin=target/debug/sluice
+bin=${CARGO_TARGET_DIR:-target}/debug/sluice
 mkdir -p manifests/crds
 rm -f manifests/crds/*.yaml
 # `sluice crds` prints one document per CRD, each starting with '---'.

@@ -5,7 +5,9 @@
 //! a pass wants replaces what an earlier pass wanted and was not sent yet (one write, the newest),
 //! and rounds of writes are at least `min_interval` apart, so a workload whose pods change many
 //! times a second costs at most one status write per interval; a change of wording only (a waiting
-//! workload's message follows every pod of its queue) waits ten intervals. A value being sent
+//! workload's message follows every pod of its queue) waits ten intervals, and a workload whose
+//! admitted pods have not started yet waits up to five for them to start (pods on a free node start
+//! within seconds: one write then says Running instead of two saying Admitted, then Running). A value being sent
 //! counts as known, so a pass never asks for the same write twice. Nothing is lost by this: the
 //! cluster stays the source of truth, and a write that fails is wanted again by the next pass
 //! (which compares with what the watch shows).
@@ -25,6 +27,7 @@ use tracing::{debug, warn};
 
 use crate::api::{
     CapacityQueue, CapacityQueueStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER,
+    WorkloadPhase,
 };
 use crate::metrics::ControllerMetrics;
 use crate::queue::admission::WorkloadKey;
@@ -35,6 +38,9 @@ const TRUST_WRITTEN_FOR: Duration = Duration::from_secs(30);
 /// A change of wording only (see [`same_but_for_wording`]) waits this many status intervals after
 /// the object's last write.
 const LAZY_INTERVALS: u32 = 10;
+/// A status expected to pass soon (see [`settling`]) waits at most this many status intervals from
+/// when it was first wanted.
+const SETTLE_INTERVALS: u32 = 5;
 
 /// Wanted values not yet sent, being sent, and sent (the watch may not show them yet).
 struct Slot<K, V> {
@@ -45,10 +51,36 @@ struct Slot<K, V> {
     last_write: HashMap<K, Instant>,
 }
 
-/// A value wanted, and whether it may wait (see [`Writer::want_workload_status`]).
+/// A value wanted, and how long it may wait (see [`Writer::want_workload_status`]).
 struct Wanted<V> {
     value: V,
-    lazy: bool,
+    patience: Patience,
+}
+
+/// How long a wanted value may wait before a round sends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Patience {
+    /// Sent by the next round.
+    Urgent,
+    /// Waits until its object was last written the lazy interval ago (a change of wording only).
+    Lazy,
+    /// Waits until this instant at most: a state expected to pass soon, whose successor would be
+    /// written instead of it.
+    Until(Instant),
+}
+
+impl Patience {
+    /// The patience of a value that replaces an unsent one of patience `earlier`: it may wait only
+    /// as long as both may (a deadline never moves later, an urgent value stays urgent).
+    fn and(self, earlier: Patience) -> Patience {
+        use Patience::*;
+        match (self, earlier) {
+            (Urgent, _) | (_, Urgent) => Urgent,
+            (Until(a), Until(b)) => Until(a.min(b)),
+            (Until(t), Lazy) | (Lazy, Until(t)) => Until(t),
+            (Lazy, Lazy) => Lazy,
+        }
+    }
 }
 
 impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
@@ -89,26 +121,35 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
         self.newest(key, seen).filter(|v| seen != Some(v))
     }
 
-    /// Records that `value` is wanted; returns whether that is news (a write is due). A lazy
-    /// value stays lazy only while every value wanted since the last write was lazy.
-    fn want(&mut self, key: K, value: V, seen: Option<&V>, lazy: bool) -> bool {
+    /// Records that `value` is wanted; returns whether that is news (a write is due). A value that
+    /// replaces an unsent one may wait only as long as both may (see [`Patience::and`]).
+    fn want(&mut self, key: K, value: V, seen: Option<&V>, patience: Patience) -> bool {
         if self.newest(&key, seen).as_ref() == Some(&value) {
             return false;
         }
-        let lazy = lazy && self.pending.get(&key).is_none_or(|w| w.lazy);
-        self.pending.insert(key, Wanted { value, lazy });
+        let patience = match self.pending.get(&key) {
+            Some(earlier) => patience.and(earlier.patience),
+            None => patience,
+        };
+        self.pending.insert(key, Wanted { value, patience });
         true
     }
 
-    /// Takes what is due for a round: everything urgent, and lazy values whose object was last
-    /// written `lazy_interval` ago or more (or never). They count as being sent from now on.
+    /// Takes what is due for a round: everything urgent, lazy values whose object was last
+    /// written `lazy_interval` ago or more (or never), and values whose deadline has come. They
+    /// count as being sent from now on.
     fn take_due(&mut self, lazy_interval: Duration) -> Vec<(K, V)> {
         self.last_write.retain(|_, at| at.elapsed() < lazy_interval);
         let last_write = &self.last_write;
+        let now = Instant::now();
         let due: Vec<K> = self
             .pending
             .iter()
-            .filter(|(key, wanted)| !wanted.lazy || !last_write.contains_key(*key))
+            .filter(|(key, wanted)| match wanted.patience {
+                Patience::Urgent => true,
+                Patience::Lazy => !last_write.contains_key(*key),
+                Patience::Until(deadline) => deadline <= now,
+            })
             .map(|(key, _)| key.clone())
             .collect();
         due.into_iter()
@@ -210,15 +251,22 @@ impl Writer {
         status: DynamicWorkloadStatus,
         seen: Option<&DynamicWorkloadStatus>,
     ) {
-        // Only the message and the amounts changed (a waiting workload's "needs 1 cpu more" follows
-        // every pod of its queue): that may wait for the lazy interval.
         let news = {
             let mut state = self.state();
-            let lazy = state
+            let wording_only = state
                 .workload_statuses
                 .newest(&key, seen)
                 .is_some_and(|old| same_but_for_wording(&old, &status));
-            state.workload_statuses.want(key, status, seen, lazy)
+            let patience = if wording_only {
+                // Only the message and the amounts changed (a waiting workload's "needs 1 cpu
+                // more" follows every pod of its queue): that may wait for the lazy interval.
+                Patience::Lazy
+            } else if settling(&status) {
+                Patience::Until(Instant::now() + self.inner.min_interval * SETTLE_INTERVALS)
+            } else {
+                Patience::Urgent
+            };
+            state.workload_statuses.want(key, status, seen, patience)
         };
         if news {
             self.inner.wake.notify_one();
@@ -239,7 +287,11 @@ impl Writer {
         status: CapacityQueueStatus,
         seen: Option<&CapacityQueueStatus>,
     ) {
-        if self.state().queue_statuses.want(name, status, seen, false) {
+        if self
+            .state()
+            .queue_statuses
+            .want(name, status, seen, Patience::Urgent)
+        {
             self.inner.wake.notify_one();
         }
     }
@@ -254,7 +306,7 @@ impl Writer {
     ) {
         let mut state = self.state();
         state.deletes.remove(&key);
-        if state.records.want(key, body, seen, false) {
+        if state.records.want(key, body, seen, Patience::Urgent) {
             drop(state);
             self.inner.wake.notify_one();
         }
@@ -394,6 +446,20 @@ impl Writer {
     }
 }
 
+/// Whether a status describes a moment expected to pass within seconds: quota given, pods admitted,
+/// none of them started, none waiting or ended. The next status (Running) would replace it, so it
+/// may wait a little for that: one write instead of two. The quota it holds is in the queue's
+/// status (written at once) whatever this one waits for.
+fn settling(status: &DynamicWorkloadStatus) -> bool {
+    status.phase == WorkloadPhase::Admitted
+        && status.admitted_pods > 0
+        && status.pending_pods == 0
+        && status
+            .pod_sets
+            .iter()
+            .all(|s| s.running == 0 && s.finished == 0 && s.pending == 0)
+}
+
 /// Whether two statuses differ only in their wording and amounts (message, conditions' messages,
 /// used, reserved): what a waiting workload's status does whenever anything in its queue moves.
 fn same_but_for_wording(old: &DynamicWorkloadStatus, new: &DynamicWorkloadStatus) -> bool {
@@ -429,11 +495,11 @@ mod tests {
     fn a_wanted_value_is_news_only_when_it_differs_from_the_newest_known() {
         let mut slot: Slot<&str, u32> = Slot::new();
         // Nothing known: news.
-        assert!(slot.want("a", 1, None, false));
+        assert!(slot.want("a", 1, None, Patience::Urgent));
         // The same again before it is sent: not news, still one pending write.
-        assert!(!slot.want("a", 1, None, false));
+        assert!(!slot.want("a", 1, None, Patience::Urgent));
         // A newer value replaces the pending one: one write, the newest.
-        assert!(slot.want("a", 2, None, false));
+        assert!(slot.want("a", 2, None, Patience::Urgent));
         assert_eq!(slot.pending.len(), 1);
         assert_eq!(slot.pending.get("a").map(|w| w.value), Some(2));
     }
@@ -444,48 +510,113 @@ mod tests {
         slot.written.insert("a", (2, Instant::now()));
         // The watch still shows the old value 1: the write wins, so 2 is not news.
         assert_eq!(slot.newest(&"a", Some(&1)), Some(2));
-        assert!(!slot.want("a", 2, Some(&1), false));
+        assert!(!slot.want("a", 2, Some(&1), Patience::Urgent));
         // The watch shows 2: the written entry is forgotten.
         assert_eq!(slot.newest(&"a", Some(&2)), Some(2));
         assert!(slot.written.is_empty());
         // Going back to what the watch shows is news again.
-        assert!(slot.want("a", 1, Some(&2), false));
+        assert!(slot.want("a", 1, Some(&2), Patience::Urgent));
     }
 
     #[test]
     fn a_value_being_sent_is_not_wanted_again() {
         let mut slot: Slot<&str, u32> = Slot::new();
-        assert!(slot.want("a", 1, None, false));
+        assert!(slot.want("a", 1, None, Patience::Urgent));
         assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 1)]);
         // The watch does not show it yet and the write has not answered: not news.
-        assert!(!slot.want("a", 1, None, false));
+        assert!(!slot.want("a", 1, None, Patience::Urgent));
         slot.sent("a", true);
-        assert!(!slot.want("a", 1, None, false));
+        assert!(!slot.want("a", 1, None, Patience::Urgent));
         // A failed write is forgotten: the next pass wants it again.
-        assert!(slot.want("a", 2, Some(&1), false));
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
         assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 2)]);
         slot.sent("a", false);
-        assert!(slot.want("a", 2, Some(&1), false));
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
     }
 
     #[test]
     fn a_lazy_change_waits_for_its_interval_an_urgent_one_does_not() {
         let mut slot: Slot<&str, u32> = Slot::new();
-        assert!(slot.want("a", 1, None, false));
+        assert!(slot.want("a", 1, None, Patience::Urgent));
         assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 1)]);
         slot.sent("a", true);
         // The watch shows the write; then only the wording changes.
-        assert!(slot.want("a", 2, Some(&1), true));
+        assert!(slot.want("a", 2, Some(&1), Patience::Lazy));
         assert!(
             slot.take_due(Duration::from_secs(10)).is_empty(),
             "written just now: waits"
         );
         // An urgent change on top makes the whole write urgent.
-        assert!(slot.want("a", 3, Some(&1), false));
+        assert!(slot.want("a", 3, Some(&1), Patience::Urgent));
         assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 3)]);
         // Never written: a lazy value goes at once.
-        assert!(slot.want("b", 1, None, true));
+        assert!(slot.want("b", 1, None, Patience::Lazy));
         assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("b", 1)]);
+    }
+
+    #[test]
+    fn a_settling_value_waits_for_its_deadline_or_gives_way_to_its_successor() {
+        let mut slot: Slot<&str, u32> = Slot::new();
+        let soon = Instant::now() + Duration::from_secs(60);
+        // Admitted, pods not started: may wait until the deadline.
+        assert!(slot.want("a", 1, None, Patience::Until(soon)));
+        assert!(slot.take_due(Duration::from_secs(10)).is_empty());
+        // The pods started: the successor goes at once, and only it (one write, not two).
+        assert!(slot.want("a", 2, None, Patience::Urgent));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 2)]);
+        // A deadline that has come is due.
+        let Some(past) = Instant::now().checked_sub(Duration::from_millis(1)) else {
+            return;
+        };
+        assert!(slot.want("b", 1, None, Patience::Until(past)));
+        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("b", 1)]);
+    }
+
+    #[test]
+    fn a_replacing_value_never_waits_longer_than_the_one_it_replaces() {
+        let now = Instant::now();
+        let (early, late) = (now + Duration::from_secs(1), now + Duration::from_secs(9));
+        use Patience::*;
+        assert_eq!(Until(late).and(Until(early)), Until(early));
+        assert_eq!(Until(early).and(Until(late)), Until(early));
+        assert_eq!(Lazy.and(Until(early)), Until(early));
+        assert_eq!(Until(early).and(Lazy), Until(early));
+        assert_eq!(Until(early).and(Urgent), Urgent);
+        assert_eq!(Urgent.and(Lazy), Urgent);
+        assert_eq!(Lazy.and(Lazy), Lazy);
+    }
+
+    fn status(
+        phase: WorkloadPhase,
+        admitted: i32,
+        running: i32,
+        pending: i32,
+    ) -> DynamicWorkloadStatus {
+        DynamicWorkloadStatus {
+            phase,
+            admitted_pods: admitted + running,
+            pending_pods: pending,
+            pod_sets: vec![crate::api::PodSetStatus {
+                name: "workers".into(),
+                pending,
+                admitted,
+                running,
+                finished: 0,
+            }],
+            ..DynamicWorkloadStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_admitted_pods_not_started_yet_are_settling() {
+        assert!(settling(&status(WorkloadPhase::Admitted, 4, 0, 0)));
+        assert!(!settling(&status(WorkloadPhase::Running, 0, 4, 0)));
+        assert!(!settling(&status(WorkloadPhase::Running, 2, 2, 0)));
+        // Someone waits behind the gate: the user wants to see why, now.
+        assert!(!settling(&status(WorkloadPhase::Admitted, 2, 0, 2)));
+        assert!(!settling(&status(WorkloadPhase::Pending, 0, 0, 4)));
+        // Quota reserved for a gang not created yet: nothing will start by itself.
+        assert!(!settling(&status(WorkloadPhase::Admitted, 0, 0, 0)));
     }
 
     #[test]
@@ -497,6 +628,6 @@ mod tests {
         };
         slot.written.insert("a", (2, long_ago));
         assert_eq!(slot.newest(&"a", Some(&1)), Some(1));
-        assert!(slot.want("a", 2, Some(&1), false));
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
     }
 }
