@@ -359,3 +359,35 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
     assert!(!is_gated(&env.pods().get("p").await.expect("pod")));
     env.cleanup().await;
 }
+
+/// A status with admitted pods not started yet may wait a few seconds for the pods to start (one
+/// write instead of two), but never hides: pods that cannot start leave the workload Admitted.
+#[tokio::test]
+async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
+    let mut env = TestEnv::new("settling").await;
+    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let mut stuck = pod("stuck", &queue, "1");
+    if let Some(spec) = stuck.spec.as_mut() {
+        // No node has this label: admitted by sluice, never scheduled.
+        spec.node_selector =
+            Some([("sluice.dev/test-no-such-node".to_string(), "x".to_string())].into());
+    }
+    env.create_pod(stuck).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    let status = env
+        .wait_workload_status(
+            "stuck",
+            "the DynamicWorkload of an admitted pod that cannot start to say Admitted",
+            Duration::from_secs(30),
+            |s| s.phase == WorkloadPhase::Admitted,
+        )
+        .await;
+    assert_eq!(status.admitted_pods, 1);
+    assert_eq!(status.pod_sets.iter().map(|s| s.admitted).sum::<i32>(), 1);
+    assert_eq!(status.pod_sets.iter().map(|s| s.running).sum::<i32>(), 0);
+    assert_eq!(
+        status.message,
+        format!("1 pod(s) admitted in queue {queue}")
+    );
+    env.cleanup().await;
+}
