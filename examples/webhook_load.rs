@@ -21,6 +21,10 @@ use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
 
+/// The allocator of the sluice binary, so that the in-process server measures as `sluice serve` runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Args {
     url: Option<String>,
     ca: Option<String>,

@@ -7,6 +7,10 @@ use clap::{Parser, Subcommand};
 
 use sluice::serve::ServeArgs;
 
+/// mimalloc: the webhook's answers are mostly small allocations (see Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// sluice: a capacity gate for dynamic batch workloads (Spark, Ray, plain pods) on Kubernetes.
 ///
 /// Governed pods (labelled `sluice.dev/queue: <queue>`) are created behind the scheduling gate
