@@ -289,18 +289,7 @@ fn spark_review(i: usize) -> Vec<u8> {
 /// a runtime of its own with `threads` threads), with a fresh CA, on `listen` (port 0: any free
 /// port). Returns its URL and the CA in PEM.
 fn start_server(listen: std::net::SocketAddr, threads: usize) -> (String, String) {
-    let settings = sluice_certs::CertSettings {
-        namespace: "sluice-system".into(),
-        secret_name: "unused".into(),
-        dns_names: vec!["localhost".into()],
-        ip_addresses: vec![listen.ip()],
-        serving_validity: Duration::from_secs(3600),
-        check_interval: Duration::from_secs(3600),
-    };
-    let certs = sluice_certs::generate(&settings).expect("certificates");
-    let tls = sluice_certs::axum_rustls_config(&certs).expect("tls");
-    let listener = std::net::TcpListener::bind(listen).expect("bind the listen address");
-    let port = listener.local_addr().expect("addr").port();
+    let (tls, listener, url, ca_pem) = serving_setup(listen);
     let server = sluice_webhooks::WebhookServer::builder(listen, tls)
         .gate(sluice_webhooks::GateSettings {
             gate_name: sluice::api::ADMISSION_GATE.into(),
@@ -316,16 +305,19 @@ fn start_server(listen: std::net::SocketAddr, threads: usize) -> (String, String
         Some(listener),
         tokio_util::sync::CancellationToken::new(),
     ));
-    (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
+    (url, ca_pem)
 }
 
-/// The floor of what any webhook can do on this machine beside this load generator: the TLS and
-/// HTTP stack of sluice's webhook server (axum-server on rustls, TCP_NODELAY, a runtime of its own
-/// with `threads` threads, a certificate from the same generator) answering every request with one
-/// fixed AdmissionReview after reading its body whole, never decoding it. Whatever latency this
-/// shows at a rate, sluice's server cannot beat at that rate: it is the part of the figures that
-/// belongs to the machine, the kernel, TLS, HTTP and the load generator itself.
-fn start_floor_server(listen: std::net::SocketAddr, threads: usize) -> (String, String) {
+/// A fresh CA and serving certificate for `listen`'s address, the TLS config from them, and the
+/// listener bound (port 0: any free port). Returns also the URL and the CA in PEM.
+fn serving_setup(
+    listen: std::net::SocketAddr,
+) -> (
+    axum_server::tls_rustls::RustlsConfig,
+    std::net::TcpListener,
+    String,
+    String,
+) {
     let settings = sluice_certs::CertSettings {
         namespace: "sluice-system".into(),
         secret_name: "unused".into(),
@@ -337,10 +329,22 @@ fn start_floor_server(listen: std::net::SocketAddr, threads: usize) -> (String, 
     let certs = sluice_certs::generate(&settings).expect("certificates");
     let tls = sluice_certs::axum_rustls_config(&certs).expect("tls");
     let listener = std::net::TcpListener::bind(listen).expect("bind the listen address");
+    let port = listener.local_addr().expect("addr").port();
+    let url = format!("https://{}:{port}", listen.ip());
+    (tls, listener, url, certs.ca_pem)
+}
+
+/// The floor of what any webhook can do on this machine beside this load generator: the TLS and
+/// HTTP stack of sluice's webhook server (axum-server on rustls, TCP_NODELAY, a runtime of its own
+/// with `threads` threads, a certificate from the same generator) answering every request with one
+/// fixed AdmissionReview after reading its body whole, never decoding it. Whatever latency this
+/// shows at a rate, sluice's server cannot beat at that rate: it is the part of the figures that
+/// belongs to the machine, the kernel, TLS, HTTP and the load generator itself.
+fn start_floor_server(listen: std::net::SocketAddr, threads: usize) -> (String, String) {
+    let (tls, listener, url, ca_pem) = serving_setup(listen);
     listener
         .set_nonblocking(true)
         .expect("non-blocking listener");
-    let port = listener.local_addr().expect("addr").port();
     // What sluice answers for a pod it admits, in size and shape: the request's uid (the API server
     // checks it) and one fixed JSONPatch adding a label (every pod of e2e_load has labels).
     const PATCH: &str = "W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2xhYmVscy9iZW5jaC5zbHVpY2UuZGV2fjFmbG9vciIsInZhbHVlIjoieWVzIn1d";
@@ -356,14 +360,8 @@ fn start_floor_server(listen: std::net::SocketAddr, threads: usize) -> (String, 
     std::thread::Builder::new()
         .name("floor".into())
         .spawn(move || {
-            let mut builder = if threads <= 1 {
-                tokio::runtime::Builder::new_current_thread()
-            } else {
-                let mut b = tokio::runtime::Builder::new_multi_thread();
-                b.worker_threads(threads);
-                b
-            };
-            let runtime = builder.enable_all().build().expect("floor server runtime");
+            let runtime =
+                sluice_webhooks::dedicated_runtime(threads).expect("floor server runtime");
             runtime.block_on(async move {
                 let router = axum::Router::new().route("/mutate-pods", axum::routing::post(answer));
                 let server = axum_server::tls_rustls::from_tcp_rustls(listener, tls)
@@ -375,7 +373,7 @@ fn start_floor_server(listen: std::net::SocketAddr, threads: usize) -> (String, 
             });
         })
         .expect("floor server thread");
-    (format!("https://{}:{port}", listen.ip()), certs.ca_pem)
+    (url, ca_pem)
 }
 
 /// The value of the first `"uid":"…"` in an AdmissionReview's bytes, without decoding them.

@@ -107,9 +107,9 @@ pub struct ServeArgs {
 
     /// While no pod waits behind the gate, admission passes (which then only refresh statuses and
     /// the room for admission at creation) are at least this far apart; a pod seen gated starts a
-    /// pass at once. 0s (the default): passes follow every change. 250ms halved sluice's CPU when
-    /// nothing waits; its effect on quota-limited turnover is not settled (BENCHMARKS.md).
-    #[arg(long, env = "SLUICE_IDLE_INTERVAL", default_value = "0s", value_parser = parse_duration)]
+    /// pass at once. 0s: passes follow every change (twice sluice's CPU in the end-to-end benchmark,
+    /// no faster turnover; BENCHMARKS.md).
+    #[arg(long, env = "SLUICE_IDLE_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
     pub idle_interval: Duration,
 
     /// An admission pass runs at least this often even when nothing changed.

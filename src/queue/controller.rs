@@ -59,7 +59,7 @@ impl Default for ControllerSettings {
             resync_period: Duration::from_secs(30),
             max_concurrent_writes: 32,
             status_interval: Duration::from_secs(1),
-            idle_interval: Duration::ZERO,
+            idle_interval: Duration::from_millis(250),
         }
     }
 }

@@ -16,5 +16,5 @@ pub use metrics::{OperationLabels, Outcome, OutcomeLabels, WebhookMetrics};
 pub use pods::{GateSettings, PodClassifier, mutate_pod, mutation_patch, validate_pod};
 pub use server::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_SHUTDOWN_GRACE, WebhookError, WebhookServer,
-    WebhookServerBuilder, Webhooks, router,
+    WebhookServerBuilder, Webhooks, dedicated_runtime, router,
 };

@@ -283,14 +283,7 @@ impl WebhookServer {
         std::thread::Builder::new()
             .name("webhooks".into())
             .spawn(move || {
-                let mut builder = if threads <= 1 {
-                    tokio::runtime::Builder::new_current_thread()
-                } else {
-                    let mut b = tokio::runtime::Builder::new_multi_thread();
-                    b.worker_threads(threads);
-                    b
-                };
-                let outcome = match builder.enable_all().thread_name("webhooks").build() {
+                let outcome = match dedicated_runtime(threads) {
                     Ok(runtime) => runtime.block_on(async move {
                         match listener {
                             Some(listener) => self.serve_on(listener, shutdown).await,
@@ -350,6 +343,19 @@ impl WebhookServer {
         stopper.abort();
         result
     }
+}
+
+/// The runtime the webhook server runs on by itself: `threads` worker threads, or with 1 a
+/// single-threaded runtime (no work stealing, no cross-thread wake-ups).
+pub fn dedicated_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    builder.enable_all().thread_name("webhooks").build()
 }
 
 impl WebhookServerBuilder {
