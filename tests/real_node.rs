@@ -345,13 +345,18 @@ async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() 
     .await;
     assert_eq!(ready, 2);
 
-    // A queue of 1 cpu, two pods of 1 cpu: the webhook gates both, the controller admits one, and the
-    // other when the first ends.
+    // A queue of 1 cpu, two pods of 1 cpu: the webhook admits the first as it is created (or gates
+    // it, when a replica that is not the leader answers: only the leader admits at creation), then
+    // gates the second; the controller admits the second when the first ends.
     let queue = env.queue("q", json!({"cpu": "1"}), "StrictFIFO").await;
     let first = env.create_pod(pod("first", &queue, "1")).await;
+    let at_creation = first
+        .annotations()
+        .contains_key(sluice::queue::at_creation::AT_CREATION_ANNOTATION);
     assert!(
-        is_gated(&first),
-        "created with sluice's gate (the webhook ran)"
+        is_gated(&first) != at_creation,
+        "the webhook ran: either gated or admitted at creation, not both, not neither: {:?}",
+        first.metadata.annotations
     );
     wait_for("first to be admitted", Duration::from_secs(60), || async {
         let p = env.pods().get("first").await.ok()?;
