@@ -187,6 +187,13 @@ pub struct QueueTally {
     pub admitted_pods: u32,
 }
 
+impl QueueTally {
+    /// Whether anything of the queue still waits behind the gate after the pass.
+    pub fn has_waiting(&self) -> bool {
+        self.pending_pods > 0 || self.pending_workloads > 0
+    }
+}
+
 /// Per workload, after the pass (the decisions included).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadTally {

@@ -269,7 +269,7 @@ impl AdmitAtCreation {
                 queue.name.clone(),
                 QueueRoom {
                     room,
-                    waiting: tally.pending_pods > 0 || tally.pending_workloads > 0 || gated_unseen,
+                    waiting: tally.has_waiting() || gated_unseen,
                     last_gated,
                     all_namespaces: *all_namespaces,
                     namespaces: allowed.remove(queue.name.as_str()).unwrap_or_default(),

@@ -25,7 +25,7 @@ use crate::api::{
     PodSetSpec, PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
 };
 use crate::metrics::{ControllerMetrics, QueueLabels};
-use crate::queue::admission::{Decisions, PodRef, PodState, WorkloadTally, decide};
+use crate::queue::admission::{Decisions, PodRef, PodState, QueueTally, WorkloadTally, decide};
 use crate::queue::at_creation::AdmitAtCreation;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::writer::Writer;
@@ -406,14 +406,13 @@ impl Controller {
                 .get_or_create(&labels)
                 .set(i64::from(tally.pending_workloads));
         }
-        // Gated pods (those just admitted among them, their ungates in flight) or ungates still
-        // in flight from earlier passes: the next change may admit something.
+        // A queue with something still gated, pods admitted now or ungates still in flight from
+        // earlier passes: the next change may admit something. (The same per-queue test admission
+        // at creation uses; a gated pod of a queue that does not exist yet waits for the queue,
+        // whose creation starts a pass within the idle interval.)
         let waiting = !in_flight.is_empty()
-            || built.snapshot.workloads.iter().any(|w| {
-                w.pod_sets
-                    .iter()
-                    .any(|s| s.pods.iter().any(|p| p.state == PodState::Gated))
-            });
+            || !decisions.admit.is_empty()
+            || decisions.queues.values().any(QueueTally::has_waiting);
         debug!(
             admitted = decisions.admit.len(),
             workloads = built.snapshot.workloads.len(),

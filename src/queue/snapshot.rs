@@ -160,9 +160,9 @@ impl PodFacts {
         let spec = pod.spec.as_ref()?;
         let identity = adapters.identify(pod)?;
         let namespace = pod.namespace().unwrap_or_default();
-        let raw = identity.workload.unwrap_or_else(|| pod.name_any());
-        let requests =
-            pod_requests(spec).map_err(|e| format!("pod {namespace}/{}: {e}", pod.name_any()));
+        let name = pod.name_any();
+        let raw = identity.workload.unwrap_or_else(|| name.clone());
+        let requests = pod_requests(spec).map_err(|e| format!("pod {namespace}/{name}: {e}"));
         Some(PodFacts {
             key: WorkloadKey {
                 namespace,
@@ -172,7 +172,7 @@ impl PodFacts {
             pod_set: identity.pod_set,
             min_count: identity.min_count,
             priority: spec.priority.unwrap_or(0),
-            name: pod.name_any(),
+            name,
             created_at: millis(pod.metadata.creation_timestamp.as_ref()),
             requests,
             at_creation_token: pod
@@ -236,7 +236,11 @@ pub fn build(
     namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
     in_flight: &HashSet<String>,
 ) -> Built {
-    let facts = PodMemo::default().refresh(adapters, pods);
+    // Nothing to remember between calls here: each pod read once, straight.
+    let facts: Vec<Option<Arc<PodFacts>>> = pods
+        .iter()
+        .map(|pod| PodFacts::of(adapters, pod).map(Arc::new))
+        .collect();
     build_from_facts(queues, workloads, pods, &facts, namespaces, in_flight)
 }
 
