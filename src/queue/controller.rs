@@ -387,8 +387,9 @@ impl Controller {
             at_creation.publish(mark, &built, &decisions, &open);
         }
         self.start_ungates(&built, &decisions);
-        self.record_workloads(&built);
-        self.want_workload_statuses(&built, &decisions);
+        let terminating = self.terminating_namespaces();
+        self.record_workloads(&built, &terminating);
+        self.want_workload_statuses(&built, &decisions, &terminating);
         self.want_queue_statuses(&decisions);
         self.metrics
             .pass_duration_seconds
@@ -455,9 +456,24 @@ impl Controller {
         tokio::spawn(async move { ungater.ungate_all(items, concurrency).await });
     }
 
+    /// Namespaces being deleted: their DynamicWorkloads go with them, so writing their records or
+    /// statuses would only race the namespace's own clean-up (one failed write per workload).
+    fn terminating_namespaces(&self) -> HashSet<String> {
+        self.stores
+            .namespaces
+            .state()
+            .iter()
+            .filter(|ns| ns.metadata.deletion_timestamp.is_some())
+            .map(|ns| ns.name_any())
+            .collect()
+    }
+
     /// Records (or deletes) the DynamicWorkload of every workload seen only through its pods.
-    fn record_workloads(&self, built: &Built) {
+    fn record_workloads(&self, built: &Built, terminating: &HashSet<String>) {
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            if terminating.contains(&workload.key.namespace) {
+                continue;
+            }
             let existing = built.workloads[w].as_ref();
             if existing.is_some_and(|d| d.spec.source.is_some()) {
                 continue; // recorded from an application object: its recorder owns the spec
@@ -516,7 +532,12 @@ impl Controller {
         }
     }
 
-    fn want_workload_statuses(&self, built: &Built, decisions: &Decisions) {
+    fn want_workload_statuses(
+        &self,
+        built: &Built,
+        decisions: &Decisions,
+        terminating: &HashSet<String>,
+    ) {
         let now = now_rfc3339();
         let mut admitted: HashMap<usize, HashSet<PodRef>> = HashMap::new();
         for r in &decisions.admit {
@@ -524,6 +545,9 @@ impl Controller {
         }
         let none = HashSet::new();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            if terminating.contains(&workload.key.namespace) {
+                continue;
+            }
             // A workload seen only through its pods is recorded in the same round of writes,
             // before its status: it shows a status as soon as it exists.
             let seen = match &built.workloads[w] {

@@ -446,18 +446,22 @@ impl Writer {
     }
 }
 
-/// Whether a status describes a moment expected to pass within seconds: quota given, pods admitted,
-/// none of them started, none waiting or ended. The next status (Running) would replace it, so it
-/// may wait a little for that: one write instead of two. The quota it holds is in the queue's
-/// status (written at once) whatever this one waits for.
+/// Whether a status describes a moment expected to pass within seconds: admitted pods starting
+/// (quota given, some pods not running yet), none waiting behind the gate, none ended. Its
+/// successor (more pods running, then all) would replace it, so it may wait a little for that:
+/// one write for a workload's start instead of one per status interval while its pods come up
+/// (the first of them at most a few seconds late). The quota it holds is in the queue's status
+/// (written at once) whatever this one waits for.
 fn settling(status: &DynamicWorkloadStatus) -> bool {
-    status.phase == WorkloadPhase::Admitted
-        && status.admitted_pods > 0
-        && status.pending_pods == 0
+    matches!(
+        status.phase,
+        WorkloadPhase::Admitted | WorkloadPhase::Running
+    ) && status.pending_pods == 0
+        && status.pod_sets.iter().any(|s| s.admitted > 0)
         && status
             .pod_sets
             .iter()
-            .all(|s| s.running == 0 && s.finished == 0 && s.pending == 0)
+            .all(|s| s.finished == 0 && s.pending == 0)
 }
 
 /// Whether two statuses differ only in their wording and amounts (message, conditions' messages,
@@ -610,13 +614,20 @@ mod tests {
     #[test]
     fn only_admitted_pods_not_started_yet_are_settling() {
         assert!(settling(&status(WorkloadPhase::Admitted, 4, 0, 0)));
+        // Some pods of the workload run, the others are starting: the next status says more run.
+        assert!(settling(&status(WorkloadPhase::Running, 2, 2, 0)));
+        // All run: nothing left to wait for.
         assert!(!settling(&status(WorkloadPhase::Running, 0, 4, 0)));
-        assert!(!settling(&status(WorkloadPhase::Running, 2, 2, 0)));
         // Someone waits behind the gate: the user wants to see why, now.
         assert!(!settling(&status(WorkloadPhase::Admitted, 2, 0, 2)));
+        assert!(!settling(&status(WorkloadPhase::Running, 2, 2, 1)));
         assert!(!settling(&status(WorkloadPhase::Pending, 0, 0, 4)));
         // Quota reserved for a gang not created yet: nothing will start by itself.
         assert!(!settling(&status(WorkloadPhase::Admitted, 0, 0, 0)));
+        // A pod ended: worth saying now (it may have failed).
+        let mut ended = status(WorkloadPhase::Running, 2, 1, 0);
+        ended.pod_sets[0].finished = 1;
+        assert!(!settling(&ended));
     }
 
     #[test]
