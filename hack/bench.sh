@@ -27,8 +27,10 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
   e2e        one local cluster (hack/cluster.sh up --nodes 100 --with-sluice --release-sluice
              --with-kueue: sluice's release build), and in
              it, one after another, the same 5,000+ pods (single pods, gangs of 4-8, groups of 32)
-             created by target/release/examples/e2e_load (32 creates in flight): (a) no gate,
-             (b) sluice with quota above demand, (c) Kueue's plain-pod integration (pod groups)
+             created by target/release/examples/e2e_load (32 creates in flight): (a) no gate, (a')
+             no gate but a do-nothing webhook on every create,
+             (b) sluice with quota above demand (and again, (b0), with no status write budget:
+             --status-writes-per-second 0), (c) Kueue's plain-pod integration (pod groups)
              with the same quota, (d) sluice with a fifth of the quota, each pod ended 1 s after
              it runs: pods Running over time, admitted pods/s, API server requests per pod (deltas
              of apiserver_request_total); a PNG plot (matplotlib in a venv under
@@ -247,7 +249,7 @@ YAML
   sluice_metrics() { # sluice's own figures after a run (its /metrics on the host)
     # shellcheck disable=SC1091  # written by hack/cluster.sh: SLUICE_METRICS_ADDR
     (source "$root/.cluster/sluice.env" && curl -sf --max-time 10 "http://$SLUICE_METRICS_ADDR/metrics") |
-      grep -E '^sluice_(webhook_request_duration_seconds_(sum|count)|admission_pass_duration_seconds_(sum|count)|admitted_pods_total|admitted_at_creation_pods_total|status_writes_total|ungate_errors_total)' || true
+      grep -E '^sluice_(webhook_request_duration_seconds_(sum|count)|admission_pass_duration_seconds_(sum|count)|admitted_pods_total|admitted_at_creation_pods_total|status_writes_total|ungate_errors_total|status_writes_pending)' || true
   }
   e2e_run() { # name mode quota-cpu [e2e_load args]; mode: nogate, sluice, sluice-inpass, kueue
     local name=$1 mode=$2 quota=$3 ns="e2e-$1" admission=AtCreation; shift 3
@@ -338,6 +340,12 @@ YAML
   e2e_run nogate nogate ""
   e2e_run floor floor ""
   e2e_run sluice sluice "$quota"
+  # (b0) the same with no status write budget (sluice serve --status-writes-per-second 0): what
+  # the budget saves the API server, and what it costs the ledger's freshness. cluster.sh restarts
+  # sluice when its SLUICE_* settings change; back to the defaults after.
+  SLUICE_STATUS_WRITES_PER_SECOND=0 hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
+  e2e_run nolimit sluice "$quota"
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
   e2e_run inpass sluice-inpass "$quota"
   e2e_run kueue kueue "$quota"
   e2e_run churn sluice "$(( e2e_pods / 500 > 0 ? e2e_pods / 500 : 1 ))" --end-after 1   # a fifth of the demand
@@ -506,7 +514,7 @@ def webhook_part():
     return "### Webhook", md
 
 def e2e_part():
-    names = ("nogate", "floor", "sluice", "inpass", "kueue", "churn")
+    names = ("nogate", "floor", "sluice", "nolimit", "inpass", "kueue", "churn")
     e2e = {n: load(f"e2e-{n}.json") for n in names}
     if not any(e2e.values()):
         return None
@@ -555,9 +563,9 @@ def e2e_part():
           "label patch without decoding the pod): what the API server pays for calling any webhook, the floor of every",
           "webhook-based gate.", "",
           "| run | pods | all created | all Running | pods Running/s | create retries |", "|---|---:|---:|---:|---:|---:|"]
-    labels = {"nogate": "(a) no gate", "floor": "(a') no gate, a do-nothing webhook on every create", "sluice": "(b) sluice, quota ≥ demand", "inpass": "(b') sluice, same quota, `admission: InPass`",
+    labels = {"nogate": "(a) no gate", "floor": "(a') no gate, a do-nothing webhook on every create", "sluice": "(b) sluice, quota ≥ demand", "nolimit": "(b0) sluice as (b), no status write budget (`--status-writes-per-second 0`)", "inpass": "(b') sluice, same quota, `admission: InPass`",
               "kueue": "(c) Kueue plain pods / pod groups, same quota"}
-    for n in ("nogate", "floor", "sluice", "inpass", "kueue"):
+    for n in ("nogate", "floor", "sluice", "nolimit", "inpass", "kueue"):
         r = e2e[n]
         if r:
             ar = f"{r['all_running_s']:.1f} s" if r.get("complete") else f"incomplete: {len(r['running_times']):,} Running at {r['all_running_s'] or 0:.1f} s"
@@ -565,10 +573,12 @@ def e2e_part():
                       f"{(f'{rate(r):.1f}' if rate(r) else '–')} | {r['create_retries']} |")
     rn, rs, rk, ri = rate(e2e["nogate"]), rate(e2e["sluice"]), rate(e2e["kueue"]), rate(e2e.get("inpass"))
     rf = rate(e2e.get("floor"))
+    rl = rate(e2e.get("nolimit"))
     md += ["", f"Ratios: sluice / no gate = {f'{rs / rn:.2f}' if rs and rn else '–'} (target ≥ 0.8); "
            f"sluice / Kueue = {f'{rs / rk:.2f}' if rs and rk else '–'} (target ≥ 2); "
            f"InPass: / no gate = {f'{ri / rn:.2f}' if ri and rn else '–'}, / Kueue = {f'{ri / rk:.2f}' if ri and rk else '–'}; "
-           f"do-nothing webhook (a') / no gate = {f'{rf / rn:.2f}' if rf and rn else '–'}, sluice / (a') = {f'{rs / rf:.2f}' if rs and rf else '–'}.", ""]
+           f"do-nothing webhook (a') / no gate = {f'{rf / rn:.2f}' if rf and rn else '–'}, sluice / (a') = {f'{rs / rf:.2f}' if rs and rf else '–'}; "
+           f"no status write budget (b0) / no gate = {f'{rl / rn:.2f}' if rl and rn else '–'}.", ""]
     c = e2e["churn"]
     if c:
         st = steady(c)
@@ -632,8 +642,14 @@ def e2e_part():
             base = k.split("{")[0]
             agg[base] = agg.get(base, 0.0) + v - before.get(k, 0.0)
         return agg
-    sd = {n: sluice_delta(n) for n in ("sluice", "inpass", "churn")}
-    scols = [n for n in ("sluice", "inpass", "churn") if sd[n]]
+    sd = {n: sluice_delta(n) for n in ("sluice", "nolimit", "inpass", "churn")}
+    scols = [n for n in ("sluice", "nolimit", "inpass", "churn") if sd[n]]
+    def pending_at_end(n): # a gauge: its value when the run ended, not a delta
+        a = os.path.join(out, f"e2e-{n}.sluice-after")
+        for l in (open(a) if os.path.exists(a) else []):
+            if l.startswith("sluice_status_writes_pending "):
+                return f"{float(l.split()[1]):,.0f}"
+        return "–"
     if scols:
         def row(label, f):
             vals = []
@@ -653,6 +669,7 @@ def e2e_part():
                row("webhook reviews", lambda d: f"{d['sluice_webhook_request_duration_seconds_count']:,.0f}"),
                row("mean webhook answer (µs, in the handler)", lambda d: f"{1e6 * d['sluice_webhook_request_duration_seconds_sum'] / d['sluice_webhook_request_duration_seconds_count']:.0f}"),
                row("status writes", lambda d: f"{d['sluice_status_writes_total']:,.0f}"),
+               "| workload statuses not yet written when the last pod ran | " + " | ".join(pending_at_end(n) for n in scols) + " |",
                ""]
     png = os.path.join(out, "e2e-running.png")
     if os.path.exists(png):
@@ -665,6 +682,7 @@ def e2e_part():
     results["e2e_ratio_sluice_kueue"] = round(rs / rk, 3) if rs and rk else None
     results["e2e_pods_per_s_sluice_inpass"] = round(ri, 1) if ri else None
     results["e2e_pods_per_s_webhook_floor"] = round(rf, 1) if rf else None
+    results["e2e_pods_per_s_sluice_no_status_budget"] = round(rl, 1) if rl else None
     results["e2e_quota_limited_admitted_pods_per_s"] = round(steady(c), 1) if c and steady(c) else None
     return "### End to end on the local control plane", md
 

@@ -61,8 +61,9 @@ Flags of 'up' (and 'build'):
   --node-memory Q      allocatable memory of each node (default 128Gi)
   --node-pods N        allocatable pods of each node (default 110)
   --with-sluice        build sluice (cargo build --bin sluice) and run 'sluice serve --local' on the host;
-                       writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR). Restarted
-                       when its binary changed or its process is gone, on the same ports.
+                       writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR). Settings come
+                       from the SLUICE_* environment (sluice serve --help). Restarted when its binary or
+                       that environment changed or its process is gone, on the same ports.
   --release-sluice     with --with-sluice: build and run the release build (cargo build --release --bin
                        sluice, target/release/sluice) instead of the debug one; what benchmarks measure
                        (hack/bench.sh e2e). Same as SLUICE_PROFILE=release. A running sluice of the other
@@ -643,11 +644,12 @@ start_sluice() {
     (cd "$ROOT" && "${build[@]}" --quiet) || die "${build[*]} failed (errors above)"
   fi
   [[ -x $bin ]] || die "$bin does not exist: run ${build[*]} (or drop --no-build)"
-  sum=$(sha256sum "$bin" | cut -d' ' -f1)
+  # The binary and the SLUICE_* environment it reads its settings from (sluice serve --help).
+  sum=$({ sha256sum "$bin" | cut -d' ' -f1; env | grep '^SLUICE_' | sort; } | sha256sum | cut -d' ' -f1)
   if alive sluice && [[ $(cat "$STATE/sluice.sha256" 2>/dev/null) == "$sum" ]]; then
     return 0
   fi
-  if alive sluice; then log "sluice's binary changed: restarting it"; stop sluice; fi
+  if alive sluice; then log "sluice's binary or SLUICE_* settings changed: restarting it"; stop sluice; fi
   # Run a copy: a rebuild never replaces the binary of the running process.
   cp "$bin" "$STATE/sluice.tmp" && mv "$STATE/sluice.tmp" "$STATE/sluice"
   echo "$sum" >"$STATE/sluice.sha256"

@@ -32,6 +32,9 @@ pub struct ControllerMetrics {
     pub ungates_in_flight: Gauge,
     /// DynamicWorkload and CapacityQueue status writes sent (coalesced: the newest per object).
     pub status_writes: Counter,
+    /// DynamicWorkload statuses wanted and not written yet (waiting for the status write budget,
+    /// for pods to start, or for the lazy interval), after the last round of writes.
+    pub status_writes_pending: Gauge,
     /// 1 while this replica leads and runs the controller.
     pub leader: Gauge,
 }
@@ -50,6 +53,7 @@ impl ControllerMetrics {
             ungate_errors: Counter::default(),
             ungates_in_flight: Gauge::default(),
             status_writes: Counter::default(),
+            status_writes_pending: Gauge::default(),
             leader: Gauge::default(),
         };
         registry.register(
@@ -96,6 +100,11 @@ impl ControllerMetrics {
             "sluice_status_writes",
             "Status writes sent to DynamicWorkloads and CapacityQueues",
             m.status_writes.clone(),
+        );
+        registry.register(
+            "sluice_status_writes_pending",
+            "DynamicWorkload statuses wanted and not yet written (status write budget, pods starting, lazy interval)",
+            m.status_writes_pending.clone(),
         );
         registry.register(
             "sluice_leader",

@@ -125,6 +125,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_STATUS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub status_interval: Duration,
 
+    /// DynamicWorkload status writes per second at most (0: no limit), like a client's QPS limit
+    /// but for the ledger only (never for ungating): each write costs the API server a few ms of
+    /// CPU, and under a burst of workloads a status waiting its turn is often replaced by its
+    /// successor (one write per workload's start instead of two). Waiting statuses:
+    /// sluice_status_writes_pending.
+    #[arg(long, env = "SLUICE_STATUS_WRITES_PER_SECOND", default_value = "20", value_parser = parse_rate)]
+    pub status_writes_per_second: f64,
+
     /// Threads of the webhook server's own runtime (1: single-threaded). Admission answers never
     /// wait behind the controller's work; one thread answered 20,000 reviews/s on 2 cores.
     #[arg(long, env = "SLUICE_WEBHOOK_THREADS", default_value_t = 1)]
@@ -140,6 +148,16 @@ pub struct ServeArgs {
 }
 
 /// Parses "500ms", "20s", "5m", "1h", "365d".
+/// A rate per second: a finite number, 0 or more.
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a rate per second: give a number, 0 or more (0: no limit)"
+        )),
+    }
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -546,6 +564,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         resync_period: args.resync_period,
         max_concurrent_writes: args.max_concurrent_writes,
         status_interval: args.status_interval,
+        status_writes_per_second: args.status_writes_per_second,
         idle_interval: args.idle_interval,
     };
     let leader_gauge = controller_metrics.leader.clone();
@@ -627,8 +646,19 @@ async fn wait_for_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, parse_rate};
     use std::time::Duration;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("20"), Ok(20.0));
+        assert_eq!(parse_rate("0.5"), Ok(0.5));
+        assert_eq!(parse_rate("0"), Ok(0.0));
+        assert!(parse_rate("-1").is_err());
+        assert!(parse_rate("inf").is_err());
+        assert!(parse_rate("NaN").is_err());
+        assert!(parse_rate("fast").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -46,6 +46,9 @@ pub struct ControllerSettings {
     pub max_concurrent_writes: usize,
     /// Status writes to one object are at least this far apart (the newest status wins).
     pub status_interval: Duration,
+    /// DynamicWorkload status writes per second at most (0: no limit); the newest status of each
+    /// workload waits its turn, longest-waiting first.
+    pub status_writes_per_second: f64,
     /// While no pod waits behind the gate, passes (which then only refresh statuses and the room
     /// for admission at creation) are at least this far apart; a pod seen gated starts one at once.
     /// Zero: passes follow every change.
@@ -59,6 +62,7 @@ impl Default for ControllerSettings {
             resync_period: Duration::from_secs(30),
             max_concurrent_writes: 32,
             status_interval: Duration::from_secs(1),
+            status_writes_per_second: 20.0,
             idle_interval: Duration::from_millis(250),
         }
     }
@@ -181,6 +185,7 @@ pub async fn run(
         metrics.clone(),
         settings.max_concurrent_writes,
         settings.status_interval,
+        settings.status_writes_per_second,
     );
     let writing = tokio::spawn(writer.clone().run(shutdown.clone()));
     let mut controller = Controller {

@@ -55,6 +55,9 @@ struct Slot<K, V> {
 struct Wanted<V> {
     value: V,
     patience: Patience,
+    /// When a value for this object was first wanted and not yet sent (a replacing value keeps
+    /// it): a round short of write budget sends the longest-waiting first.
+    since: Instant,
 }
 
 /// How long a wanted value may wait before a round sends it.
@@ -127,22 +130,30 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
         if self.newest(&key, seen).as_ref() == Some(&value) {
             return false;
         }
-        let patience = match self.pending.get(&key) {
-            Some(earlier) => patience.and(earlier.patience),
-            None => patience,
+        let (patience, since) = match self.pending.get(&key) {
+            Some(earlier) => (patience.and(earlier.patience), earlier.since),
+            None => (patience, Instant::now()),
         };
-        self.pending.insert(key, Wanted { value, patience });
+        self.pending.insert(
+            key,
+            Wanted {
+                value,
+                patience,
+                since,
+            },
+        );
         true
     }
 
-    /// Takes what is due for a round: everything urgent, lazy values whose object was last
-    /// written `lazy_interval` ago or more (or never), and values whose deadline has come. They
-    /// count as being sent from now on.
-    fn take_due(&mut self, lazy_interval: Duration) -> Vec<(K, V)> {
+    /// Takes what is due for a round, at most `limit` values, those waiting longest first:
+    /// everything urgent, lazy values whose object was last written `lazy_interval` ago or more
+    /// (or never), and values whose deadline has come. They count as being sent from now on; the
+    /// rest stay wanted (a newer value replaces one still waiting: one write instead of two).
+    fn take_due(&mut self, lazy_interval: Duration, limit: usize) -> Vec<(K, V)> {
         self.last_write.retain(|_, at| at.elapsed() < lazy_interval);
         let last_write = &self.last_write;
         let now = Instant::now();
-        let due: Vec<K> = self
+        let mut due: Vec<(Instant, K)> = self
             .pending
             .iter()
             .filter(|(key, wanted)| match wanted.patience {
@@ -150,9 +161,14 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
                 Patience::Lazy => !last_write.contains_key(*key),
                 Patience::Until(deadline) => deadline <= now,
             })
-            .map(|(key, _)| key.clone())
+            .map(|(key, wanted)| (wanted.since, key.clone()))
             .collect();
+        if due.len() > limit {
+            due.select_nth_unstable_by_key(limit, |(since, _)| *since);
+            due.truncate(limit);
+        }
         due.into_iter()
+            .map(|(_, key)| key)
             .filter_map(|key| {
                 let wanted = self.pending.remove(&key)?;
                 self.sending.insert(key.clone(), wanted.value.clone());
@@ -173,12 +189,57 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
     }
 }
 
+/// How many DynamicWorkload status writes a round may send: a token bucket refilled at
+/// `per_second`, holding at most one second's worth. Statuses are the ledger's bulk (a few per
+/// workload), each a write the API server pays for; under a burst of workloads the bucket runs
+/// dry and statuses wait, the newest replacing older ones (often one write per workload's start).
+struct WriteBudget {
+    /// 0: no limit.
+    per_second: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl WriteBudget {
+    fn new(per_second: f64) -> Self {
+        let per_second = if per_second.is_finite() && per_second > 0.0 {
+            per_second
+        } else {
+            0.0
+        };
+        WriteBudget {
+            per_second,
+            tokens: per_second.max(1.0),
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Writes the budget allows now.
+    fn available(&mut self) -> usize {
+        if self.per_second == 0.0 {
+            return usize::MAX;
+        }
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + earned).min(self.per_second.max(1.0));
+        self.refilled = now;
+        self.tokens.floor() as usize
+    }
+
+    fn spend(&mut self, writes: usize) {
+        if self.per_second != 0.0 {
+            self.tokens = (self.tokens - writes as f64).max(0.0);
+        }
+    }
+}
+
 struct State {
     records: Slot<WorkloadKey, serde_json::Value>,
     deletes: HashMap<WorkloadKey, String>,
     /// uids of DynamicWorkloads deleted (or found gone) recently, not to be deleted twice.
     deleted: HashMap<String, Instant>,
     workload_statuses: Slot<WorkloadKey, DynamicWorkloadStatus>,
+    status_budget: WriteBudget,
     queue_statuses: Slot<String, CapacityQueueStatus>,
 }
 
@@ -203,6 +264,7 @@ impl Writer {
         metrics: ControllerMetrics,
         concurrency: usize,
         min_interval: Duration,
+        status_writes_per_second: f64,
     ) -> Self {
         Writer {
             inner: Arc::new(Inner {
@@ -213,6 +275,7 @@ impl Writer {
                     deletes: HashMap::new(),
                     deleted: HashMap::new(),
                     workload_statuses: Slot::new(),
+                    status_budget: WriteBudget::new(status_writes_per_second),
                     queue_statuses: Slot::new(),
                 }),
                 wake: Notify::new(),
@@ -357,11 +420,14 @@ impl Writer {
             state
                 .deleted
                 .retain(|_, at| at.elapsed() < TRUST_WRITTEN_FOR);
+            let budget = state.status_budget.available();
+            let workload_statuses = state.workload_statuses.take_due(lazy_interval, budget);
+            state.status_budget.spend(workload_statuses.len());
             (
-                state.records.take_due(lazy_interval),
+                state.records.take_due(lazy_interval, usize::MAX),
                 std::mem::take(&mut state.deletes),
-                state.workload_statuses.take_due(lazy_interval),
-                state.queue_statuses.take_due(lazy_interval),
+                workload_statuses,
+                state.queue_statuses.take_due(lazy_interval, usize::MAX),
             )
         };
         let concurrency = self.inner.concurrency;
@@ -440,6 +506,10 @@ impl Writer {
             .await;
 
         let state = self.state();
+        self.inner
+            .metrics
+            .status_writes_pending
+            .set(state.workload_statuses.pending.len() as i64);
         !state.records.pending.is_empty()
             || !state.workload_statuses.pending.is_empty()
             || !state.queue_statuses.pending.is_empty()
@@ -526,14 +596,20 @@ mod tests {
     fn a_value_being_sent_is_not_wanted_again() {
         let mut slot: Slot<&str, u32> = Slot::new();
         assert!(slot.want("a", 1, None, Patience::Urgent));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 1)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("a", 1)]
+        );
         // The watch does not show it yet and the write has not answered: not news.
         assert!(!slot.want("a", 1, None, Patience::Urgent));
         slot.sent("a", true);
         assert!(!slot.want("a", 1, None, Patience::Urgent));
         // A failed write is forgotten: the next pass wants it again.
         assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 2)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("a", 2)]
+        );
         slot.sent("a", false);
         assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
     }
@@ -542,20 +618,30 @@ mod tests {
     fn a_lazy_change_waits_for_its_interval_an_urgent_one_does_not() {
         let mut slot: Slot<&str, u32> = Slot::new();
         assert!(slot.want("a", 1, None, Patience::Urgent));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 1)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("a", 1)]
+        );
         slot.sent("a", true);
         // The watch shows the write; then only the wording changes.
         assert!(slot.want("a", 2, Some(&1), Patience::Lazy));
         assert!(
-            slot.take_due(Duration::from_secs(10)).is_empty(),
+            slot.take_due(Duration::from_secs(10), usize::MAX)
+                .is_empty(),
             "written just now: waits"
         );
         // An urgent change on top makes the whole write urgent.
         assert!(slot.want("a", 3, Some(&1), Patience::Urgent));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 3)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("a", 3)]
+        );
         // Never written: a lazy value goes at once.
         assert!(slot.want("b", 1, None, Patience::Lazy));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("b", 1)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("b", 1)]
+        );
     }
 
     #[test]
@@ -564,16 +650,25 @@ mod tests {
         let soon = Instant::now() + Duration::from_secs(60);
         // Admitted, pods not started: may wait until the deadline.
         assert!(slot.want("a", 1, None, Patience::Until(soon)));
-        assert!(slot.take_due(Duration::from_secs(10)).is_empty());
+        assert!(
+            slot.take_due(Duration::from_secs(10), usize::MAX)
+                .is_empty()
+        );
         // The pods started: the successor goes at once, and only it (one write, not two).
         assert!(slot.want("a", 2, None, Patience::Urgent));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("a", 2)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("a", 2)]
+        );
         // A deadline that has come is due.
         let Some(past) = Instant::now().checked_sub(Duration::from_millis(1)) else {
             return;
         };
         assert!(slot.want("b", 1, None, Patience::Until(past)));
-        assert_eq!(slot.take_due(Duration::from_secs(10)), vec![("b", 1)]);
+        assert_eq!(
+            slot.take_due(Duration::from_secs(10), usize::MAX),
+            vec![("b", 1)]
+        );
     }
 
     #[test]
@@ -628,6 +723,54 @@ mod tests {
         let mut ended = status(WorkloadPhase::Running, 2, 1, 0);
         ended.pod_sets[0].finished = 1;
         assert!(!settling(&ended));
+    }
+
+    #[test]
+    fn a_round_short_of_budget_sends_the_longest_waiting_and_keeps_the_rest() {
+        let mut slot: Slot<&str, u32> = Slot::new();
+        for key in ["a", "b", "c", "d"] {
+            assert!(slot.want(key, 1, None, Patience::Urgent));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // "a" changes again before its turn: it keeps its place (the time it was first wanted)
+        // and only its newest value is written.
+        assert!(slot.want("a", 2, None, Patience::Urgent));
+        let mut first = slot.take_due(Duration::from_secs(10), 2);
+        first.sort();
+        assert_eq!(first, vec![("a", 2), ("b", 1)]);
+        assert_eq!(slot.pending.len(), 2);
+        let mut rest = slot.take_due(Duration::from_secs(10), usize::MAX);
+        rest.sort();
+        assert_eq!(rest, vec![("c", 1), ("d", 1)]);
+        // No budget: nothing is sent, nothing is lost.
+        assert!(slot.want("e", 1, None, Patience::Urgent));
+        assert!(slot.take_due(Duration::from_secs(10), 0).is_empty());
+        assert_eq!(slot.pending.len(), 1);
+    }
+
+    #[test]
+    fn the_write_budget_refills_at_its_rate_up_to_one_second_of_writes() {
+        let mut unlimited = WriteBudget::new(0.0);
+        assert_eq!(unlimited.available(), usize::MAX);
+        unlimited.spend(1_000_000);
+        assert_eq!(unlimited.available(), usize::MAX);
+
+        let mut budget = WriteBudget::new(20.0);
+        assert_eq!(budget.available(), 20);
+        budget.spend(20);
+        assert_eq!(budget.available(), 0);
+        // Half a second later, about half a second's worth (never more than one second's).
+        budget.refilled -= Duration::from_millis(500);
+        assert_eq!(budget.available(), 10);
+        budget.refilled -= Duration::from_secs(60);
+        assert_eq!(budget.available(), 20);
+        // Below one write per second, a write still comes through now and then.
+        let mut slow = WriteBudget::new(0.5);
+        assert_eq!(slow.available(), 1);
+        slow.spend(1);
+        assert_eq!(slow.available(), 0);
+        slow.refilled -= Duration::from_secs(2);
+        assert_eq!(slow.available(), 1);
     }
 
     #[test]
