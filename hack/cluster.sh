@@ -645,7 +645,7 @@ start_sluice() {
   fi
   [[ -x $bin ]] || die "$bin does not exist: run ${build[*]} (or drop --no-build)"
   # The binary and the SLUICE_* environment it reads its settings from (sluice serve --help).
-  sum=$({ sha256sum "$bin" | cut -d' ' -f1; env | grep '^SLUICE_' | sort; } | sha256sum | cut -d' ' -f1)
+  sum=$({ sha256sum "$bin" | cut -d' ' -f1; env | { grep '^SLUICE_' || true; } | sort; } | sha256sum | cut -d' ' -f1)
   if alive sluice && [[ $(cat "$STATE/sluice.sha256" 2>/dev/null) == "$sum" ]]; then
     return 0
   fi
