@@ -24,8 +24,8 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
   --report-only  measure nothing: rewrite the tables of the parts with raw results in target/bench
              (each from its last run; with --only, that part's only)
 
-  e2e        one local cluster (hack/cluster.sh up --nodes 100 --with-sluice --release-sluice
-             --with-kueue: sluice's release build), and in
+  e2e        one local cluster (hack/cluster.sh up --nodes 100 --with-sluice --release-sluice:
+             sluice's release build; Kueue added with --with-kueue for its own run, the last), and in
              it, one after another, the same 5,000+ pods (single pods, gangs of 4-8, groups of 32)
              created by target/release/examples/e2e_load (32 creates in flight): (a) no gate, (a')
              no gate but a do-nothing webhook on every create,
@@ -181,7 +181,9 @@ if want e2e; then
   e2e_nodes="${E2E_NODES:-100}"
   trap 'hack/cluster.sh down >&2 || true' EXIT
   # sluice's release build (what is measured); a cluster already up restarts sluice with it.
-  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue >&2
+  # Kueue joins the cluster only for its own run (c), the last: its controller watches every pod of
+  # the cluster, which would cost every other run CPU (4-18 s per run when it ran throughout).
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice >&2
   eval "$(hack/cluster.sh env)"
   cat "$root/.cluster/sluice.profile" > "$out/e2e-sluice-build"
   pki="$root/.cluster/pki"
@@ -193,13 +195,14 @@ if want e2e; then
     curl -sf --max-time 20 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
       "$server/metrics" | grep '^apiserver_request_total' > "$1"
   }
-  # Kueue's pod webhooks have no object selector: left as installed, the API server would call them
-  # for every pod of every run. Scope them to the namespaces labelled for the Kueue run, so that the
-  # no-gate and sluice runs pay for no Kueue call (and Kueue's run for no sluice call: sluice's
-  # webhooks select pods by its queue label).
-  for kind in mutatingwebhookconfigurations validatingwebhookconfigurations; do
-    for cfg in $(kubectl get "$kind" -o name | grep -i kueue); do
-      kubectl get "$cfg" -o json | python3 -c '
+  scope_kueue_webhooks() {
+    # Kueue's pod webhooks have no object selector: left as installed, the API server would call them
+    # for every pod of every run. Scope them to the namespaces labelled for the Kueue run, so that the
+    # no-gate and sluice runs pay for no Kueue call (and Kueue's run for no sluice call: sluice's
+    # webhooks select pods by its queue label).
+    for kind in mutatingwebhookconfigurations validatingwebhookconfigurations; do
+      for cfg in $(kubectl get "$kind" -o name | grep -i kueue); do
+        kubectl get "$cfg" -o json | python3 -c '
 import json, sys
 c = json.load(sys.stdin)
 for w in c.get("webhooks", []):
@@ -208,8 +211,9 @@ for w in c.get("webhooks", []):
     if not any(e.get("key") == "bench.sluice.dev/kueue" for e in exprs):
         exprs.append({"key": "bench.sluice.dev/kueue", "operator": "In", "values": ["on"]})
 print(json.dumps(c))' | kubectl replace -f - >&2
+      done
     done
-  done
+  }
   # The floor of any webhook-based gate: a do-nothing mutating webhook (webhook_load --floor: sluice's
   # TLS/HTTP server stack answering every review with the request's uid and one fixed label patch,
   # never decoding the pod) called on every pod create of the run (a'), scoped to its namespace.
@@ -339,16 +343,19 @@ YAML
   quota=$(( (e2e_pods + 500) / 50 ))   # cpu; each pod asks 10m: twice the demand and more
   e2e_run nogate nogate ""
   e2e_run floor floor ""
-  e2e_run sluice sluice "$quota"
-  # (b0) the same with no status write budget (sluice serve --status-writes-per-second 0): what
-  # the budget saves the API server, and what it costs the ledger's freshness. cluster.sh restarts
-  # sluice when its SLUICE_* settings change; back to the defaults after.
-  SLUICE_STATUS_WRITES_PER_SECOND=0 hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
+  # (b0) sluice with no status write budget (sluice serve --status-writes-per-second 0): what the
+  # budget saves the API server, and what it costs the ledger's freshness. Before (b), so that any
+  # slowing of later runs (a fuller etcd, a bigger API server heap) falls on (b), not on (b0).
+  # cluster.sh restarts sluice when its SLUICE_* settings change; back to the defaults after.
+  SLUICE_STATUS_WRITES_PER_SECOND=0 hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --no-build >&2
   e2e_run nolimit sluice "$quota"
-  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --no-build >&2
+  e2e_run sluice sluice "$quota"
   e2e_run inpass sluice-inpass "$quota"
-  e2e_run kueue kueue "$quota"
   e2e_run churn sluice "$(( e2e_pods / 500 > 0 ? e2e_pods / 500 : 1 ))" --end-after 1   # a fifth of the demand
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
+  scope_kueue_webhooks
+  e2e_run kueue kueue "$quota"
   kill "$floor_server" 2>/dev/null || true
   hack/cluster.sh down >&2
   trap - EXIT
@@ -547,15 +554,16 @@ def e2e_part():
     versions_e2e, nodes, build = text("e2e-versions"), text("e2e-nodes"), text("e2e-sluice-build", "debug")
     how = ("`target/release/sluice serve --local`, its release build" if build == "release" else
            "`target/debug/sluice serve --local`, dependencies at opt-level 2")
-    flags = "--with-sluice --release-sluice --with-kueue" if build == "release" else "--with-sluice --with-kueue"
+    flags = "--with-sluice --release-sluice" if build == "release" else "--with-sluice"
     first = next(r for r in e2e.values() if r)
     md = [f"One cluster (`hack/cluster.sh up --nodes {nodes} {flags}`; {versions_e2e}; sluice as",
           f"`hack/cluster.sh` runs it: {how}), the runs one after",
           f"another, each in a fresh namespace deleted (and its pods gone) before the next. The same {first['pods']:,} pods in",
           f"{first['workloads']:,} workloads ({first['singles']:,} single pods, {first['gangs_4_8']:,} gangs of 4–8, {first['groups_32']:,} groups of 32), 10m cpu each, created by",
           f"`target/release/examples/e2e_load --mode M --pods N` with {first['concurrency']} creates in flight; a pod counts as Running",
-          "when the client's watch first shows it so. Kueue's webhooks are scoped to the Kueue run's namespace",
-          "(they have no object selector), sluice's select pods by its queue label: no run pays for the other's calls.",
+          "when the client's watch first shows it so. Kueue joins the cluster (`--with-kueue`) only for its own run, the",
+          "last (its controller watches every pod of the cluster), and its webhooks are scoped to that run's namespace",
+          "(they have no object selector); sluice's select pods by its queue label: no run pays for the other's calls.",
           "(b) is sluice as installed (`admission: AtCreation`: a pod that fits in a queue where nothing waits is",
           "admitted by the webhook as it is created); (b') the same queue with `admission: InPass` (every pod gated,",
           "then ungated by a pass). (a') is (a) with one do-nothing mutating webhook on every pod create (the floor",
