@@ -147,7 +147,6 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 }
 
-/// Parses "500ms", "20s", "5m", "1h", "365d".
 /// A rate per second: a finite number, 0 or more.
 pub fn parse_rate(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
@@ -158,6 +157,7 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses "500ms", "20s", "5m", "1h", "365d".
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
