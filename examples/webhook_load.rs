@@ -40,6 +40,8 @@ struct Args {
     listen: Option<String>,
     ca_out: Option<String>,
     server_threads: usize,
+    latencies_out: Option<String>,
+    warmup: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,8 @@ fn parse_args() -> Result<Args, String> {
         listen: None,
         ca_out: None,
         server_threads: 1,
+        latencies_out: None,
+        warmup: 0.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -91,6 +95,8 @@ fn parse_args() -> Result<Args, String> {
             "--floor" => args.floor = true,
             "--listen" => args.listen = Some(value()?),
             "--ca-out" => args.ca_out = Some(value()?),
+            "--latencies-out" => args.latencies_out = Some(value()?),
+            "--warmup" => args.warmup = value()?.parse().map_err(|e| format!("--warmup: {e}"))?,
             "--server-threads" => {
                 args.server_threads = value()?
                     .parse()
@@ -106,7 +112,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--json]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem [--server-threads N (default 1, as sluice serve --webhook-threads)] [--floor]\n  --floor: instead of sluice's webhooks, the same TLS/HTTP stack answering every request with one fixed AdmissionReview (the body read whole, never decoded): the fastest any webhook could be here.\n  The client's own threads: TOKIO_WORKER_THREADS (default: one per core)."
+                    "webhook_load [--url https://127.0.0.1:9443 --ca ca.pem] [--requests N] [--concurrency C] [--rate R/s --seconds S] [--http2] [--shape spark|ray|mixed] [--warmup S] [--json] [--latencies-out FILE]\n       webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem [--server-threads N (default 1, as sluice serve --webhook-threads)] [--floor]\n  --floor: instead of sluice's webhooks, the same TLS/HTTP stack answering every request with one fixed AdmissionReview (the body read whole, never decoded): the fastest any webhook could be here.\n  The client runs on one thread; open-loop requests are released on time by a timerfd (microseconds).\n  --warmup S: with --rate, first S seconds at the rate that are sent and checked but not counted.\n  --latencies-out FILE: every answered request as `index scheduled_at_ms latency_ms`, to see when the slow ones happened."
                 );
                 std::process::exit(0);
             }
@@ -126,7 +132,24 @@ fn review(shape: Shape, i: usize) -> Vec<u8> {
     }
 }
 
-fn admission_review(i: usize, namespace: &str, username: &str, pod: serde_json::Value) -> Vec<u8> {
+/// The review of creating `pod`, as the API server sends it: the pod carries the `managedFields`
+/// entry of its creator (the API server records field ownership before mutating admission).
+fn admission_review(
+    i: usize,
+    namespace: &str,
+    username: &str,
+    mut pod: serde_json::Value,
+) -> Vec<u8> {
+    let fields = fields_v1(&pod);
+    let manager = if username.contains("kuberay") {
+        "kuberay-operator"
+    } else {
+        "spark-driver"
+    };
+    pod["metadata"]["managedFields"] = json!([{
+        "manager": manager, "operation": "Update", "apiVersion": "v1",
+        "time": "2026-11-24T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields,
+    }]);
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
@@ -142,6 +165,39 @@ fn admission_review(i: usize, namespace: &str, username: &str, pod: serde_json::
         }
     }))
     .expect("review encodes")
+}
+
+/// The FieldsV1 set of every field `value` sets, in the API server's notation: `f:<field>` for
+/// object fields, `k:{"name":...}` for list items keyed by name (containers, env, volumes, ...),
+/// other lists owned whole.
+fn fields_v1(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{Map, Value};
+    match value {
+        Value::Object(fields) => {
+            let mut set = Map::new();
+            for (key, field) in fields {
+                if key == "apiVersion" || key == "kind" {
+                    continue;
+                }
+                set.insert(format!("f:{key}"), fields_v1(field));
+            }
+            Value::Object(set)
+        }
+        Value::Array(items) if items.iter().all(|item| item.get("name").is_some()) => {
+            let mut set = Map::new();
+            for item in items {
+                let mut entry = match fields_v1(item) {
+                    Value::Object(entry) => entry,
+                    _ => Map::new(),
+                };
+                entry.insert(".".into(), json!({}));
+                let key = json!({ "name": item["name"] });
+                set.insert(format!("k:{key}"), Value::Object(entry));
+            }
+            Value::Object(set)
+        }
+        _ => json!({}),
+    }
 }
 
 /// A Ray worker pod as KubeRay creates it for a RayCluster labelled with queue "research" (~7 KB).
@@ -500,6 +556,77 @@ impl Sender {
     }
 }
 
+/// Releases request `i` into `jobs` at `started + i * interval`, waiting on a timerfd in between.
+async fn pace(
+    jobs: async_channel::Sender<(usize, Instant)>,
+    total: usize,
+    started: Instant,
+    interval: Duration,
+) -> Result<(), String> {
+    use timerfd::{ClockId, SetTimeFlags, TimerFd, TimerState};
+    let timer =
+        TimerFd::new_custom(ClockId::Monotonic, true, true).map_err(|e| format!("timerfd: {e}"))?;
+    // `AsyncFd::new` is deprecated for values that may not own their descriptor; a `TimerFd`
+    // owns its (an `OwnedFd`), so the safe constructor is sound here.
+    #[allow(deprecated)]
+    let mut timer =
+        tokio::io::unix::AsyncFd::new(timer).map_err(|e| format!("timerfd with tokio: {e}"))?;
+    let scheduled = |i: usize| started + interval.mul_f64(i as f64);
+    let mut i = 0;
+    while i < total {
+        let now = Instant::now();
+        while i < total && scheduled(i) <= now {
+            if jobs.send((i, scheduled(i))).await.is_err() {
+                return Ok(());
+            }
+            i += 1;
+        }
+        let Some(wait) =
+            (i < total).then(|| scheduled(i).saturating_duration_since(Instant::now()))
+        else {
+            break;
+        };
+        if wait.is_zero() {
+            continue;
+        }
+        // A one-shot timer of zero would disarm it; `wait` is not zero here.
+        timer
+            .get_mut()
+            .set_state(TimerState::Oneshot(wait), SetTimeFlags::Default);
+        loop {
+            let mut ready = timer
+                .readable()
+                .await
+                .map_err(|e| format!("waiting on the timerfd: {e}"))?;
+            let expired = ready.get_inner().read();
+            ready.clear_ready();
+            if expired > 0 {
+                break;
+            }
+        }
+    }
+    jobs.close();
+    Ok(())
+}
+
+/// Every answered request, in the order they were scheduled: `index scheduled_at_ms latency_ms`
+/// (scheduled_at from the start of the run; open loop only, closed loop writes 0).
+fn write_latencies(
+    path: &str,
+    timed: &mut [(usize, Duration)],
+    interval_s: Option<f64>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    timed.sort_unstable_by_key(|(i, _)| *i);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "index scheduled_at_ms latency_ms")?;
+    for (i, latency) in timed.iter() {
+        let at = interval_s.map_or(0.0, |s| *i as f64 * s * 1000.0);
+        writeln!(out, "{i} {at:.3} {:.3}", latency.as_secs_f64() * 1000.0)?;
+    }
+    out.flush()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -507,7 +634,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
-#[tokio::main]
+/// One thread: the load generator costs the machine as little as it can and never wakes a second
+/// thread of its own (the server under test runs in another process, or on a runtime of its own).
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -614,8 +743,15 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 
+    // Open loop: `--warmup` seconds at the rate first, sent and checked like the rest but not
+    // counted (a fresh process and fresh connections start with page faults and empty buffers).
+    let warmup_requests = if args.rate > 0.0 {
+        (args.rate * args.warmup.max(0.0)) as usize
+    } else {
+        0
+    };
     let total = if args.rate > 0.0 {
-        (args.rate * args.seconds.max(1.0)) as usize
+        warmup_requests + (args.rate * args.seconds.max(1.0)) as usize
     } else {
         args.requests
     };
@@ -647,52 +783,37 @@ async fn main() {
     } else {
         opened
     };
-    // Open loop: a pacing thread releases each request at its scheduled time (checking every
-    // 100 µs: tokio's timer has a 1 ms tick) into a queue the workers take from; latency counts
-    // from the scheduled time, so a late send or a queue wait is counted. Closed loop: the
-    // workers take the next request as soon as they are free.
-    let (jobs, queue) = tokio::sync::mpsc::unbounded_channel::<(usize, Instant)>();
-    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    // Open loop: a pacer task releases each request at its scheduled time into one queue that
+    // every idle connection takes from; latency counts from the scheduled time, so a late send or
+    // a wait for a free connection is counted. The pacer waits on a timerfd (microsecond
+    // resolution; tokio's own timer ticks every millisecond, which alone would put up to 1 ms on
+    // every latency) on this same single thread: no second thread to wake for each release.
+    // Closed loop: every request is queued at once and the connections take the next as soon as
+    // they are free.
+    let (jobs, queue) = async_channel::unbounded::<(usize, Instant)>();
     let started = Instant::now();
-    let pacer = if args.rate > 0.0 {
+    let open_loop = args.rate > 0.0;
+    let pacer = if open_loop {
         let interval = Duration::from_secs_f64(1.0 / args.rate);
-        Some(std::thread::spawn(move || {
-            let mut i = 0;
-            while i < total {
-                let now = Instant::now();
-                while i < total && started + interval * i as u32 <= now {
-                    if jobs.send((i, started + interval * i as u32)).is_err() {
-                        return;
-                    }
-                    i += 1;
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }))
+        tokio::spawn(pace(jobs, total, started, interval))
     } else {
-        std::thread::spawn(move || {
-            for i in 0..total {
-                // The time is taken again when the request is sent.
-                if jobs.send((i, started)).is_err() {
-                    return;
-                }
-            }
-        });
-        None
+        for i in 0..total {
+            // The time is taken again when the request is sent.
+            let _ = jobs.try_send((i, started));
+        }
+        jobs.close();
+        tokio::spawn(async { Ok(()) })
     };
-    let open_loop = pacer.is_some();
     let mut tasks = Vec::with_capacity(workers);
     for mut sender in senders {
         let (queue, bodies, target) = (queue.clone(), bodies.clone(), target.clone());
         tasks.push(tokio::spawn(async move {
             let mut done = Vec::with_capacity(total / workers + 1);
             let mut errors = Vec::new();
-            loop {
-                let job = queue.lock().await.recv().await;
-                let Some((i, scheduled)) = job else { break };
+            while let Ok((i, scheduled)) = queue.recv().await {
                 let from = if open_loop { scheduled } else { Instant::now() };
                 match sender.send(&target, bodies[i % bodies.len()].clone()).await {
-                    Ok(()) => done.push(from.elapsed()),
+                    Ok(()) => done.push((i, from.elapsed())),
                     Err(e) => {
                         errors.push(e);
                         // A broken connection is replaced.
@@ -705,12 +826,13 @@ async fn main() {
             (done, errors)
         }));
     }
-    let mut latencies = Vec::with_capacity(total);
+    drop(queue);
+    let mut timed: Vec<(usize, Duration)> = Vec::with_capacity(total);
     let mut errors = 0usize;
     for t in tasks {
         match t.await {
             Ok((done, failed)) => {
-                latencies.extend(done);
+                timed.extend(done);
                 if errors == 0
                     && let Some(e) = failed.first()
                 {
@@ -724,10 +846,35 @@ async fn main() {
             }
         }
     }
-    if let Some(pacer) = pacer {
-        let _ = pacer.join();
+    match pacer.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("webhook_load: pacing: {e}");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("webhook_load: the pacer failed: {e}");
+            std::process::exit(1);
+        }
     }
-    let elapsed = started.elapsed();
+    // The measured window starts after the warm-up.
+    let warmup = if open_loop {
+        Duration::from_secs_f64(args.warmup.max(0.0))
+    } else {
+        Duration::ZERO
+    };
+    let elapsed = started.elapsed().saturating_sub(warmup);
+    if let Some(path) = &args.latencies_out
+        && let Err(e) = write_latencies(path, &mut timed, open_loop.then(|| 1.0 / args.rate))
+    {
+        eprintln!("webhook_load: writing {path}: {e}");
+        std::process::exit(1);
+    }
+    let mut latencies: Vec<Duration> = timed
+        .into_iter()
+        .filter(|(i, _)| *i >= warmup_requests)
+        .map(|(_, latency)| latency)
+        .collect();
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let achieved = latencies.len() as f64 / elapsed.as_secs_f64();
@@ -737,7 +884,7 @@ async fn main() {
             json!({
                 "requests": latencies.len(), "errors": errors, "concurrency": args.concurrency,
                 "target_rps": if args.rate > 0.0 { json!(args.rate) } else { json!(null) },
-                "achieved_rps": achieved, "seconds": elapsed.as_secs_f64(),
+                "achieved_rps": achieved, "seconds": elapsed.as_secs_f64(), "warmup_s": warmup.as_secs_f64(),
                 "review_bytes_mean": mean_size, "http2": args.http2,
                 "p50_ms": ms(percentile(&latencies, 0.50)), "p99_ms": ms(percentile(&latencies, 0.99)),
                 "p999_ms": ms(percentile(&latencies, 0.999)), "max_ms": ms(latencies.last().copied().unwrap_or_default()),

@@ -130,7 +130,7 @@ if want webhook; then
   cargo build --release --example webhook_load >&2
   bin="$root/target/release/examples/webhook_load"
   seconds=10; reps=3; [[ $quick == 1 ]] && { seconds=2; reps=1; }
-  rates=(2000 5000 10000 12500 15000 17500 20000 25000)
+  rates=(2000 5000 10000 15000 20000 25000 30000 35000 40000)
   [[ $quick == 1 ]] && rates=(2000 20000)
   : > "$out/webhook.jsonl"
   # sluice's webhook server and the floor (webhook_load --floor: the same TLS/HTTP stack answering a
@@ -152,16 +152,16 @@ if want webhook; then
   done
   load() { # server rep webhook_load-arguments...: one JSON line, tagged, into webhook.jsonl
     local kind=$1 rep=$2; shift 2
-    TOKIO_WORKER_THREADS=1 "$bin" --url "https://127.0.0.1:${port[$kind]}" --ca "$out/webhook-$kind-ca.pem" \
+    "$bin" --url "https://127.0.0.1:${port[$kind]}" --ca "$out/webhook-$kind-ca.pem" \
       --shape mixed --json --concurrency 32 "$@" | sed "s/^{/{\"server\":\"$kind\",\"rep\":$rep,/" | tee -a "$out/webhook.jsonl" >&2
   }
   for rep in $(seq "$reps"); do
     for rate in "${rates[@]}"; do
-      for kind in sluice floor; do load "$kind" "$rep" --rate "$rate" --seconds "$seconds"; done
+      for kind in sluice floor; do load "$kind" "$rep" --rate "$rate" --seconds "$seconds" --warmup 1; done
     done
     # HTTP/2 on one connection: how the API server calls a webhook at a loopback URL (sluice serve --local).
     for rate in 10000 20000; do
-      for kind in sluice floor; do load "$kind" "$rep" --rate "$rate" --seconds "$seconds" --http2; done
+      for kind in sluice floor; do load "$kind" "$rep" --rate "$rate" --seconds "$seconds" --warmup 1 --http2; done
     done
     # Closed loop: the most each answers with the load generator beside it, whatever the latency.
     for kind in sluice floor; do load "$kind" "$rep" --requests $((seconds * 20000)); done
@@ -466,11 +466,15 @@ def webhook_part():
     reps = max(r.get("rep", 1) for r in web)
     md = ["`target/release/examples/webhook_load --serve-only --server-threads 1` (sluice's webhook server as",
           "`sluice serve` builds it, on a runtime of its own with one thread) in one process,",
-          "`TOKIO_WORKER_THREADS=1 webhook_load --url ... --shape mixed --json --rate R --concurrency 32` in",
+          "`webhook_load --url ... --shape mixed --json --rate R --seconds S --warmup 1 --concurrency 32` in",
           "another: TLS 1.3 (rustls, ring), keep-alive, HTTP/1.1 on 32 connections (how the API server calls a",
           "webhook Service) or HTTP/2 on one (`--http2`: how it calls a loopback URL), Spark executor and Ray worker",
-          "pods in turn (4.7 KB on average), every answer checked to be a JSONPatch. Latency counts from the",
-          "scheduled send time (open loop). The processes share the 2 cores.",
+          f"pods in turn ({web[0].get('review_bytes_mean', 0) / 1000:.1f} KB on average, each with the managedFields entry the API server",
+          "records before admission), every answer checked to be a JSONPatch. Latency counts from the",
+          "scheduled send time (open loop): a pacer on the load generator's one thread releases each request on",
+          "time from a timerfd (microseconds), and the first second at the rate (`--warmup 1`) is sent but not",
+          "counted: a fresh client process and 32 fresh connections start with page faults and empty buffers",
+          "(the floor alike: up to 20 ms in the first 50 ms of a run). The processes share the 2 cores.",
           "Beside it, the **floor** (`--serve-only --floor`, a process of its own): the same server stack",
           "(axum-server, rustls, TCP_NODELAY, one thread) answering one fixed review after reading the body,",
           "never decoding it. No webhook can be faster here than the floor; what it cannot hold belongs to the",
