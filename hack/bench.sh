@@ -14,7 +14,7 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
              three runs: the pods as listed, managedFields dropped, and trimmed as the controller's
              pod cache holds them (--trim-pods: the figure of results.json)
   webhook    sluice's webhook server in one process, the load generator in another (TLS,
-             keep-alive, HTTP/1.1, Spark executor and Ray worker AdmissionReviews of 6-8 KB):
+             keep-alive, HTTP/1.1, Spark executor and Ray worker AdmissionReviews of ~8 KB, 1 s warm-up):
              p50/p99/p99.9/max at fixed rates, and the highest rate held with p99 under 1 ms; the
              same loads against the floor (webhook_load --floor: the same TLS/HTTP server stack with
              a fixed answer), side by side: the part of the latency that belongs to the machine
