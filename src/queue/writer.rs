@@ -707,7 +707,7 @@ mod tests {
     }
 
     #[test]
-    fn only_admitted_pods_not_started_yet_are_settling() {
+    fn only_workloads_whose_admitted_pods_are_still_starting_are_settling() {
         assert!(settling(&status(WorkloadPhase::Admitted, 4, 0, 0)));
         // Some pods of the workload run, the others are starting: the next status says more run.
         assert!(settling(&status(WorkloadPhase::Running, 2, 2, 0)));
