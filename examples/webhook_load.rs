@@ -96,7 +96,12 @@ fn parse_args() -> Result<Args, String> {
             "--listen" => args.listen = Some(value()?),
             "--ca-out" => args.ca_out = Some(value()?),
             "--latencies-out" => args.latencies_out = Some(value()?),
-            "--warmup" => args.warmup = value()?.parse().map_err(|e| format!("--warmup: {e}"))?,
+            "--warmup" => {
+                args.warmup = match value()?.parse::<f64>() {
+                    Ok(s) if s.is_finite() && s >= 0.0 => s,
+                    _ => return Err("--warmup: give seconds, 0 or more".into()),
+                }
+            }
             "--server-threads" => {
                 args.server_threads = value()?
                     .parse()
@@ -581,11 +586,10 @@ async fn pace(
             }
             i += 1;
         }
-        let Some(wait) =
-            (i < total).then(|| scheduled(i).saturating_duration_since(Instant::now()))
-        else {
+        if i == total {
             break;
-        };
+        }
+        let wait = scheduled(i).saturating_duration_since(Instant::now());
         if wait.is_zero() {
             continue;
         }
@@ -744,13 +748,16 @@ async fn main() {
     }
 
     // Open loop: `--warmup` seconds at the rate first, sent and checked like the rest but not
-    // counted (a fresh process and fresh connections start with page faults and empty buffers).
-    let warmup_requests = if args.rate > 0.0 {
-        (args.rate * args.warmup.max(0.0)) as usize
+    // counted (a fresh process and fresh connections start with page faults and empty buffers);
+    // the measured window starts after it.
+    let open_loop = args.rate > 0.0;
+    let warmup = if open_loop {
+        Duration::from_secs_f64(args.warmup)
     } else {
-        0
+        Duration::ZERO
     };
-    let total = if args.rate > 0.0 {
+    let warmup_requests = (args.rate.max(0.0) * warmup.as_secs_f64()) as usize;
+    let total = if open_loop {
         warmup_requests + (args.rate * args.seconds.max(1.0)) as usize
     } else {
         args.requests
@@ -792,17 +799,16 @@ async fn main() {
     // they are free.
     let (jobs, queue) = async_channel::unbounded::<(usize, Instant)>();
     let started = Instant::now();
-    let open_loop = args.rate > 0.0;
     let pacer = if open_loop {
         let interval = Duration::from_secs_f64(1.0 / args.rate);
-        tokio::spawn(pace(jobs, total, started, interval))
+        Some(tokio::spawn(pace(jobs, total, started, interval)))
     } else {
         for i in 0..total {
             // The time is taken again when the request is sent.
             let _ = jobs.try_send((i, started));
         }
         jobs.close();
-        tokio::spawn(async { Ok(()) })
+        None
     };
     let mut tasks = Vec::with_capacity(workers);
     for mut sender in senders {
@@ -846,23 +852,16 @@ async fn main() {
             }
         }
     }
-    match pacer.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            eprintln!("webhook_load: pacing: {e}");
-            std::process::exit(1);
-        }
-        Err(e) => {
-            eprintln!("webhook_load: the pacer failed: {e}");
-            std::process::exit(1);
-        }
-    }
-    // The measured window starts after the warm-up.
-    let warmup = if open_loop {
-        Duration::from_secs_f64(args.warmup.max(0.0))
-    } else {
-        Duration::ZERO
+    let paced = match pacer {
+        Some(pacer) => pacer
+            .await
+            .unwrap_or_else(|e| Err(format!("the pacer failed: {e}"))),
+        None => Ok(()),
     };
+    if let Err(e) = paced {
+        eprintln!("webhook_load: pacing: {e}");
+        std::process::exit(1);
+    }
     let elapsed = started.elapsed().saturating_sub(warmup);
     if let Some(path) = &args.latencies_out
         && let Err(e) = write_latencies(path, &mut timed, open_loop.then(|| 1.0 / args.rate))

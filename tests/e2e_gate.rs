@@ -305,16 +305,9 @@ async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_q
     assert!(admitted_at_creation(&first), "marked admitted at creation");
 
     // A burst of 20 concurrent creations against the 4 cpu left.
-    let creations = (0..20).map(|i| {
-        let pods = env.pods();
-        let p = pod(&format!("burst-{i}"), &queue, "1");
-        async move {
-            pods.create(&PostParams::default(), &p)
-                .await
-                .expect("create pod")
-        }
-    });
-    let created = futures::future::join_all(creations).await;
+    let created = env
+        .create_pods_at_once((0..20).map(|i| pod(&format!("burst-{i}"), &queue, "1")))
+        .await;
     let ungated_at_creation = created.iter().filter(|p| !is_gated(p)).count();
     assert!(
         ungated_at_creation <= 4,
@@ -392,44 +385,22 @@ async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
     env.cleanup().await;
 }
 
-/// sluice's own gauge `sluice_status_writes_pending`, read from its metrics endpoint
-/// (`SLUICE_METRICS_ADDR`, set by `hack/cluster.sh env`).
-async fn status_writes_pending(metrics_addr: &str) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(metrics_addr).await.ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: sluice\r\n\r\n")
-        .await
-        .ok()?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.ok()?;
-    body.lines()
-        .find_map(|line| line.strip_prefix("sluice_status_writes_pending "))
-        .and_then(|value| value.trim().parse().ok())
-}
-
 /// More workloads at once than the status write budget (20 per second by default) allows: their
 /// statuses wait (sluice's gauge says how many; it counts those waiting for the budget and those
 /// waiting for their pods to start) and none is lost: every workload gets its status.
 #[tokio::test]
 async fn a_burst_of_workloads_beyond_the_status_write_budget_loses_no_status() {
-    let metrics_addr = std::env::var("SLUICE_METRICS_ADDR")
-        .expect("SLUICE_METRICS_ADDR (run through hack/test.sh, which sets it)");
+    assert!(
+        std::env::var("SLUICE_METRICS_ADDR").is_ok(),
+        "SLUICE_METRICS_ADDR is not set: run through hack/test.sh, which sets it"
+    );
     let mut env = TestEnv::new("budget").await;
     let queue = env
         .queue("q", json!({"cpu": "100"}), "BestEffortFIFO")
         .await;
     const WORKLOADS: usize = 60;
-    let creations = (0..WORKLOADS).map(|i| {
-        let pods = env.pods();
-        let p = pod(&format!("single-{i}"), &queue, "100m");
-        async move {
-            pods.create(&PostParams::default(), &p)
-                .await
-                .expect("create pod")
-        }
-    });
-    futures::future::join_all(creations).await;
+    env.create_pods_at_once((0..WORKLOADS).map(|i| pod(&format!("single-{i}"), &queue, "100m")))
+        .await;
 
     let workloads = env.workloads();
     // The most statuses seen waiting while the test waited (polled, so a lower bound).
@@ -439,10 +410,9 @@ async fn a_burst_of_workloads_beyond_the_status_write_budget_loses_no_status() {
         Duration::from_secs(90),
         || {
             let workloads = workloads.clone();
-            let metrics_addr = metrics_addr.clone();
             let most_pending = most_pending.clone();
             async move {
-                if let Some(pending) = status_writes_pending(&metrics_addr).await {
+                if let Some(pending) = sluice_metric("sluice_status_writes_pending").await {
                     most_pending.set(most_pending.get().max(pending));
                 }
                 let list = workloads.list(&Default::default()).await.ok()?;

@@ -162,6 +162,11 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("create pod {}: {e}", pod.name_any()))
     }
 
+    /// Creates `pods` all at once (concurrent requests), each as the API server returned it.
+    pub async fn create_pods_at_once(&self, pods: impl IntoIterator<Item = Pod>) -> Vec<Pod> {
+        futures::future::join_all(pods.into_iter().map(|pod| self.create_pod(pod))).await
+    }
+
     pub async fn list_pods(&self) -> Vec<Pod> {
         self.pods()
             .list(&ListParams::default())
@@ -294,3 +299,20 @@ pub async fn end_pod(pods: &Api<Pod>, name: &str, phase: &str) {
 
 /// The annotation hack/cluster.sh's kwok stages react to.
 pub const KWOK_PHASE_ANNOTATION: &str = "sluice.dev/kwok-phase";
+
+/// The value of sluice's metric `name` (a series without labels) from its metrics endpoint
+/// (`SLUICE_METRICS_ADDR`, set by `hack/cluster.sh env`); None if it cannot be read.
+pub async fn sluice_metric(name: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = std::env::var("SLUICE_METRICS_ADDR").ok()?;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: sluice\r\n\r\n")
+        .await
+        .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.ok()?;
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
