@@ -10,6 +10,8 @@ use crate::api::{FIELD_MANAGER, crds_yaml};
 
 const NAMESPACE_YAML: &str = include_str!("../manifests/install/00-namespace.yaml");
 const RBAC_YAML: &str = include_str!("../manifests/install/01-rbac.yaml");
+/// The Task rights, bound in every namespace as shipped (the file says how to narrow them).
+const RBAC_TASKS_YAML: &str = include_str!("../manifests/install/01-rbac-tasks.yaml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
@@ -35,7 +37,7 @@ pub fn manifests() -> Result<Vec<DynamicObject>, InstallError> {
     for text in crds
         .iter()
         .map(String::as_str)
-        .chain([NAMESPACE_YAML, RBAC_YAML])
+        .chain([NAMESPACE_YAML, RBAC_YAML, RBAC_TASKS_YAML])
     {
         for doc in serde_yaml::Deserializer::from_str(text) {
             let value = serde_yaml::Value::deserialize(doc)?;
@@ -143,5 +145,73 @@ mod tests {
         for d in &docs {
             super::resource_for(d).expect("known kind");
         }
+    }
+
+    /// The rules of the RBAC object `kind`/`name` among the embedded manifests.
+    fn rules(kind: &str, name: &str) -> Vec<serde_json::Value> {
+        let docs = super::manifests().expect("manifests parse");
+        let doc = docs
+            .iter()
+            .find(|d| {
+                d.types.as_ref().is_some_and(|t| t.kind == kind)
+                    && d.metadata.name.as_deref() == Some(name)
+            })
+            .unwrap_or_else(|| panic!("no {kind} {name}"));
+        doc.data["rules"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn grants(rules: &[serde_json::Value], resource: &str, verb: &str) -> bool {
+        rules.iter().any(|r| {
+            let has = |field: &str, value: &str| {
+                r[field]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|v| v == value || v == "*"))
+            };
+            has("resources", resource) && has("verbs", verb)
+        })
+    }
+
+    /// What brings a compromised sluice near cluster-admin (a pod with any ServiceAccount, a
+    /// container in any pod) is in the separate Task role, never in the role the gate needs
+    /// everywhere; and the gate's role writes to pods only by patch (the ungate).
+    #[test]
+    fn the_cluster_wide_role_creates_no_pods_and_execs_nowhere() {
+        let gate = rules("ClusterRole", "sluice");
+        for (resource, verb) in [
+            ("pods", "create"),
+            ("pods", "delete"),
+            ("pods", "update"),
+            ("pods/ephemeralcontainers", "patch"),
+            ("pods/ephemeralcontainers", "update"),
+            ("pods/exec", "create"),
+            ("secrets", "get"),
+            ("configmaps", "create"),
+        ] {
+            assert!(
+                !grants(&gate, resource, verb),
+                "ClusterRole sluice grants {verb} {resource}"
+            );
+        }
+        assert!(grants(&gate, "pods", "patch"), "the ungate patch");
+        let tasks = rules("ClusterRole", "sluice-tasks");
+        for (resource, verb) in [
+            ("pods", "create"),
+            ("pods", "delete"),
+            ("pods/ephemeralcontainers", "patch"),
+        ] {
+            assert!(
+                grants(&tasks, resource, verb),
+                "sluice-tasks: {verb} {resource}"
+            );
+        }
+        assert!(
+            !rules("ClusterRole", "sluice")
+                .iter()
+                .chain(tasks.iter())
+                .any(|r| r["verbs"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|v| v == "*"))),
+            "no wildcard verbs"
+        );
     }
 }

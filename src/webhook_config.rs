@@ -180,7 +180,9 @@ pub fn mutating(
                 rules: Some(application_rules()),
                 side_effects: "None".into(),
                 timeout_seconds: Some(5),
-                match_conditions: None,
+                match_conditions: Some(application_conditions(&service_account_user(
+                    own_namespace,
+                ))),
             },
             // In a namespace with a default queue, Spark's and Ray's pods and applications that
             // name no queue get the default; every other unlabelled object never reaches sluice.
@@ -219,6 +221,57 @@ pub fn mutating(
     }
 }
 
+/// The username of sluice's ServiceAccount in `namespace`: the default controller user.
+pub fn service_account_user(namespace: &str) -> String {
+    format!("system:serviceaccount:{namespace}:sluice")
+}
+
+/// Requests by sluice itself never go back to it.
+fn not_sluice_itself(controller_user: &str) -> MatchCondition {
+    // A username is a plain string; quotes would end the CEL literal, so they are dropped.
+    let user: String = controller_user
+        .chars()
+        .filter(|c| *c != '\'' && *c != '\\')
+        .collect();
+    MatchCondition {
+        name: "not-sluice-itself".into(),
+        expression: format!("request.userInfo.username != '{user}'"),
+    }
+}
+
+/// The name of the condition that lets only creations and edits sluice judges reach the
+/// application webhooks.
+pub const APPLICATION_CHANGE_CONDITION: &str = "creation-or-spec-or-queue-change";
+
+/// The API server asks the application webhooks about a creation, and about an update only when
+/// the spec (what sluice sizes and labels) or the queue label (what the validator may refuse to
+/// change) changed. Finalizer, annotation, owner, other labels' and status edits never need sluice:
+/// during an outage (failurePolicy Fail) operators and garbage collection can still update and
+/// delete applications. Each side may have no labels or no spec at all. The comparisons cost the
+/// number of top-level keys (CEL charges map equality by size, not depth), far below the API
+/// server's budget for matchConditions.
+pub fn application_conditions(controller_user: &str) -> Vec<MatchCondition> {
+    let spec = |o: &str| format!("(has({o}.spec) ? {o}.spec : {{}})");
+    let queue = |o: &str| {
+        format!(
+            "((has({o}.metadata.labels) && '{QUEUE_LABEL}' in {o}.metadata.labels) ? {o}.metadata.labels['{QUEUE_LABEL}'] : '')"
+        )
+    };
+    vec![
+        not_sluice_itself(controller_user),
+        MatchCondition {
+            name: APPLICATION_CHANGE_CONDITION.into(),
+            expression: format!(
+                "oldObject == null || {} != {} || {} != {}",
+                spec("object"),
+                spec("oldObject"),
+                queue("object"),
+                queue("oldObject")
+            ),
+        },
+    ]
+}
+
 /// The API server asks the validating webhook only about updates that touch the scheduling gates
 /// or the labels, and not about sluice's own: annotation, finalizer and owner edits never depend on
 /// sluice being up, and the controller's ungate patches cost no extra round trip.
@@ -226,16 +279,8 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
     let gates =
         |o: &str| format!("(has({o}.spec.schedulingGates) ? {o}.spec.schedulingGates : [])");
     let labels = |o: &str| format!("(has({o}.metadata.labels) ? {o}.metadata.labels : {{}})");
-    // A username is a plain string; quotes would end the CEL literal, so they are dropped.
-    let user: String = controller_user
-        .chars()
-        .filter(|c| *c != '\'' && *c != '\\')
-        .collect();
     vec![
-        MatchCondition {
-            name: "not-sluice-itself".into(),
-            expression: format!("request.userInfo.username != '{user}'"),
-        },
+        not_sluice_itself(controller_user),
         MatchCondition {
             name: "touches-gates-or-labels".into(),
             expression: format!(
@@ -287,8 +332,188 @@ pub fn validating(
                 rules: Some(application_rules()),
                 side_effects: "None".into(),
                 timeout_seconds: Some(5),
-                match_conditions: None,
+                match_conditions: Some(application_conditions(controller_user)),
             },
         ]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn endpoint() -> Endpoint {
+        Endpoint::Url("https://127.0.0.1:9443".into())
+    }
+
+    const SLUICE: &str = "system:serviceaccount:sluice-system:sluice";
+
+    /// Evaluates a matchCondition as the API server would, on a request with these objects.
+    fn holds(condition: &MatchCondition, object: &Value, old: &Value, user: &str) -> bool {
+        let program = cel_interpreter::Program::compile(&condition.expression)
+            .unwrap_or_else(|e| panic!("{}: {e}", condition.expression));
+        let mut context = cel_interpreter::Context::default();
+        context
+            .add_variable("object", object.clone())
+            .expect("object");
+        context
+            .add_variable("oldObject", old.clone())
+            .expect("oldObject");
+        context
+            .add_variable("request", json!({"userInfo": {"username": user}}))
+            .expect("request");
+        match program.execute(&context) {
+            Ok(cel_interpreter::Value::Bool(b)) => b,
+            other => panic!("{} gave {other:?}", condition.expression),
+        }
+    }
+
+    /// Whether an application webhook with `conditions` is called (every condition holds).
+    fn called(conditions: &[MatchCondition], object: &Value, old: &Value, user: &str) -> bool {
+        conditions.iter().all(|c| holds(c, object, old, user))
+    }
+
+    fn ray(queue: Option<&str>, workers: i64) -> Value {
+        let mut app = json!({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": "ns", "labels": {"app": "x"}},
+            "spec": {"workerGroupSpecs": [{"groupName": "w", "replicas": workers}]},
+        });
+        if let Some(q) = queue {
+            app["metadata"]["labels"][QUEUE_LABEL] = json!(q);
+        }
+        app
+    }
+
+    fn application_webhook_conditions() -> Vec<(&'static str, Vec<MatchCondition>)> {
+        let mutating = mutating(&endpoint(), "sluice-system", None);
+        let validating = validating(&endpoint(), "sluice-system", SLUICE, None);
+        let m = mutating
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .find(|w| w.name == "applications.sluice.dev")
+            .and_then(|w| w.match_conditions)
+            .expect("the mutating application webhook has matchConditions");
+        let v = validating
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .find(|w| w.name == "applications.sluice.dev")
+            .and_then(|w| w.match_conditions)
+            .expect("the validating application webhook has matchConditions");
+        vec![("mutating", m), ("validating", v)]
+    }
+
+    #[test]
+    fn application_webhooks_carry_the_outage_conditions() {
+        for (which, conditions) in application_webhook_conditions() {
+            let names: Vec<&str> = conditions.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(
+                names,
+                ["not-sluice-itself", APPLICATION_CHANGE_CONDITION],
+                "{which}"
+            );
+            assert!(
+                conditions[0].expression.contains(SLUICE),
+                "{which}: {}",
+                conditions[0].expression
+            );
+        }
+    }
+
+    #[test]
+    fn application_webhooks_see_creations_spec_and_queue_changes_only() {
+        let user = "alice";
+        let old = ray(Some("q"), 1);
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = old.clone();
+            f(&mut v);
+            v
+        };
+        let cases: Vec<(&str, Value, Value, bool)> = vec![
+            ("creation", old.clone(), Value::Null, true),
+            ("no change", old.clone(), old.clone(), false),
+            (
+                "finalizer added",
+                with(&|v| v["metadata"]["finalizers"] = json!(["ray.io/cleanup"])),
+                old.clone(),
+                false,
+            ),
+            (
+                "annotation added",
+                with(&|v| v["metadata"]["annotations"] = json!({"a": "b"})),
+                old.clone(),
+                false,
+            ),
+            (
+                "another label changed",
+                with(&|v| v["metadata"]["labels"]["app"] = json!("y")),
+                old.clone(),
+                false,
+            ),
+            (
+                "status changed",
+                with(&|v| v["status"] = json!({"state": "ready"})),
+                old.clone(),
+                false,
+            ),
+            ("spec changed", ray(Some("q"), 2), old.clone(), true),
+            (
+                "queue label changed",
+                ray(Some("other"), 1),
+                old.clone(),
+                true,
+            ),
+            ("queue label removed", ray(None, 1), old.clone(), true),
+            (
+                "queue label added to an object with no labels",
+                ray(Some("q"), 1),
+                with(&|v| {
+                    v["metadata"]
+                        .as_object_mut()
+                        .expect("metadata")
+                        .remove("labels");
+                }),
+                true,
+            ),
+            (
+                "no labels and no spec on either side",
+                json!({"metadata": {"name": "rc"}}),
+                json!({"metadata": {"name": "rc"}}),
+                false,
+            ),
+            (
+                "spec removed",
+                json!({"metadata": old["metadata"].clone()}),
+                old.clone(),
+                true,
+            ),
+        ];
+        for (which, conditions) in application_webhook_conditions() {
+            for (case, object, old_object, expected) in &cases {
+                assert_eq!(
+                    called(&conditions, object, old_object, user),
+                    *expected,
+                    "{which} webhook, {case}"
+                );
+            }
+            // sluice's own edits never reach it, whatever they change.
+            assert!(
+                !called(&conditions, &ray(Some("q"), 5), &old, SLUICE),
+                "{which} webhook, sluice's own edit"
+            );
+        }
+    }
+
+    #[test]
+    fn the_controller_user_cannot_break_out_of_the_cel_string() {
+        let c = not_sluice_itself("evil' || true || '");
+        assert!(!c.expression.contains('\''.to_string().repeat(2).as_str()));
+        assert_eq!(
+            c.expression,
+            "request.userInfo.username != 'evil || true || '"
+        );
     }
 }
