@@ -357,6 +357,7 @@ fn start_server(listen: std::net::SocketAddr, threads: usize) -> (String, String
             protected_label_prefix: sluice::api::PROTECTED_LABEL_PREFIX.into(),
             governed_label: sluice::api::QUEUE_LABEL.into(),
             controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
+            ..sluice_webhooks::GateSettings::default()
         })
         .classifier(Arc::new(sluice::adapters::Adapters::default()))
         .readiness(Arc::new(AtomicBool::new(true)))

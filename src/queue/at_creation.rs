@@ -30,15 +30,17 @@ use crate::adapters::{Adapters, PodIdentity, workload_object_name};
 use crate::api::{ADMITTED_AT_ANNOTATION, QUEUE_LABEL};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};
-use crate::queue::resources::{ResourceList, pod_requests};
+use crate::queue::resources::{ResourceList, describe_quantity, pod_requests};
 use crate::queue::snapshot::Built;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 /// The annotation a pod admitted at creation carries: the token of the room held for it.
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
-/// How long room held for a pod that has not appeared in the controller's cache stays held.
-pub const HOLD_FOR: Duration = Duration::from_secs(30);
+/// How long room held for a pod that has not appeared in the controller's cache stays held. Short:
+/// a forged review (or a creation that failed after the webhook) blocks room no longer than this;
+/// long enough for a created pod to reach the cache (milliseconds, seconds under a burst).
+pub const HOLD_FOR: Duration = Duration::from_secs(10);
 /// A pod gated by the webhook this long before a pass read its caches may not be in them yet: its
 /// queue counts as one in which a pod waits.
 pub const WAITING_GUARD: Duration = Duration::from_secs(1);
@@ -80,13 +82,71 @@ struct NewGang {
     queue: String,
     per_pod: ResourceList,
     places_left: u32,
+    /// The token of the first pod's hold: the places live only as long as that hold (a pass that
+    /// sees the first pod reserves them; a first pod that never appears frees them with its hold).
+    token: String,
+}
+
+/// The pod a hold was taken for, as the webhook saw it: a token carried by any other pod is not
+/// this hold's (a copied annotation gets no free pass).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodBinding {
+    pub namespace: String,
+    /// The pod's name, empty when the API server generates it from `generate_name`.
+    pub name: String,
+    pub generate_name: String,
+}
+
+impl PodBinding {
+    pub fn of(namespace: &str, pod: &Pod) -> PodBinding {
+        PodBinding {
+            namespace: namespace.to_string(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            generate_name: pod.metadata.generate_name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Whether a stored pod named `name` in `namespace` is the one this binding was made for.
+    fn names(&self, namespace: &str, name: &str) -> bool {
+        namespace == self.namespace
+            && if self.name.is_empty() {
+                !self.generate_name.is_empty() && name.starts_with(&self.generate_name)
+            } else {
+                name == self.name
+            }
+    }
 }
 
 struct Hold {
     queue: String,
     amount: ResourceList,
+    /// The requests of the one pod the hold admitted (its gang's places are held beside).
+    per_pod: ResourceList,
+    pod: PodBinding,
+    /// A reinvocation of the webhook for this pod's creation has confirmed it once already.
+    confirmed: bool,
     seq: u64,
     at: Instant,
+}
+
+/// A pod the pass's pod cache shows admitted with a token (see [`AdmitAtCreation::holds_for_pass`]).
+pub struct VisibleToken<'a> {
+    pub token: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub queue: &'a str,
+}
+
+/// What the webhook does with a pod that arrives carrying a token.
+#[derive(Debug, PartialEq, Eq)]
+enum Reinvocation {
+    /// The webhook's second call for the pod it admitted: keep the token.
+    Confirmed,
+    /// The pod the hold was taken for, grown since (a sidecar injected after sluice): the hold is
+    /// given back and the pod is gated.
+    Grown,
+    /// Not this hold's pod, a used or unknown token: judged as any new pod.
+    Unknown,
 }
 
 /// What a pass hands to [`AdmitAtCreation::publish`] besides its decisions.
@@ -134,12 +194,14 @@ impl AdmitAtCreation {
     /// pod, or None (the pod is to be gated, which is noted: the queue now has a pod waiting).
     pub fn try_admit(
         &self,
-        namespace: &str,
+        pod: &PodBinding,
         identity: &PodIdentity,
         requests: &ResourceList,
     ) -> Option<String> {
         let mut state = self.lock();
-        let admitted = state.try_admit(namespace, identity, requests);
+        let seq = state.next_seq;
+        let token = self.token(seq);
+        let admitted = state.try_admit(&pod.namespace, identity, requests, &token);
         if admitted.is_none() {
             state.note_waiting(&identity.queue);
             return None;
@@ -152,14 +214,15 @@ impl AdmitAtCreation {
                     })
                     .inc();
             }
-            let seq = state.next_seq;
             state.next_seq += 1;
-            let token = self.token(seq);
             state.holds.insert(
                 token.clone(),
                 Hold {
                     queue,
                     amount,
+                    per_pod: requests.clone(),
+                    pod: pod.clone(),
+                    confirmed: false,
                     seq,
                     at: Instant::now(),
                 },
@@ -168,27 +231,64 @@ impl AdmitAtCreation {
         })
     }
 
+    /// A pod arrives carrying `token`: whether it is the webhook's reinvocation for the pod the
+    /// token's hold was taken for (same namespace, name or generateName, queue; requests within
+    /// the hold; confirmed once at most). A grown pod gives its hold back.
+    fn reinvoked(
+        &self,
+        token: &str,
+        pod: &PodBinding,
+        queue: &str,
+        requests: &ResourceList,
+    ) -> Reinvocation {
+        let mut state = self.lock();
+        let Some(hold) = state.holds.get_mut(token) else {
+            return Reinvocation::Unknown;
+        };
+        if hold.confirmed || hold.pod != *pod || hold.queue != queue {
+            return Reinvocation::Unknown;
+        }
+        if fits_within(requests, &hold.per_pod) {
+            hold.confirmed = true;
+            return Reinvocation::Confirmed;
+        }
+        state.give_back(token);
+        Reinvocation::Grown
+    }
+
     /// Whether the controller runs here and has published a pass (else every pod is gated).
     pub fn is_active(&self) -> bool {
         self.lock().active
     }
 
-    /// Whether `token` is one this process handed out and still holds room for.
-    fn holds(&self, token: &str) -> bool {
-        self.lock().holds.contains_key(token)
-    }
-
-    /// For a pass, after it read the pod cache: drops the holds of pods the cache shows (they
-    /// count as admitted pods now) and those too old, and returns the rest per queue.
-    pub fn holds_for_pass(
+    /// For a pass, after it read the pod cache: drops the holds of pods the cache shows admitted
+    /// (they count as admitted pods now; a token on any other pod is ignored) and those too old,
+    /// with the gang places of a first pod that never appeared, and returns the rest per queue.
+    pub fn holds_for_pass<'a>(
         &self,
         read_at: Instant,
-        visible_tokens: &HashSet<&str>,
+        visible: impl IntoIterator<Item = VisibleToken<'a>>,
     ) -> (PassMark, HashMap<String, ResourceList>) {
         let mut state = self.lock();
-        state.holds.retain(|token, hold| {
-            !visible_tokens.contains(token.as_str()) && hold.at.elapsed() < HOLD_FOR
-        });
+        for seen in visible {
+            let shown = state.holds.get(seen.token).is_some_and(|hold| {
+                hold.queue == seen.queue && hold.pod.names(seen.namespace, seen.name)
+            });
+            if shown {
+                state.holds.remove(seen.token);
+            }
+        }
+        let expired: Vec<String> = state
+            .holds
+            .iter()
+            .filter(|(_, hold)| hold.at.elapsed() >= HOLD_FOR)
+            .map(|(token, _)| token.clone())
+            .collect();
+        for token in expired {
+            state.holds.remove(&token);
+            // Its pod never appeared: the places held for the rest of its gang go too.
+            state.new_gangs.retain(|_, gang| gang.token != token);
+        }
         let mut per_queue: HashMap<String, ResourceList> = HashMap::new();
         for hold in state.holds.values() {
             per_queue
@@ -294,6 +394,19 @@ impl AdmitAtCreation {
 }
 
 impl State {
+    /// Gives the room of `token`'s hold back to its queue, with the places of a gang it began.
+    fn give_back(&mut self, token: &str) {
+        let Some(hold) = self.holds.remove(token) else {
+            return;
+        };
+        if let Some(queue) = self.queues.get_mut(&hold.queue) {
+            for (name, left) in queue.room.iter_mut() {
+                *left = left.saturating_add(hold.amount.get(name));
+            }
+        }
+        self.new_gangs.retain(|_, gang| gang.token != token);
+    }
+
     /// A pod of `queue` is gated: the queue has a pod waiting, and later pods must not pass it.
     fn note_waiting(&mut self, queue: &str) {
         if let Some(q) = self.queues.get_mut(queue) {
@@ -308,6 +421,7 @@ impl State {
         namespace: &str,
         identity: &PodIdentity,
         requests: &ResourceList,
+        token: &str,
     ) -> Option<(String, ResourceList)> {
         if !self.active {
             return None;
@@ -350,7 +464,7 @@ impl State {
             return None;
         }
         for (name, left) in queue.room.iter_mut() {
-            *left -= amount.get(name);
+            *left = left.saturating_sub(amount.get(name));
         }
         if let Some((key, places_left)) = new_gang {
             self.new_gangs.insert(
@@ -359,6 +473,7 @@ impl State {
                     queue: identity.queue.clone(),
                     per_pod: requests.clone(),
                     places_left,
+                    token: token.to_string(),
                 },
             );
         }
@@ -388,7 +503,32 @@ impl sluice_webhooks::PodClassifier for Classifier {
         namespace: &str,
         pod: &Pod,
     ) -> Result<Option<BTreeMap<String, String>>, String> {
-        self.adapters.classify_in(namespace, pod)
+        let labels = self.adapters.classify_in(namespace, pod)?;
+        // The API server validates the pod only after this webhook: a governed pod's requests are
+        // judged here, or a negative request would count as room.
+        if labels.is_some()
+            && let Some(Err(e)) = pod.spec.as_ref().map(pod_requests)
+        {
+            return Err(format!(
+                "sluice: pod {namespace}/{name} is governed by queue {queue:?} but its resources cannot be counted: {e}. Fix the pod's requests and limits, then create it again",
+                name = pod
+                    .metadata
+                    .name
+                    .as_deref()
+                    .or(pod.metadata.generate_name.as_deref())
+                    .unwrap_or("<unnamed>"),
+                queue = labels
+                    .as_ref()
+                    .and_then(|l| l.get(QUEUE_LABEL))
+                    .map(String::as_str)
+                    .unwrap_or(""),
+            ));
+        }
+        Ok(labels)
+    }
+
+    fn judge_resize(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
+        judge_resize(namespace, old, new)
     }
 
     fn admit_at_creation(
@@ -398,15 +538,6 @@ impl sluice_webhooks::PodClassifier for Classifier {
         labels: &BTreeMap<String, String>,
     ) -> Option<BTreeMap<String, String>> {
         let at_creation = self.at_creation.as_ref().filter(|a| a.is_active())?;
-        let mut annotations = BTreeMap::new();
-        // The webhook called again for the same creation (reinvocation): already admitted.
-        if let Some(token) = pod.annotations().get(AT_CREATION_ANNOTATION)
-            && at_creation.holds(token)
-            && !has_gates(pod)
-        {
-            annotations.insert(AT_CREATION_ANNOTATION.to_string(), token.clone());
-            return Some(annotations);
-        }
         let queue = labels.get(QUEUE_LABEL)?;
         // The identity the pod has with sluice's labels on it (a namespace default queue...).
         let mut labelled = pod.clone();
@@ -428,7 +559,25 @@ impl sluice_webhooks::PodClassifier for Classifier {
             at_creation.try_admit_never(&identity.queue);
             return None;
         }
-        let token = at_creation.try_admit(namespace, &identity, &requests)?;
+        let binding = PodBinding::of(namespace, pod);
+        // The webhook called again for the same creation (reinvocation): already admitted, if the
+        // token is this pod's own and the pod did not grow since.
+        if let Some(token) = pod.annotations().get(AT_CREATION_ANNOTATION) {
+            match at_creation.reinvoked(token, &binding, &identity.queue, &requests) {
+                Reinvocation::Confirmed => {
+                    let mut annotations = BTreeMap::new();
+                    annotations.insert(AT_CREATION_ANNOTATION.to_string(), token.clone());
+                    return Some(annotations);
+                }
+                Reinvocation::Grown => {
+                    at_creation.try_admit_never(&identity.queue);
+                    return None;
+                }
+                Reinvocation::Unknown => {}
+            }
+        }
+        let token = at_creation.try_admit(&binding, &identity, &requests)?;
+        let mut annotations = BTreeMap::new();
         annotations.insert(AT_CREATION_ANNOTATION.to_string(), token);
         annotations.insert(
             ADMITTED_AT_ANNOTATION.to_string(),
@@ -436,6 +585,48 @@ impl sluice_webhooks::PodClassifier for Classifier {
         );
         Some(annotations)
     }
+}
+
+/// Refuses an in-place resize that grows an admitted pod's requests: quota is taken only through
+/// the gate (a pass or admission at creation), and a resize has neither. Shrinking is free.
+fn judge_resize(namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
+    let name = new.metadata.name.as_deref().unwrap_or("<unnamed>");
+    let queue = old
+        .labels()
+        .get(QUEUE_LABEL)
+        .map(String::as_str)
+        .unwrap_or("");
+    let count = |pod: &Pod| -> Result<ResourceList, String> {
+        let spec = pod.spec.as_ref().ok_or("the pod has no spec")?;
+        pod_requests(spec).map_err(|e| e.to_string())
+    };
+    let (before, after) = (count(old), count(new));
+    let after = after.map_err(|e| {
+        format!(
+            "sluice: pod {namespace}/{name} in queue {queue:?}: the resize cannot be counted: {e}"
+        )
+    })?;
+    // An old pod sluice could not count holds nothing sluice knows of: any size is growth.
+    let before = before.unwrap_or_default();
+    let grown: Vec<String> = after
+        .0
+        .iter()
+        .filter(|(resource, value)| **value > before.get(resource))
+        .map(|(resource, value)| {
+            format!(
+                "{resource} {} -> {}",
+                describe_quantity(resource, before.get(resource)),
+                describe_quantity(resource, *value)
+            )
+        })
+        .collect();
+    if grown.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "sluice: pod {namespace}/{name} runs on the quota of queue {queue:?}; an in-place resize may shrink it but not grow it ({}), because quota is only given through sluice's gate. Create a pod with the larger requests instead: it waits until the queue has room",
+        grown.join(", ")
+    ))
 }
 
 fn has_gates(pod: &Pod) -> bool {

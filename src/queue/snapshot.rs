@@ -175,11 +175,14 @@ impl PodFacts {
             name,
             created_at: millis(pod.metadata.creation_timestamp.as_ref()),
             requests,
+            // Only an admitted (ungated) pod shows its hold taken: a gated pod carrying a token
+            // admits nothing and must not end the hold of the pod it was copied from.
             at_creation_token: pod
                 .metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(AT_CREATION_ANNOTATION))
+                .filter(|_| !is_gated(pod))
                 .cloned(),
         })
     }

@@ -43,6 +43,13 @@ pub trait PodClassifier: Send + Sync + 'static {
         let _ = (namespace, pod, labels);
         None
     }
+
+    /// Judges an in-place resize (`pods/resize`) of an admitted governed pod from `old` to `new`:
+    /// Err carries the refusal. By default every resize is allowed.
+    fn judge_resize(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
+        let _ = (namespace, old, new);
+        Ok(())
+    }
 }
 
 /// What the pod webhooks protect and who may change it.
@@ -56,6 +63,9 @@ pub struct GateSettings {
     pub governed_label: String,
     /// Who may remove the gate and edit protected labels: sluice's own identity.
     pub controller_usernames: Vec<String>,
+    /// Annotations that record an admission (its token, its time): removed from a pod that is
+    /// gated at creation (a copied or stale token admits nothing), and only sluice may change them.
+    pub admission_annotations: Vec<String>,
 }
 
 impl Default for GateSettings {
@@ -66,6 +76,10 @@ impl Default for GateSettings {
             protected_label_prefix: "sluice.dev/".into(),
             governed_label: "sluice.dev/queue".into(),
             controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
+            admission_annotations: vec![
+                "sluice.dev/admitted-at-creation".into(),
+                "sluice.dev/admitted-at".into(),
+            ],
         }
     }
 }
@@ -136,6 +150,21 @@ pub fn admission_at_creation_patch(
         annotations,
     );
     Patch(operations)
+}
+
+/// Operations removing each of `keys` the pod's annotations hold.
+fn remove_annotations(pod: &Pod, keys: &[String]) -> Vec<PatchOperation> {
+    let Some(existing) = pod.metadata.annotations.as_ref() else {
+        return Vec::new();
+    };
+    keys.iter()
+        .filter(|key| existing.contains_key(key.as_str()))
+        .map(|key| {
+            PatchOperation::Remove(json_patch::RemoveOperation {
+                path: pointer(&["metadata", "annotations", key]),
+            })
+        })
+        .collect()
 }
 
 /// Operations setting `wanted` in the metadata map `field` (labels, annotations), others kept.
@@ -229,7 +258,13 @@ pub fn mutate_pod(
     };
     let patch = match at_creation {
         Some(annotations) => admission_at_creation_patch(pod, &labels, &annotations),
-        None => mutation_patch(pod, &labels, &gate.gate_name),
+        None => {
+            let mut patch = mutation_patch(pod, &labels, &gate.gate_name);
+            patch
+                .0
+                .extend(remove_annotations(pod, &gate.admission_annotations));
+            patch
+        }
     };
     if patch.0.is_empty() {
         return allowed;
@@ -307,6 +342,19 @@ fn check_update(
         .chain(new_labels.keys())
         .filter(|k| k.starts_with(&gate.protected_label_prefix))
         .collect();
+    let old_notes = old.metadata.annotations.as_ref().unwrap_or(&empty);
+    let new_notes = new.metadata.annotations.as_ref().unwrap_or(&empty);
+    for key in &gate.admission_annotations {
+        let (before, after) = (old_notes.get(key), new_notes.get(key));
+        if before != after {
+            return Err(format!(
+                "sluice: annotation {key:?} of pod {pod} records its admission to queue {queue:?}; refused {change} because only sluice's controller ({controllers}) may set it",
+                pod = pod_name(request, new),
+                change = describe_change(before, after),
+                controllers = gate.controllers(),
+            ));
+        }
+    }
     for key in protected {
         let (before, after) = (old_labels.get(key), new_labels.get(key));
         if before != after {
@@ -357,11 +405,41 @@ impl AdmissionHandler<Pod> for MutatePods {
 /// `/validate-pods`.
 pub(crate) struct ValidatePods {
     pub(crate) gate: GateSettings,
+    pub(crate) classifier: Arc<dyn PodClassifier>,
 }
 
 impl AdmissionHandler<Pod> for ValidatePods {
     fn admit(&self, request: &AdmissionRequest<Pod>) -> AdmissionResponse {
+        if request.sub_resource.as_deref() == Some("resize") {
+            return validate_resize(request, self.classifier.as_ref(), &self.gate);
+        }
         validate_pod(request, &self.gate)
+    }
+}
+
+/// An in-place resize of a governed pod that is admitted (no gate) changes what it holds of its
+/// queue's quota: the classifier judges it. A gated pod is counted at admission with the requests
+/// it has then, so its resizes are free.
+pub fn validate_resize(
+    request: &AdmissionRequest<Pod>,
+    classifier: &dyn PodClassifier,
+    gate: &GateSettings,
+) -> AdmissionResponse {
+    let allowed = AdmissionResponse::from(request);
+    let username = request.user_info.username.as_deref().unwrap_or("");
+    let (Some(old), Some(new)) = (request.old_object.as_ref(), request.object.as_ref()) else {
+        return allowed;
+    };
+    if gate.is_controller(username)
+        || label(old, &gate.governed_label).is_none()
+        || has_gate(old, &gate.gate_name)
+    {
+        return allowed;
+    }
+    let namespace = request.namespace.as_deref().unwrap_or("default");
+    match classifier.judge_resize(namespace, old, new) {
+        Ok(()) => allowed,
+        Err(message) => allowed.deny(message),
     }
 }
 

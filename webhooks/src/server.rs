@@ -186,6 +186,7 @@ impl Webhooks {
                     "validate_pods",
                     Arc::new(ValidatePods {
                         gate: self.gate.clone(),
+                        classifier: self.classifier.clone(),
                     }),
                 ),
             ),

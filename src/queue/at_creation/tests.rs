@@ -36,6 +36,19 @@ fn open_with_room(room: i64) -> AdmitAtCreation {
     a
 }
 
+/// A pod created in `namespace` from generateName `p-` (its name not known yet).
+fn pod_at(namespace: &str) -> PodBinding {
+    PodBinding {
+        namespace: namespace.into(),
+        name: String::new(),
+        generate_name: "p-".into(),
+    }
+}
+
+fn holds(a: &AdmitAtCreation, token: &str) -> bool {
+    a.lock().holds.contains_key(token)
+}
+
 fn room(a: &AdmitAtCreation) -> i64 {
     a.lock().queues["q"].room["cpu"] / 1000
 }
@@ -44,7 +57,7 @@ fn room(a: &AdmitAtCreation) -> i64 {
 fn nothing_is_admitted_at_creation_before_a_pass_published() {
     let a = AdmitAtCreation::default();
     assert_eq!(
-        a.try_admit("ns", &identity("q", None, None), &list(1)),
+        a.try_admit(&pod_at("ns"), &identity("q", None, None), &list(1)),
         None
     );
 }
@@ -53,12 +66,12 @@ fn nothing_is_admitted_at_creation_before_a_pass_published() {
 fn pods_take_room_until_none_is_left_then_the_queue_waits() {
     let a = open_with_room(3);
     let one = identity("q", None, None);
-    assert!(a.try_admit("ns", &one, &list(2)).is_some());
+    assert!(a.try_admit(&pod_at("ns"), &one, &list(2)).is_some());
     assert_eq!(room(&a), 1);
     // Does not fit: gated, and the queue now has a pod waiting...
-    assert_eq!(a.try_admit("ns", &one, &list(2)), None);
+    assert_eq!(a.try_admit(&pod_at("ns"), &one, &list(2)), None);
     // ... so a pod that would fit waits too rather than overtake it.
-    assert_eq!(a.try_admit("ns", &one, &list(1)), None);
+    assert_eq!(a.try_admit(&pod_at("ns"), &one, &list(1)), None);
     assert_eq!(room(&a), 1);
 }
 
@@ -66,14 +79,23 @@ fn pods_take_room_until_none_is_left_then_the_queue_waits() {
 fn tokens_differ_and_are_known_until_a_pass_sees_their_pods() {
     let a = open_with_room(10);
     let one = identity("q", None, None);
-    let first = a.try_admit("ns", &one, &list(1)).expect("admitted");
-    let second = a.try_admit("ns", &one, &list(2)).expect("admitted");
+    let first = a
+        .try_admit(&pod_at("ns"), &one, &list(1))
+        .expect("admitted");
+    let second = a
+        .try_admit(&pod_at("ns"), &one, &list(2))
+        .expect("admitted");
     assert_ne!(first, second);
-    assert!(a.holds(&first) && a.holds(&second));
-    let seen: HashSet<&str> = [first.as_str()].into();
-    let (_, held) = a.holds_for_pass(Instant::now(), &seen);
+    assert!(holds(&a, &first) && holds(&a, &second));
+    let seen = VisibleToken {
+        token: &first,
+        namespace: "ns",
+        name: "p-1",
+        queue: "q",
+    };
+    let (_, held) = a.holds_for_pass(Instant::now(), [seen]);
     assert!(
-        !a.holds(&first),
+        !holds(&a, &first),
         "a pod the cache shows is an admitted pod, not a hold"
     );
     assert_eq!(
@@ -87,14 +109,14 @@ fn tokens_differ_and_are_known_until_a_pass_sees_their_pods() {
 fn a_new_gang_holds_room_for_its_minimum_and_its_members_take_those_places() {
     let a = open_with_room(10);
     let member = identity("q", Some("gang"), Some(4));
-    assert!(a.try_admit("ns", &member, &list(2)).is_some());
+    assert!(a.try_admit(&pod_at("ns"), &member, &list(2)).is_some());
     assert_eq!(room(&a), 2, "the first pod holds room for all 4 members");
     for _ in 0..3 {
-        assert!(a.try_admit("ns", &member, &list(2)).is_some());
+        assert!(a.try_admit(&pod_at("ns"), &member, &list(2)).is_some());
     }
     assert_eq!(room(&a), 2, "members 2-4 take the places held");
     // A fifth pod grows the workload: it needs room of its own.
-    assert!(a.try_admit("ns", &member, &list(2)).is_some());
+    assert!(a.try_admit(&pod_at("ns"), &member, &list(2)).is_some());
     assert_eq!(room(&a), 0);
 }
 
@@ -102,7 +124,11 @@ fn a_new_gang_holds_room_for_its_minimum_and_its_members_take_those_places() {
 fn a_gang_that_does_not_fit_whole_is_not_started_at_creation() {
     let a = open_with_room(5);
     assert_eq!(
-        a.try_admit("ns", &identity("q", Some("gang"), Some(4)), &list(2)),
+        a.try_admit(
+            &pod_at("ns"),
+            &identity("q", Some("gang"), Some(4)),
+            &list(2)
+        ),
         None
     );
     assert_eq!(room(&a), 5);
@@ -113,7 +139,7 @@ fn pods_of_recorded_applications_wait_for_their_ledger() {
     let a = open_with_room(10);
     let mut ray = identity("q", Some("raycluster-x"), None);
     ray.recorded = true;
-    assert_eq!(a.try_admit("ns", &ray, &list(1)), None);
+    assert_eq!(a.try_admit(&pod_at("ns"), &ray, &list(1)), None);
 }
 
 #[test]
@@ -128,8 +154,12 @@ fn a_pod_of_a_started_workload_is_admitted_alone() {
     );
     // Its gang minimum was reserved by the pass when the workload started: one pod's room only.
     assert!(
-        a.try_admit("ns", &identity("q", Some("app"), Some(8)), &list(1))
-            .is_some()
+        a.try_admit(
+            &pod_at("ns"),
+            &identity("q", Some("app"), Some(8)),
+            &list(1)
+        )
+        .is_some()
     );
     assert_eq!(room(&a), 2);
 }
@@ -144,10 +174,10 @@ fn only_allowed_namespaces_and_known_queues_admit_at_creation() {
         q.namespaces.insert("team-a".into());
     }
     let one = identity("q", None, None);
-    assert!(a.try_admit("team-a", &one, &list(1)).is_some());
-    assert_eq!(a.try_admit("team-b", &one, &list(1)), None);
+    assert!(a.try_admit(&pod_at("team-a"), &one, &list(1)).is_some());
+    assert_eq!(a.try_admit(&pod_at("team-b"), &one, &list(1)), None);
     assert_eq!(
-        a.try_admit("team-a", &identity("other", None, None), &list(1)),
+        a.try_admit(&pod_at("team-a"), &identity("other", None, None), &list(1)),
         None
     );
 }
@@ -156,17 +186,224 @@ fn only_allowed_namespaces_and_known_queues_admit_at_creation() {
 fn deactivated_it_admits_nothing_and_tokens_stay_unique() {
     let a = open_with_room(10);
     let before = a
-        .try_admit("ns", &identity("q", None, None), &list(1))
+        .try_admit(&pod_at("ns"), &identity("q", None, None), &list(1))
         .expect("admitted");
     a.deactivate();
     assert_eq!(
-        a.try_admit("ns", &identity("q", None, None), &list(1)),
+        a.try_admit(&pod_at("ns"), &identity("q", None, None), &list(1)),
         None
     );
-    assert!(!a.holds(&before));
+    assert!(!holds(&a, &before));
     let s = a.lock();
     assert_eq!(
         s.next_seq, 1,
         "the sequence goes on: no token is handed out twice"
     );
+}
+
+/// Issue 16, hole 1: admission tokens are bound to the one pod they admitted.
+mod token_replay {
+    use super::*;
+    use serde_json::json;
+    use sluice_webhooks::PodClassifier;
+
+    fn classifier(room_cpu: i64) -> Classifier {
+        Classifier {
+            adapters: Adapters::default(),
+            at_creation: Some(Arc::new(open_with_room(room_cpu))),
+        }
+    }
+
+    /// A plain pod of queue "q" named `name` in "ns", asking `cpu`, carrying `token` if any.
+    fn pod(name: &str, cpu: &str, token: Option<&str>) -> Pod {
+        let mut annotations = serde_json::Map::new();
+        if let Some(token) = token {
+            annotations.insert(AT_CREATION_ANNOTATION.into(), json!(token));
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {QUEUE_LABEL: "q"}, "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .expect("pod")
+    }
+
+    fn labels() -> BTreeMap<String, String> {
+        BTreeMap::from([(QUEUE_LABEL.to_string(), "q".to_string())])
+    }
+
+    /// Admits `pod` at creation in "ns": the token it was given, or None (gated).
+    fn admit(c: &Classifier, pod: &Pod) -> Option<String> {
+        c.admit_at_creation("ns", pod, &labels())
+            .map(|a| a[AT_CREATION_ANNOTATION].clone())
+    }
+
+    fn room_left(c: &Classifier) -> i64 {
+        room(c.at_creation.as_ref().expect("at creation"))
+    }
+
+    #[test]
+    fn a_big_pod_replaying_another_pods_token_is_judged_as_new_and_gated() {
+        let c = classifier(2);
+        let token = admit(&c, &pod("small", "1", None)).expect("admitted");
+        assert_eq!(room_left(&c), 1);
+        // Another pod (another name, 8 cpu) carrying the copied token: no free pass.
+        assert_eq!(admit(&c, &pod("big", "8", Some(&token))), None);
+        assert_eq!(room_left(&c), 1, "the replay took no room");
+    }
+
+    #[test]
+    fn the_real_reinvocation_keeps_its_token_once_and_a_second_replay_is_judged_as_new() {
+        let c = classifier(2);
+        let token = admit(&c, &pod("a", "1", None)).expect("admitted");
+        let again = pod("a", "1", Some(&token));
+        assert_eq!(
+            admit(&c, &again).as_deref(),
+            Some(token.as_str()),
+            "the webhook's second call for the same creation keeps the token"
+        );
+        assert_eq!(room_left(&c), 1, "and holds no more room");
+        // A third arrival with the same name and token is a replay: judged as a new pod, it
+        // takes room of its own (here it fits) under a new token.
+        let third = admit(&c, &again).expect("room left for one more");
+        assert_ne!(third, token);
+        assert_eq!(room_left(&c), 0);
+        assert_eq!(admit(&c, &again), None, "no room left: gated");
+    }
+
+    #[test]
+    fn a_pod_grown_by_a_sidecar_after_sluice_is_gated_and_its_hold_given_back() {
+        let c = classifier(2);
+        let token = admit(&c, &pod("a", "1", None)).expect("admitted");
+        assert_eq!(room_left(&c), 1);
+        let mut grown = pod("a", "1", Some(&token));
+        let spec = grown.spec.as_mut().expect("spec");
+        let mut sidecar = spec.containers[0].clone();
+        sidecar.name = "injected".into();
+        spec.containers.push(sidecar);
+        assert_eq!(admit(&c, &grown), None, "grew beyond its hold: gated");
+        assert_eq!(room_left(&c), 2, "its hold is given back");
+        let at = c.at_creation.as_ref().expect("at creation");
+        assert!(!holds(at, &token));
+    }
+
+    #[test]
+    fn a_token_on_a_pod_of_another_namespace_or_queue_gets_no_free_pass() {
+        let c = classifier(1);
+        let token = admit(&c, &pod("a", "1", None)).expect("admitted");
+        let copied = pod("a", "1", Some(&token));
+        assert_eq!(
+            c.admit_at_creation("other-ns", &copied, &labels()),
+            None,
+            "same name in another namespace: no room left, gated"
+        );
+        let at = c.at_creation.as_ref().expect("at creation");
+        assert_eq!(
+            at.reinvoked(&token, &PodBinding::of("ns", &copied), "other-q", &list(1)),
+            Reinvocation::Unknown
+        );
+    }
+
+    #[test]
+    fn a_token_shown_by_another_pod_does_not_end_the_hold() {
+        let a = open_with_room(4);
+        let binding = PodBinding {
+            namespace: "ns".into(),
+            name: "real".into(),
+            generate_name: String::new(),
+        };
+        let token = a
+            .try_admit(&binding, &identity("q", None, None), &list(1))
+            .expect("admitted");
+        // The token copied onto another admitted pod the cache shows: the real pod is not
+        // visible yet, so its room stays held.
+        let copied = VisibleToken {
+            token: &token,
+            namespace: "ns",
+            name: "impostor",
+            queue: "q",
+        };
+        let (_, held) = a.holds_for_pass(Instant::now(), [copied]);
+        assert_eq!(held["q"].get("cpu"), 1000);
+        let real = VisibleToken {
+            token: &token,
+            namespace: "ns",
+            name: "real",
+            queue: "q",
+        };
+        let (_, held) = a.holds_for_pass(Instant::now(), [real]);
+        assert!(held.is_empty(), "the real pod ends the hold");
+    }
+
+    #[test]
+    fn a_governed_pod_with_a_negative_request_is_refused_naming_the_field() {
+        let c = classifier(2);
+        let negative = pod("neg", "-1000", None);
+        let refusal = c
+            .classify_in("ns", &negative)
+            .expect_err("a negative request is refused");
+        assert!(refusal.contains("cpu"), "{refusal}");
+        assert!(refusal.contains("negative"), "{refusal}");
+    }
+}
+
+/// Issue 16, hole 3: gang places held at creation live no longer than the first pod's hold.
+#[test]
+fn gang_places_expire_with_the_hold_of_a_first_pod_that_never_appeared() {
+    let a = open_with_room(10);
+    let member = identity("q", Some("gang"), Some(4));
+    let first = a
+        .try_admit(&pod_at("ns"), &member, &list(2))
+        .expect("first pod holds the gang");
+    assert_eq!(room(&a), 2);
+    // The first pod is deleted (or its creation failed) before any pass saw it; its hold expires.
+    {
+        let mut s = a.lock();
+        let hold = s.holds.get_mut(&first).expect("held");
+        hold.at = Instant::now()
+            .checked_sub(HOLD_FOR)
+            .expect("the machine has been up longer than a hold");
+    }
+    let (_, held) = a.holds_for_pass(Instant::now(), std::iter::empty());
+    assert!(held.is_empty(), "the expired hold is gone");
+    assert!(
+        a.lock().new_gangs.is_empty(),
+        "and the places it held for the rest of the gang with it"
+    );
+    // A later member finds no place held: it starts a new gang of 4 (8 cpu), which does not fit
+    // the 2 cpu left, so it waits for a pass instead of filling a place nobody holds.
+    assert_eq!(a.try_admit(&pod_at("ns"), &member, &list(2)), None);
+}
+
+/// Issue 16, hole 5: in-place resize (`pods/resize`) cannot grow an admitted pod past its quota.
+mod resize {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(cpu: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {QUEUE_LABEL: "q"}},
+            "spec": {"containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}]}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn an_inplace_resize_that_grows_an_admitted_pod_is_refused_with_the_numbers() {
+        let refusal = judge_resize("ns", &pod("1"), &pod("16")).expect_err("refused");
+        assert!(refusal.contains("cpu 1 -> 16"), "{refusal}");
+        assert!(refusal.contains("queue \"q\""), "{refusal}");
+    }
+
+    #[test]
+    fn an_inplace_resize_that_shrinks_or_keeps_a_pod_is_allowed() {
+        assert_eq!(judge_resize("ns", &pod("2"), &pod("500m")), Ok(()));
+        assert_eq!(judge_resize("ns", &pod("2"), &pod("2")), Ok(()));
+    }
+
+    #[test]
+    fn a_resize_to_a_negative_request_is_refused() {
+        assert!(judge_resize("ns", &pod("2"), &pod("-4")).is_err());
+    }
 }

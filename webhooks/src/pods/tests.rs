@@ -337,3 +337,78 @@ fn creating_a_governed_pod_without_the_gate_is_refused_as_a_safety_net() {
     let r = request("CREATE", "alice", Some(plain), None, false);
     assert!(validate_pod(&r, &settings()).allowed);
 }
+
+// --- admission tokens and resizes (issue 16) ---
+
+const TOKEN: &str = "sluice.dev/admitted-at-creation";
+
+#[test]
+fn a_pod_gated_at_creation_loses_a_copied_admission_token() {
+    let mut p = governed(false);
+    p["metadata"]["annotations"] =
+        json!({TOKEN: "copied", "sluice.dev/admitted-at": "t", "x": "y"});
+    let r = request("CREATE", "alice", Some(p.clone()), None, false);
+    let answer = mutate_pod(&r, &Classify(Some(wanted())), &settings());
+    let patch: Patch =
+        serde_json::from_slice(answer.patch.as_deref().unwrap_or_default()).expect("patch");
+    let out = apply(&serde_json::from_value(p).expect("pod"), &patch);
+    let annotations = out.metadata.annotations.clone().expect("annotations");
+    assert!(!annotations.contains_key(TOKEN), "the token is removed");
+    assert!(!annotations.contains_key("sluice.dev/admitted-at"));
+    assert_eq!(annotations.get("x").map(String::as_str), Some("y"));
+    assert!(has_gate(&out, GATE));
+}
+
+#[test]
+fn adding_or_changing_an_admission_token_on_a_governed_pod_is_refused() {
+    let mut with_token = governed(true);
+    with_token["metadata"]["annotations"] = json!({TOKEN: "stolen"});
+    let r = request(
+        "UPDATE",
+        "alice",
+        Some(with_token),
+        Some(governed(true)),
+        false,
+    );
+    let answer = validate_pod(&r, &settings());
+    assert!(!answer.allowed);
+    assert!(
+        answer.result.message.contains(TOKEN),
+        "{}",
+        answer.result.message
+    );
+}
+
+struct RefuseGrowth;
+impl PodClassifier for RefuseGrowth {
+    fn classify(&self, _: &Pod) -> Option<BTreeMap<String, String>> {
+        None
+    }
+    fn judge_resize(&self, _: &str, _: &Pod, _: &Pod) -> Result<(), String> {
+        Err("grows".into())
+    }
+}
+
+fn resize_request(old: Value) -> AdmissionRequest<Pod> {
+    let mut r = request("UPDATE", "alice", Some(old.clone()), Some(old), false);
+    r.sub_resource = Some("resize".into());
+    r
+}
+
+#[test]
+fn a_resize_of_an_admitted_governed_pod_is_judged_and_others_pass() {
+    let refused = validate_resize(&resize_request(governed(false)), &RefuseGrowth, &settings());
+    assert!(
+        !refused.allowed,
+        "an admitted pod's resize goes to the judge"
+    );
+    let gated = validate_resize(&resize_request(governed(true)), &RefuseGrowth, &settings());
+    assert!(
+        gated.allowed,
+        "a gated pod is counted at admission: free to resize"
+    );
+    let mut plain = governed(false);
+    plain["metadata"]["labels"] = json!({"app": "etl"});
+    let ungoverned = validate_resize(&resize_request(plain), &RefuseGrowth, &settings());
+    assert!(ungoverned.allowed, "not sluice's pod");
+}

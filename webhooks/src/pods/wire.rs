@@ -1,6 +1,7 @@
 //! The pod as the pod webhooks read it off the wire: only what they judge (name, generateName,
 //! namespace, labels, annotations, `spec.schedulingGates`, and what makes a pod's requests:
-//! containers' and init containers' resources and restart policy, `spec.overhead`). Every other
+//! containers' and init containers' resources and restart policy, `spec.overhead`, pod-level
+//! `spec.resources`). Every other
 //! field is skipped without being built, which is most of a pod's 5-10 KB: env, volumes, probes,
 //! managedFields.
 //! The result is an ordinary [`Pod`] carrying just those fields, so the handlers and the
@@ -84,6 +85,9 @@ struct WireSpec {
     init_containers: Option<Vec<WireContainer>>,
     #[serde(default)]
     overhead: Option<BTreeMap<String, Quantity>>,
+    /// Pod-level requests and limits (PodLevelResources): they count instead of the containers'.
+    #[serde(default)]
+    resources: Option<WireResources>,
 }
 
 /// A container as far as its requests go.
@@ -106,15 +110,21 @@ struct WireResources {
     limits: Option<BTreeMap<String, Quantity>>,
 }
 
+impl WireResources {
+    fn into_requirements(self) -> ResourceRequirements {
+        ResourceRequirements {
+            requests: self.requests,
+            limits: self.limits,
+            ..ResourceRequirements::default()
+        }
+    }
+}
+
 impl WireContainer {
     fn into_container(self) -> Container {
         Container {
             name: self.name,
-            resources: self.resources.map(|r| ResourceRequirements {
-                requests: r.requests,
-                limits: r.limits,
-                ..ResourceRequirements::default()
-            }),
+            resources: self.resources.map(WireResources::into_requirements),
             restart_policy: self.restart_policy,
             ..Container::default()
         }
@@ -170,6 +180,7 @@ impl<'de> Deserialize<'de> for PartialPod {
                 .init_containers
                 .map(|c| c.into_iter().map(WireContainer::into_container).collect()),
             overhead: s.overhead,
+            resources: s.resources.map(WireResources::into_requirements),
             ..PodSpec::default()
         });
         Ok(PartialPod(Box::new(Pod {
@@ -251,6 +262,7 @@ mod tests {
             "spec": pod.spec.as_ref().map(|s| json!({
                 "schedulingGates": s.scheduling_gates,
                 "overhead": s.overhead,
+                "resources": s.resources.as_ref().map(|r| json!([r.requests, r.limits])),
                 "containers": requests_of(&s.containers),
                 "initContainers": s.init_containers.as_deref().map(requests_of),
             })),
@@ -285,6 +297,7 @@ mod tests {
                      "initContainers": [{"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
                                         {"name": "i", "resources": {"limits": {"memory": "2Gi"}}}],
                      "overhead": {"cpu": "10m"},
+                     "resources": {"requests": {"cpu": "8"}, "limits": {"memory": "4Gi"}},
                      "schedulingGates": [{"name": "other"}, {"name": "sluice.dev/admission"}]},
             "status": {"phase": "Pending"},
         });
