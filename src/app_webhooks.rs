@@ -158,7 +158,13 @@ impl ValidateApplications {
         for set in &sets {
             let per_pod = ResourceList::from_quantities(&set.requests)
                 .map_err(|e| format!("sluice: {who}: {e}"))?;
-            gang.add_scaled(&per_pod, i64::from(set.min_count.max(0)));
+            // Checked: demand() refuses a gang it cannot count, so this is a second line only.
+            gang.try_add_scaled(&per_pod, i64::from(set.min_count.max(0)))
+                .map_err(|resource| {
+                    format!(
+                        "sluice: the minimum gang of {who} needs more {resource} than sluice can count"
+                    )
+                })?;
         }
         let quota = ResourceList::from_quantities(&queue.spec.quota)
             .map_err(|e| format!("sluice: CapacityQueue {queue_name}: {e}"))?;
@@ -278,6 +284,41 @@ mod tests {
             .check(&RayClusters, &app, "nope")
             .expect_err("missing queue");
         assert!(err.contains("does not exist"), "{err}");
+    }
+
+    /// Issue 16, hole 2: an application whose template holds a negative request is refused at
+    /// submit time, the field named, before it can reach the DynamicWorkload.
+    #[test]
+    fn an_application_with_a_negative_request_is_refused_naming_the_field() {
+        use sluice_webhooks::ApplicationHandler;
+        let mut app = rc(false);
+        app.data["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+            ["requests"]["cpu"] = json!("-1000");
+        let refused = validator("100").admit(&review(&app));
+        assert!(!refused.allowed);
+        assert!(
+            refused.result.message.contains(
+                r#"spec.workerGroupSpecs[0].template.spec.containers[0].resources.requests.cpu: must not be negative ("-1000")"#
+            ),
+            "{}",
+            refused.result.message
+        );
+    }
+
+    #[test]
+    fn an_application_whose_gang_overflows_is_refused_naming_the_field() {
+        let mut app = rc(false);
+        app.data["spec"]["workerGroupSpecs"][0]["minReplicas"] = json!(i64::from(i32::MAX));
+        app.data["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+            ["requests"]["cpu"] = json!("9223372036854775m");
+        let err = validator("100")
+            .check(&RayClusters, &app, "q")
+            .expect_err("overflow");
+        assert!(
+            err.contains("spec.workerGroupSpecs[0].minReplicas:")
+                && err.contains("than sluice can count"),
+            "{err}"
+        );
     }
 
     fn review(app: &DynamicObject) -> AdmissionRequest<DynamicObject> {

@@ -21,6 +21,7 @@ use crate::api::{
     ApplicationEnd, MIN_COUNT_ANNOTATION, POD_SET_LABEL, PodSetSpec, QUEUE_LABEL, WORKLOAD_LABEL,
 };
 use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
+use crate::queue::resources::ResourceList;
 
 /// Where a governed pod belongs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -220,20 +221,77 @@ pub fn is_label_value(value: &str) -> bool {
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))))
 }
 
-/// What one pod made from a pod template (`{metadata, spec}`) requests, counted as the scheduler
-/// counts it; `what` names the template in errors.
+/// What one pod made from the pod template (`{metadata, spec}`) at `path` (e.g.
+/// `spec.headGroupSpec.template`) requests, counted as the scheduler counts it. Errors name the
+/// field: templates are never validated as pods, so nothing else refuses a negative request.
 fn template_requests(
     template: &serde_json::Value,
-    what: &str,
-) -> Result<crate::queue::resources::ResourceList, DemandError> {
+    path: &str,
+) -> Result<ResourceList, DemandError> {
     let spec = template
         .get("spec")
         .cloned()
         .unwrap_or(serde_json::Value::Null);
     let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(spec)
-        .map_err(|e| DemandError::Invalid(format!("{what}: pod template: {e}")))?;
+        .map_err(|e| DemandError::Invalid(format!("{path}.spec: not a pod spec: {e}")))?;
     crate::queue::resources::pod_requests(&spec)
-        .map_err(|e| DemandError::Invalid(format!("{what}: {e}")))
+        .map_err(|e| DemandError::Invalid(format!("{path}.{e}")))
+}
+
+/// A quantity as the object holds it: a string, or a number (Kubernetes reads both).
+fn quantity_text(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Reads the amount at `field` (a quantity, not negative), or Err naming the field.
+fn amount(text: &str, field: &str) -> Result<i64, DemandError> {
+    crate::queue::resources::parse_amount(text)
+        .map_err(|e| DemandError::Invalid(format!("{field}: {e}")))
+}
+
+/// The integer at `key` of `object` (`field` is its path, for errors): None when absent, Err
+/// when negative or not an integer.
+fn count(object: &serde_json::Value, key: &str, field: &str) -> Result<Option<i64>, DemandError> {
+    let Some(value) = object.get(key) else {
+        return Ok(None);
+    };
+    // 2.0 is a whole number too; JSON has no other integer type.
+    let whole = value.as_i64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
+            .map(|f| f as i64)
+    });
+    match whole {
+        Some(n) if n >= 0 => Ok(Some(n)),
+        Some(n) => Err(DemandError::Invalid(format!(
+            "{field}: must not be negative ({n})"
+        ))),
+        None if value.is_null() => Ok(None),
+        None => Err(DemandError::Invalid(format!(
+            "{field}: must be a whole number, not {value}"
+        ))),
+    }
+}
+
+/// Adds `count` pods of `per_pod` to `gang`, or Err naming `field` (the count's path) when the
+/// product or the sum is more than sluice can count: such a gang could never be admitted, and
+/// a wrapped or saturated total would be a lie.
+fn add_to_gang(
+    gang: &mut ResourceList,
+    per_pod: &ResourceList,
+    count: i64,
+    field: &str,
+) -> Result<(), DemandError> {
+    gang.try_add_scaled(per_pod, count).map_err(|resource| {
+        DemandError::Invalid(format!(
+            "{field}: {count} pods need more {resource} than sluice can count (9223372036854775807m in all)"
+        ))
+    })
 }
 
 fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {

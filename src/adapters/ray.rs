@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
+use super::{
+    Adapter, ApplicationAdapter, DemandError, PodIdentity, add_to_gang, amount, count, label,
+    quantity_text, template_requests,
+};
 use crate::api::{PodSetSpec, QUEUE_LABEL};
 use crate::queue::resources::ResourceList;
 
@@ -55,8 +58,71 @@ impl Adapter for RayClusters {
     }
 }
 
-fn int(value: &Value, key: &str) -> Option<i64> {
-    value.get(key).and_then(Value::as_i64)
+/// The head's requests, plus the autoscaler sidecar KubeRay adds when in-tree autoscaling is on.
+fn head_demand(spec: &Value) -> Result<ResourceList, DemandError> {
+    let head_template = spec
+        .pointer("/headGroupSpec/template")
+        .ok_or_else(|| DemandError::Invalid("spec.headGroupSpec.template is missing".into()))?;
+    let mut head = template_requests(head_template, "spec.headGroupSpec.template")?;
+    if spec.get("enableInTreeAutoscaling").and_then(Value::as_bool) != Some(true) {
+        return Ok(head);
+    }
+    let mut sidecar = ResourceList::new();
+    let requests = spec.pointer("/autoscalerOptions/resources/requests");
+    for (name, default) in [("cpu", AUTOSCALER_CPU), ("memory", AUTOSCALER_MEMORY)] {
+        let text = requests
+            .and_then(|r| r.get(name))
+            .and_then(quantity_text)
+            .unwrap_or_else(|| default.to_string());
+        let field = format!("spec.autoscalerOptions.resources.requests.{name}");
+        sidecar.add(name, amount(&text, &field)?);
+    }
+    head.try_add_all(&sidecar).map_err(|resource| {
+        DemandError::Invalid(format!(
+            "spec.autoscalerOptions.resources.requests.{resource}: the head's {resource} with the autoscaler's is more than sluice can count"
+        ))
+    })?;
+    Ok(head)
+}
+
+/// One worker group's pod set (`path` is the group's field path); adds its gang to `gang`.
+fn group_demand(
+    group: &Value,
+    path: &str,
+    gang: &mut ResourceList,
+) -> Result<PodSetSpec, DemandError> {
+    let name = group
+        .get("groupName")
+        .and_then(Value::as_str)
+        .unwrap_or("workers")
+        .to_string();
+    let template = group
+        .get("template")
+        .ok_or_else(|| DemandError::Invalid(format!("{path}.template is missing")))?;
+    let requests = template_requests(template, &format!("{path}.template"))?;
+    let field = |key: &str| format!("{path}.{key}");
+    // replicas is the operator's starting point, not demand; a negative one is still refused.
+    count(group, "replicas", &field("replicas"))?;
+    let hosts = count(group, "numOfHosts", &field("numOfHosts"))?
+        .unwrap_or(1)
+        .max(1);
+    let min = count(group, "minReplicas", &field("minReplicas"))?.unwrap_or(0);
+    let max = count(group, "maxReplicas", &field("maxReplicas"))?;
+    let min_pods = min.checked_mul(hosts).ok_or_else(|| {
+        DemandError::Invalid(format!(
+            "{}: {min} replicas of {hosts} hosts are more pods than sluice can count",
+            field("minReplicas")
+        ))
+    })?;
+    add_to_gang(gang, &requests, min_pods, &field("minReplicas"))?;
+    let max_pods = max.map_or(i64::from(i32::MAX), |m| m.saturating_mul(hosts));
+    Ok(PodSetSpec {
+        name,
+        requests: requests.to_quantities(),
+        // Counts beyond i32 only grow: a gang that large never fits any quota.
+        min_count: i32::try_from(min_pods).unwrap_or(i32::MAX),
+        max_count: Some(i32::try_from(max_pods).unwrap_or(i32::MAX)),
+    })
 }
 
 impl ApplicationAdapter for RayClusters {
@@ -76,57 +142,29 @@ impl ApplicationAdapter for RayClusters {
             .data
             .get("spec")
             .ok_or_else(|| DemandError::Invalid("RayCluster has no spec".into()))?;
-        let head_template = spec
-            .pointer("/headGroupSpec/template")
-            .ok_or_else(|| DemandError::Invalid("spec.headGroupSpec.template is missing".into()))?;
-        let mut head = super::template_requests(head_template, "headGroupSpec")?;
-        if spec.get("enableInTreeAutoscaling").and_then(Value::as_bool) == Some(true) {
-            let mut sidecar = ResourceList::new();
-            let resources = spec.pointer("/autoscalerOptions/resources/requests");
-            for (name, default) in [("cpu", AUTOSCALER_CPU), ("memory", AUTOSCALER_MEMORY)] {
-                let text = resources
-                    .and_then(|r| r.get(name))
-                    .and_then(Value::as_str)
-                    .unwrap_or(default);
-                let value = crate::queue::resources::parse_quantity(text)
-                    .map_err(|e| DemandError::Invalid(format!("autoscalerOptions: {e}")))?;
-                sidecar.add(name, value);
-            }
-            head.add_all(&sidecar);
-        }
+        let head = head_demand(spec)?;
+        let mut gang = head.clone();
         let mut sets = vec![PodSetSpec {
             name: "head".into(),
             requests: head.to_quantities(),
             min_count: 1,
             max_count: Some(1),
         }];
-        for group in spec
+        for (i, group) in spec
             .get("workerGroupSpecs")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            .enumerate()
         {
-            let name = group
-                .get("groupName")
-                .and_then(Value::as_str)
-                .unwrap_or("workers")
-                .to_string();
             if group.get("suspend").and_then(Value::as_bool) == Some(true) {
                 continue;
             }
-            let template = group.get("template").ok_or_else(|| {
-                DemandError::Invalid(format!("workerGroupSpecs {name}: template is missing"))
-            })?;
-            let requests = super::template_requests(template, &format!("workerGroupSpecs {name}"))?;
-            let hosts = int(group, "numOfHosts").unwrap_or(1).max(1);
-            let min = int(group, "minReplicas").unwrap_or(0).max(0);
-            let max = int(group, "maxReplicas").unwrap_or(i64::from(i32::MAX) / hosts);
-            sets.push(PodSetSpec {
-                name,
-                requests: requests.to_quantities(),
-                min_count: i32::try_from(min * hosts).unwrap_or(i32::MAX),
-                max_count: Some(i32::try_from(max.saturating_mul(hosts)).unwrap_or(i32::MAX)),
-            });
+            sets.push(group_demand(
+                group,
+                &format!("spec.workerGroupSpecs[{i}]"),
+                &mut gang,
+            )?);
         }
         Ok(sets)
     }
@@ -206,6 +244,96 @@ mod tests {
         let sets = RayClusters.demand(&raycluster(true)).expect("demand");
         assert_eq!(sets[0].requests["cpu"].0, "2500m");
         assert_eq!(sets[0].requests["memory"].0, "4608Mi");
+    }
+
+    fn refusal(edit: impl FnOnce(&mut Value)) -> String {
+        let mut rc = raycluster(true);
+        edit(&mut rc.data["spec"]);
+        match RayClusters.demand(&rc) {
+            Ok(sets) => panic!("accepted: {sets:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Issue 16, hole 2: RayCluster templates are never validated as pods.
+    #[test]
+    fn a_negative_worker_cpu_is_refused_naming_the_field() {
+        let err = refusal(|spec| {
+            spec["workerGroupSpecs"][1]["template"]["spec"]["containers"][0]["resources"]["requests"]
+                ["cpu"] = json!("-8");
+        });
+        assert_eq!(
+            err,
+            r#"spec.workerGroupSpecs[1].template.spec.containers[0].resources.requests.cpu: must not be negative ("-8")"#
+        );
+        let err = refusal(|spec| {
+            spec["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["limits"] =
+                json!({"memory": "-1Gi"});
+        });
+        assert!(
+            err.starts_with(
+                "spec.headGroupSpec.template.spec.containers[0].resources.limits.memory"
+            ),
+            "{err}"
+        );
+        let err = refusal(|spec| {
+            spec["autoscalerOptions"] = json!({"resources": {"requests": {"cpu": "-1"}}});
+        });
+        assert!(
+            err.starts_with("spec.autoscalerOptions.resources.requests.cpu"),
+            "{err}"
+        );
+        let err = refusal(|spec| {
+            spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+                ["cpu"] = json!("1e");
+        });
+        assert!(
+            err.contains("workerGroupSpecs[0].template.spec.containers[0].resources.requests.cpu: invalid quantity"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn negative_replicas_hosts_and_minimums_are_refused_naming_the_field() {
+        for key in ["replicas", "minReplicas", "maxReplicas", "numOfHosts"] {
+            let err = refusal(|spec| spec["workerGroupSpecs"][0][key] = json!(-1));
+            assert_eq!(
+                err,
+                format!("spec.workerGroupSpecs[0].{key}: must not be negative (-1)")
+            );
+        }
+    }
+
+    #[test]
+    fn replicas_times_per_pod_beyond_what_sluice_counts_is_refused() {
+        let err = refusal(|spec| {
+            spec["workerGroupSpecs"][1]["minReplicas"] = json!(i64::from(i32::MAX));
+            spec["workerGroupSpecs"][1]["numOfHosts"] = json!(i64::from(i32::MAX));
+        });
+        assert!(
+            err.starts_with("spec.workerGroupSpecs[1].minReplicas:")
+                && err.contains("than sluice can count"),
+            "{err}"
+        );
+        let err = refusal(|spec| {
+            spec["workerGroupSpecs"][1]["minReplicas"] = json!(i64::MAX);
+            spec["workerGroupSpecs"][1]["numOfHosts"] = json!(2);
+        });
+        assert!(
+            err.starts_with("spec.workerGroupSpecs[1].minReplicas:"),
+            "{err}"
+        );
+    }
+
+    /// Issue 16, hole 5: pod-level resources in a template count as the scheduler counts them.
+    #[test]
+    fn pod_level_resources_in_a_template_count() {
+        let mut rc = raycluster(false);
+        rc.data["spec"]["workerGroupSpecs"][0]["template"]["spec"]["resources"] =
+            json!({"requests": {"cpu": "8", "memory": "16Gi"}});
+        let sets = RayClusters.demand(&rc).expect("demand");
+        assert_eq!(sets[1].requests["cpu"].0, "8");
+        assert_eq!(sets[1].requests["memory"].0, "16Gi");
     }
 
     #[test]

@@ -18,9 +18,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
+use super::{
+    Adapter, ApplicationAdapter, DemandError, PodIdentity, add_to_gang, amount, count, label,
+};
 use crate::api::{ApplicationEnd, PodSetSpec, QUEUE_LABEL};
-use crate::queue::resources::{ResourceList, parse_quantity};
+use crate::queue::resources::ResourceList;
 
 pub const APP_SELECTOR_LABEL: &str = "spark-app-selector";
 pub const ROLE_LABEL: &str = "spark-role";
@@ -68,15 +70,16 @@ impl Adapter for SparkApplications {
     }
 }
 
-/// Spark's size strings ("4g", "512m", "1024k", "2t", plain bytes) in bytes.
-pub fn spark_memory(text: &str) -> Result<i64, DemandError> {
+/// Spark's size strings ("4g", "512m", "1024k", "2t", plain bytes: its `byteStringAsBytes`) in
+/// bytes; `field` names the field in errors.
+pub fn spark_memory(text: &str, field: &str) -> Result<i64, DemandError> {
     let t = text.trim().to_ascii_lowercase();
-    let bad = || {
-        DemandError::Invalid(format!(
-            "{text:?} is not a Spark memory size such as 4g or 512m"
-        ))
-    };
+    let invalid = |why: &str| DemandError::Invalid(format!("{field}: {text:?} {why}"));
+    if t.starts_with('-') {
+        return Err(invalid("must not be negative"));
+    }
     let (number, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let bad = || invalid("is not a Spark memory size such as 4g or 512m");
     let n: i64 = number.parse().map_err(|_| bad())?;
     let shift = match unit.trim_end_matches('b') {
         "" => 0,
@@ -84,9 +87,11 @@ pub fn spark_memory(text: &str) -> Result<i64, DemandError> {
         "m" => 20,
         "g" => 30,
         "t" => 40,
+        "p" => 50,
         _ => return Err(bad()),
     };
-    n.checked_mul(1 << shift).ok_or_else(bad)
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| invalid("is more than sluice can count"))
 }
 
 fn conf<'a>(spec: &'a Value, key: &str) -> Option<&'a str> {
@@ -95,59 +100,141 @@ fn conf<'a>(spec: &'a Value, key: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
+/// The path of a sparkConf entry, for errors.
+fn conf_field(key: &str) -> String {
+    format!("spec.sparkConf[{key:?}]")
+}
+
+/// The memory Spark sizes the driver's or executors' pods with, in bytes, before rounding.
+fn pod_memory(spec: &Value, section: &Value, role: &str) -> Result<i64, DemandError> {
+    let too_large = |what: &str| {
+        DemandError::Invalid(format!(
+            "spec.{role}: memory with {what} is more than sluice can count"
+        ))
+    };
+    let memory = match section.get("memory").and_then(Value::as_str) {
+        Some(m) => spark_memory(m, &format!("spec.{role}.memory"))?,
+        None => {
+            let key = format!("spark.{role}.memory");
+            spark_memory(conf(spec, &key).unwrap_or("1g"), &conf_field(&key))?
+        }
+    };
+    let overhead = match section.get("memoryOverhead").and_then(Value::as_str) {
+        Some(o) => spark_memory(o, &format!("spec.{role}.memoryOverhead"))?,
+        None => match conf(spec, &format!("spark.{role}.memoryOverhead")) {
+            Some(o) => spark_memory(o, &conf_field(&format!("spark.{role}.memoryOverhead")))?,
+            None => overhead_by_factor(spec, role, memory)?,
+        },
+    };
+    let mut total = memory
+        .checked_add(overhead)
+        .ok_or_else(|| too_large("overhead"))?;
+    if role == "executor" {
+        if conf(spec, "spark.memory.offHeap.enabled") == Some("true") {
+            let key = "spark.memory.offHeap.size";
+            let off_heap = spark_memory(conf(spec, key).unwrap_or("0"), &conf_field(key))?;
+            total = total.checked_add(off_heap).ok_or_else(|| too_large(key))?;
+        }
+        let key = "spark.executor.pyspark.memory";
+        if let Some(py) = conf(spec, key) {
+            let py = spark_memory(py, &conf_field(key))?;
+            total = total.checked_add(py).ok_or_else(|| too_large(key))?;
+        }
+    }
+    Ok(total)
+}
+
+/// Spark's default overhead: max(factor × memory, 384 MiB), the factor 0.1 for JVM jobs and 0.4
+/// for Python / R unless set. Spark refuses a factor that is not a positive number.
+fn overhead_by_factor(spec: &Value, role: &str, memory: i64) -> Result<i64, DemandError> {
+    let role_key = format!("spark.{role}.memoryOverheadFactor");
+    let given = [
+        (
+            spec.get("memoryOverheadFactor").and_then(Value::as_str),
+            "spec.memoryOverheadFactor".to_string(),
+        ),
+        (conf(spec, &role_key), conf_field(&role_key)),
+        (
+            conf(spec, "spark.kubernetes.memoryOverheadFactor"),
+            conf_field("spark.kubernetes.memoryOverheadFactor"),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(text, field)| text.map(|t| (t, field)));
+    let factor = match given {
+        Some((text, field)) => match text.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() && f > 0.0 => f,
+            _ => {
+                return Err(DemandError::Invalid(format!(
+                    "{field}: {text:?} is not a positive number"
+                )));
+            }
+        },
+        None => {
+            let non_jvm = matches!(
+                spec.get("type").and_then(Value::as_str),
+                Some("Python") | Some("R")
+            );
+            if non_jvm { 0.4 } else { 0.1 }
+        }
+    };
+    let by_factor = memory as f64 * factor;
+    if by_factor >= i64::MAX as f64 {
+        return Err(DemandError::Invalid(format!(
+            "spec.{role}: memory × memoryOverheadFactor is more than sluice can count"
+        )));
+    }
+    Ok((by_factor as i64).max(MIN_OVERHEAD_MIB * MIB))
+}
+
+/// The cpu of one pod, in milli-cpu: coreRequest, else cores (default 1).
+fn pod_cpu(section: &Value, role: &str) -> Result<i64, DemandError> {
+    if let Some(c) = section.get("coreRequest").and_then(Value::as_str) {
+        return amount(c, &format!("spec.{role}.coreRequest"));
+    }
+    let field = format!("spec.{role}.cores");
+    let cores = count(section, "cores", &field)?.unwrap_or(1).max(1);
+    cores.checked_mul(1000).ok_or_else(|| {
+        DemandError::Invalid(format!("{field}: {cores} is more than sluice can count"))
+    })
+}
+
 /// One pod's requests for the driver or the executors.
 fn pod_demand(spec: &Value, role: &str) -> Result<ResourceList, DemandError> {
     let section = spec.get(role).cloned().unwrap_or(Value::Null);
-    let memory = match section.get("memory").and_then(Value::as_str) {
-        Some(m) => spark_memory(m)?,
-        None => spark_memory(conf(spec, &format!("spark.{role}.memory")).unwrap_or("1g"))?,
-    };
-    let non_jvm = matches!(
-        spec.get("type").and_then(Value::as_str),
-        Some("Python") | Some("R")
-    );
-    let factor = spec
-        .get("memoryOverheadFactor")
-        .and_then(Value::as_str)
-        .or_else(|| conf(spec, &format!("spark.{role}.memoryOverheadFactor")))
-        .or_else(|| conf(spec, "spark.kubernetes.memoryOverheadFactor"))
-        .and_then(|f| f.parse::<f64>().ok())
-        .unwrap_or(if non_jvm { 0.4 } else { 0.1 });
-    let overhead = match section
-        .get("memoryOverhead")
-        .and_then(Value::as_str)
-        .or_else(|| conf(spec, &format!("spark.{role}.memoryOverhead")))
-    {
-        Some(o) => spark_memory(o)?,
-        None => ((memory as f64 * factor) as i64).max(MIN_OVERHEAD_MIB * MIB),
-    };
-    let mut total = memory + overhead;
-    if role == "executor" {
-        if conf(spec, "spark.memory.offHeap.enabled") == Some("true") {
-            total += spark_memory(conf(spec, "spark.memory.offHeap.size").unwrap_or("0"))?;
-        }
-        if let Some(py) = conf(spec, "spark.executor.pyspark.memory") {
-            total += spark_memory(py)?;
-        }
-    }
-    let cpu = match section.get("coreRequest").and_then(Value::as_str) {
-        Some(c) => parse_quantity(c)
-            .map_err(|e| DemandError::Invalid(format!("{role}.coreRequest: {e}")))?,
-        None => {
-            section
-                .get("cores")
-                .and_then(Value::as_i64)
-                .unwrap_or(1)
-                .max(1)
-                * 1000
-        }
-    };
+    let total = pod_memory(spec, &section, role)?;
+    // Spark rounds the pod's memory up to whole MiB; in milli-units.
+    let memory = total
+        .checked_add(MIB - 1)
+        .map(|t| t / MIB * MIB)
+        .and_then(|t| t.checked_mul(1000))
+        .ok_or_else(|| {
+            DemandError::Invalid(format!("spec.{role}: memory is more than sluice can count"))
+        })?;
     let mut list = ResourceList::new();
-    list.add("cpu", cpu);
-    // Spark rounds the pod's memory to whole MiB.
-    list.add("memory", (total + MIB - 1) / MIB * MIB * 1000);
+    list.add("cpu", pod_cpu(&section, role)?);
+    list.add("memory", memory);
     list.add("pods", 1000);
     Ok(list)
+}
+
+/// The executors' gang minimum and maximum: instances, or with dynamic allocation min / max.
+fn executor_counts(spec: &Value) -> Result<(i64, Option<i64>), DemandError> {
+    let dynamic = spec.get("dynamicAllocation").unwrap_or(&Value::Null);
+    let instances = count(
+        spec.get("executor").unwrap_or(&Value::Null),
+        "instances",
+        "spec.executor.instances",
+    )?;
+    if dynamic.get("enabled").and_then(Value::as_bool) != Some(true) {
+        let n = instances.unwrap_or(1);
+        return Ok((n, Some(n)));
+    }
+    let field = |key: &str| format!("spec.dynamicAllocation.{key}");
+    count(dynamic, "initialExecutors", &field("initialExecutors"))?;
+    let min = count(dynamic, "minExecutors", &field("minExecutors"))?.unwrap_or(0);
+    let max = count(dynamic, "maxExecutors", &field("maxExecutors"))?;
+    Ok((min, max))
 }
 
 impl ApplicationAdapter for SparkApplications {
@@ -169,23 +256,13 @@ impl ApplicationAdapter for SparkApplications {
             .ok_or_else(|| DemandError::Invalid("SparkApplication has no spec".into()))?;
         let driver = pod_demand(spec, "driver")?;
         let executor = pod_demand(spec, "executor")?;
-        let dynamic = spec.get("dynamicAllocation");
-        let enabled = dynamic
-            .and_then(|d| d.get("enabled"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let (min, max) = if enabled {
-            let d = dynamic.unwrap_or(&Value::Null);
-            let min = d.get("minExecutors").and_then(Value::as_i64).unwrap_or(0);
-            let max = d.get("maxExecutors").and_then(Value::as_i64);
-            (min, max)
+        let (min, max) = executor_counts(spec)?;
+        let min_field = if spec.pointer("/dynamicAllocation/enabled") == Some(&Value::Bool(true)) {
+            "spec.dynamicAllocation.minExecutors"
         } else {
-            let n = spec
-                .pointer("/executor/instances")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            (n, Some(n))
+            "spec.executor.instances"
         };
+        add_to_gang(&mut driver.clone(), &executor, min, min_field)?;
         Ok(vec![
             PodSetSpec {
                 name: "driver".into(),
@@ -196,8 +273,9 @@ impl ApplicationAdapter for SparkApplications {
             PodSetSpec {
                 name: "executor".into(),
                 requests: executor.to_quantities(),
-                min_count: i32::try_from(min.max(0)).unwrap_or(i32::MAX),
-                max_count: max.map(|m| i32::try_from(m.max(0)).unwrap_or(i32::MAX)),
+                // Counts beyond i32 only grow: a gang that large never fits any quota.
+                min_count: i32::try_from(min).unwrap_or(i32::MAX),
+                max_count: max.map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
             },
         ])
     }
@@ -237,6 +315,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::queue::resources::parse_quantity;
 
     fn app(spec: Value) -> DynamicObject {
         serde_json::from_value(json!({"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
@@ -288,6 +367,73 @@ mod tests {
         assert_eq!((sets[1].min_count, sets[1].max_count), (1, Some(10)));
     }
 
+    fn refusal(spec: Value) -> String {
+        match SparkApplications.demand(&app(spec)) {
+            Ok(sets) => panic!("accepted: {sets:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Issue 16, hole 2: SparkApplications are never validated as pods.
+    #[test]
+    fn a_negative_executor_memory_is_refused_naming_the_field() {
+        let err = refusal(json!({"driver": {}, "executor": {"memory": "-4g"}}));
+        assert!(
+            err.starts_with("spec.executor.memory: \"-4g\" must not be negative"),
+            "{err}"
+        );
+        let err = refusal(json!({"sparkConf": {"spark.driver.memory": "-1g"}}));
+        assert!(
+            err.starts_with(r#"spec.sparkConf["spark.driver.memory"]"#),
+            "{err}"
+        );
+        let err = refusal(json!({"executor": {"memory": "1g", "memoryOverhead": "-512m"}}));
+        assert!(err.starts_with("spec.executor.memoryOverhead"), "{err}");
+    }
+
+    #[test]
+    fn negative_executor_counts_and_cores_are_refused_naming_the_field() {
+        let err = refusal(json!({"executor": {"instances": -3}}));
+        assert_eq!(err, "spec.executor.instances: must not be negative (-3)");
+        let err = refusal(json!({"dynamicAllocation": {"enabled": true, "minExecutors": -1}}));
+        assert!(
+            err.starts_with("spec.dynamicAllocation.minExecutors"),
+            "{err}"
+        );
+        let err = refusal(json!({"dynamicAllocation": {"enabled": true, "maxExecutors": -1}}));
+        assert!(
+            err.starts_with("spec.dynamicAllocation.maxExecutors"),
+            "{err}"
+        );
+        let err = refusal(json!({"executor": {"cores": -2}}));
+        assert!(err.starts_with("spec.executor.cores"), "{err}");
+        let err = refusal(json!({"executor": {"coreRequest": "-500m"}}));
+        assert!(
+            err.starts_with(
+                "spec.executor.coreRequest: invalid quantity \"-500m\": must not be negative"
+            ),
+            "{err}"
+        );
+        let err = refusal(json!({"executor": {"coreRequest": "0e2000000000x"}}));
+        assert!(err.starts_with("spec.executor.coreRequest"), "{err}");
+    }
+
+    #[test]
+    fn executors_times_memory_beyond_what_sluice_counts_are_refused() {
+        // 1 TiB is 1.1e15 milli-bytes: 10,000 of them overflow an i64.
+        let err = refusal(json!({"executor": {"memory": "1t", "instances": 10000}}));
+        assert!(
+            err.starts_with("spec.executor.instances: 10000 pods need more memory"),
+            "{err}"
+        );
+        let err = refusal(json!({"executor": {"memory": "8000000t"}}));
+        assert!(err.contains("more than sluice can count"), "{err}");
+        let err = refusal(json!({"memoryOverheadFactor": "1e300", "executor": {"memory": "1g"}}));
+        assert!(err.contains("more than sluice can count"), "{err}");
+        let err = refusal(json!({"memoryOverheadFactor": "-0.5"}));
+        assert!(err.starts_with("spec.memoryOverheadFactor"), "{err}");
+    }
+
     #[test]
     fn pods_are_identified_by_sparks_labels() {
         let mut pod = Pod::default();
@@ -326,10 +472,10 @@ mod tests {
 
     #[test]
     fn spark_sizes() {
-        assert_eq!(spark_memory("4g").ok(), Some(4 << 30));
-        assert_eq!(spark_memory("512m").ok(), Some(512 << 20));
-        assert_eq!(spark_memory("1024").ok(), Some(1024));
-        assert!(spark_memory("4x").is_err());
+        assert_eq!(spark_memory("4g", "f").ok(), Some(4 << 30));
+        assert_eq!(spark_memory("512m", "f").ok(), Some(512 << 20));
+        assert_eq!(spark_memory("1024", "f").ok(), Some(1024));
+        assert!(spark_memory("4x", "f").is_err());
     }
 
     #[test]

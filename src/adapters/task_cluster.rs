@@ -8,8 +8,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::{Adapter, ApplicationAdapter, DemandError, PodIdentity, label};
+use super::{
+    Adapter, ApplicationAdapter, DemandError, PodIdentity, add_to_gang, count, label,
+    template_requests,
+};
 use crate::api::{PodSetSpec, QUEUE_LABEL, TASK_CLUSTER_LABEL};
+use crate::queue::resources::ResourceList;
 
 pub struct TaskClusters;
 
@@ -61,12 +65,13 @@ impl ApplicationAdapter for TaskClusters {
             .data
             .get("spec")
             .ok_or_else(|| DemandError::Invalid("TaskCluster has no spec".into()))?;
-        let int =
-            |key: &str, default: i64| spec.get(key).and_then(Value::as_i64).unwrap_or(default);
-        let min = int("minWorkers", 1);
-        let max = int("maxWorkers", min).max(min);
+        let min = count(spec, "minWorkers", "spec.minWorkers")?.unwrap_or(1);
+        let max = count(spec, "maxWorkers", "spec.maxWorkers")?
+            .unwrap_or(min)
+            .max(min);
         let template = spec.get("template").cloned().unwrap_or(Value::Null);
-        let requests = super::template_requests(&template, "spec.template")?;
+        let requests = template_requests(&template, "spec.template")?;
+        add_to_gang(&mut ResourceList::new(), &requests, min, "spec.minWorkers")?;
         Ok(vec![PodSetSpec {
             name: "workers".into(),
             requests: requests.to_quantities(),
@@ -91,6 +96,48 @@ impl ApplicationAdapter for TaskClusters {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn cluster(spec: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
+            "metadata": {"name": "counter", "namespace": "ns"},
+            "spec": spec,
+        }))
+        .expect("task cluster")
+    }
+
+    /// Issue 16, hole 2: TaskCluster templates are never validated as pods.
+    #[test]
+    fn a_negative_worker_count_or_request_is_refused_naming_the_field() {
+        let template = |cpu: &str| json!({"spec": {"containers": [{"name": "w", "resources": {"requests": {"cpu": cpu}}}]}});
+        let err = TaskClusters
+            .demand(&cluster(
+                json!({"minWorkers": -2, "template": template("1")}),
+            ))
+            .expect_err("negative minimum");
+        assert_eq!(
+            err.to_string(),
+            "spec.minWorkers: must not be negative (-2)"
+        );
+        let err = TaskClusters
+            .demand(&cluster(
+                json!({"maxWorkers": -2, "template": template("1")}),
+            ))
+            .expect_err("negative maximum");
+        assert!(err.to_string().starts_with("spec.maxWorkers"), "{err}");
+        let err = TaskClusters
+            .demand(&cluster(json!({"template": template("-1")})))
+            .expect_err("negative cpu");
+        assert!(
+            err.to_string()
+                .starts_with("spec.template.spec.containers[0].resources.requests.cpu"),
+            "{err}"
+        );
+        let err = TaskClusters
+            .demand(&cluster(json!({"minWorkers": i64::from(i32::MAX), "template": template("9223372036854775m")})))
+            .expect_err("overflowing gang");
+        assert!(err.to_string().starts_with("spec.minWorkers: "), "{err}");
+    }
 
     #[test]
     fn workers_are_one_workload_with_the_minimum_as_gang() {
