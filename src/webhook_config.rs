@@ -279,19 +279,47 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
     let gates =
         |o: &str| format!("(has({o}.spec.schedulingGates) ? {o}.spec.schedulingGates : [])");
     let labels = |o: &str| format!("(has({o}.metadata.labels) ? {o}.metadata.labels : {{}})");
+    // The annotations that record an admission (its token): a user copying a token onto a pod
+    // must reach the validator to be refused.
+    let notes = |o: &str| {
+        ADMISSION_ANNOTATIONS
+            .iter()
+            .map(|key| {
+                format!("(has({o}.metadata.annotations) && '{key}' in {o}.metadata.annotations ? {o}.metadata.annotations['{key}'] : '')")
+            })
+            .collect::<Vec<_>>()
+            .join(" + '/' + ")
+    };
     vec![
         not_sluice_itself(controller_user),
         MatchCondition {
-            name: "touches-gates-or-labels".into(),
+            name: "touches-gates-labels-admission-or-size".into(),
             expression: format!(
-                "oldObject == null || {} != {} || {} != {}",
+                "oldObject == null || request.subResource == 'resize' || {} != {} || {} != {} || {} != {}",
                 gates("object"),
                 gates("oldObject"),
                 labels("object"),
-                labels("oldObject")
+                labels("oldObject"),
+                notes("object"),
+                notes("oldObject"),
             ),
         },
     ]
+}
+
+/// The annotations that record a pod's admission at creation (see `queue::at_creation`).
+const ADMISSION_ANNOTATIONS: [&str; 2] = [
+    crate::queue::at_creation::AT_CREATION_ANNOTATION,
+    crate::api::ADMITTED_AT_ANNOTATION,
+];
+
+/// Updates of pods, and their in-place resizes (`pods/resize`, which change what an admitted pod
+/// holds of its queue's quota).
+fn pod_update_rule() -> RuleWithOperations {
+    RuleWithOperations {
+        resources: Some(vec!["pods".into(), "pods/resize".into()]),
+        ..pod_rule(&["UPDATE"])
+    }
 }
 
 pub fn validating(
@@ -316,7 +344,7 @@ pub fn validating(
                 namespace_selector: Some(namespace_selector(own_namespace)),
                 // Matches when the old or the new object carries the label: removing it is caught too.
                 object_selector: Some(governed_pods()),
-                rules: Some(vec![pod_rule(&["UPDATE"])]),
+                rules: Some(vec![pod_update_rule()]),
                 side_effects: "None".into(),
                 timeout_seconds: Some(5),
                 match_conditions: Some(validation_conditions(controller_user)),
