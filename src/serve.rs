@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 
 use crate::adapters::Adapters;
 use crate::api::{ADMISSION_GATE, FIELD_MANAGER, PROTECTED_LABEL_PREFIX, QUEUE_LABEL};
-use crate::leader::{LeaderElector, LeaseSettings};
+use crate::leader::{LEASE_CALL_TIMEOUT, LeaderElector, LeaseSettings};
 use crate::metrics::ControllerMetrics;
 use crate::queue::controller::{self, ControllerSettings};
 use crate::webhook_config::{self, Endpoint};
@@ -96,6 +96,12 @@ pub struct ServeArgs {
     /// How often the leader renews its Lease (and followers try to take it).
     #[arg(long, env = "SLUICE_LEASE_RENEW", default_value = "2s", value_parser = parse_duration)]
     pub lease_renew_period: Duration,
+
+    /// The leader stops admitting when this long has passed since it sent its last successful
+    /// renewal. Must be shorter than --lease-duration: the difference is the margin by which the
+    /// old leader stops before any other replica may take over.
+    #[arg(long, env = "SLUICE_LEASE_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub lease_renew_deadline: Duration,
 
     /// This replica's name in the Lease. Default: $POD_NAME, else <hostname>-<pid>.
     #[arg(long, env = "SLUICE_IDENTITY")]
@@ -549,16 +555,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let elector = LeaderElector::new(
-        client.clone(),
-        LeaseSettings {
-            namespace: args.namespace.clone(),
-            name: args.lease_name.clone(),
-            identity: args.identity.clone().unwrap_or_else(default_identity),
-            lease_duration: args.lease_duration,
-            renew_period: args.lease_renew_period,
-        },
-    );
+    let lease_settings = LeaseSettings {
+        namespace: args.namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: args.identity.clone().unwrap_or_else(default_identity),
+        lease_duration: args.lease_duration,
+        renew_deadline: args.lease_renew_deadline,
+        retry_period: args.lease_renew_period,
+        call_timeout: LEASE_CALL_TIMEOUT.min(args.lease_renew_deadline),
+    };
+    lease_settings
+        .validate()
+        .context("--lease-duration, --lease-renew-deadline and --lease-renew")?;
+    let elector = LeaderElector::new(client.clone(), lease_settings);
     let settings = ControllerSettings {
         batch_window: args.batch_window,
         resync_period: args.resync_period,
@@ -566,6 +575,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         status_interval: args.status_interval,
         status_writes_per_second: args.status_writes_per_second,
         idle_interval: args.idle_interval,
+        ..ControllerSettings::default()
     };
     let leader_gauge = controller_metrics.leader.clone();
     elector
@@ -574,12 +584,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             move |leading| {
                 leader_gauge.set(i64::from(leading));
             },
-            move |token| {
+            // The moment a term ends the webhook admits nothing more at creation, before the
+            // controller has even stopped.
+            {
+                let at_creation = at_creation.clone();
+                Arc::new(move || at_creation.deactivate())
+            },
+            move |term: Arc<crate::leader::Term>| {
                 let client = client.clone();
                 let metrics = controller_metrics.clone();
                 let settings = settings.clone();
                 let task_metrics = task_metrics.clone();
                 let at_creation = at_creation.clone();
+                let token = term.cancelled().clone();
                 async move {
                     // The recorder writes DynamicWorkloads from application objects: leader only,
                     // like the controller.
@@ -597,7 +614,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                         metrics,
                         settings,
                         Some(at_creation),
-                        token,
+                        term,
                     )
                     .await
                     {

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
-use tokio_util::sync::CancellationToken;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::adapters::Adapters;
@@ -24,6 +24,7 @@ use crate::api::{
     CapacityQueueStatus, Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus,
     PodSetSpec, PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
 };
+use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, PodRef, PodState, QueueTally, WorkloadTally, decide};
 use crate::queue::at_creation::AdmitAtCreation;
@@ -34,6 +35,22 @@ use crate::queue::writer::Writer;
 pub enum ControllerError {
     #[error("a watch ended before its first list completed: {0}")]
     Watch(String),
+}
+
+/// The default bound on every API call of the controller (an ungate patch, the read after a
+/// failed one, an event): a call that hangs must neither hold a write slot nor leave a pod's fate
+/// unknown forever.
+pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why no ungate patch could be built for a pod.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UngatePatchError {
+    #[error("pod {0} has no uid")]
+    NoUid(String),
+    #[error("pod {pod} no longer carries the gate {ADMISSION_GATE}")]
+    NotGated { pod: String },
+    #[error("building the ungate patch of pod {pod}: {reason}")]
+    Build { pod: String, reason: String },
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +70,17 @@ pub struct ControllerSettings {
     /// for admission at creation) are at least this far apart; a pod seen gated starts one at once.
     /// Zero: passes follow every change.
     pub idle_interval: Duration,
+    /// Every API call of the controller answers within this or counts as failed.
+    pub api_timeout: Duration,
+}
+
+impl ControllerSettings {
+    /// How long a pod whose ungate patch was sent counts as admitted without confirmation: its
+    /// patch and the read after it (each within the API timeout), then as long again for the pod
+    /// watch to show the result. After that the next pass judges the pod by the cache again.
+    pub fn in_flight_max_age(&self) -> Duration {
+        self.api_timeout * 3
+    }
 }
 
 impl Default for ControllerSettings {
@@ -64,6 +92,7 @@ impl Default for ControllerSettings {
             status_interval: Duration::from_secs(1),
             status_writes_per_second: 20.0,
             idle_interval: Duration::from_millis(250),
+            api_timeout: API_CALL_TIMEOUT,
         }
     }
 }
@@ -75,15 +104,18 @@ struct Stores {
     namespaces: Store<kube::core::PartialObjectMeta<Namespace>>,
 }
 
-/// Runs the controller until `shutdown` is cancelled.
+/// Runs the controller for one leadership term: until the term ends. Nothing is admitted (no
+/// ungate patch sent, no room published for admission at creation) once the term is no longer
+/// valid.
 pub async fn run(
     client: Client,
     adapters: Adapters,
     metrics: ControllerMetrics,
     settings: ControllerSettings,
     at_creation: Option<Arc<AdmitAtCreation>>,
-    shutdown: CancellationToken,
+    term: Arc<Term>,
 ) -> Result<(), ControllerError> {
+    let shutdown = term.cancelled().clone();
     // Whatever way this ends, the webhook stops admitting at creation from this controller's state.
     let _deactivate = at_creation.clone().map(Deactivate);
     let changed = Arc::new(Notify::new());
@@ -94,10 +126,10 @@ pub async fn run(
     let (pods, pod_writer) = reflector::store();
     let (namespaces, namespace_writer) = reflector::store();
 
-    let watch_config = watcher::Config::default().any_semantic();
-    let pod_config = watcher::Config::default()
-        .labels(QUEUE_LABEL)
-        .any_semantic();
+    // Lists are consistent reads (not "any" version from an API server's cache, which may lag):
+    // this term's first pass must see every pod a previous leader admitted.
+    let watch_config = watcher::Config::default();
+    let pod_config = watcher::Config::default().labels(QUEUE_LABEL);
     let tasks = vec![
         spawn_reflector(
             reflector::reflector(
@@ -192,10 +224,14 @@ pub async fn run(
         ungater: Arc::new(Ungater {
             client,
             metrics: metrics.clone(),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(InFlightPods::default()),
             recorder,
             slots: Semaphore::new(settings.max_concurrent_writes.max(1)),
+            term: term.clone(),
+            api_timeout: settings.api_timeout,
+            in_flight_max_age: settings.in_flight_max_age(),
         }),
+        term,
         adapters,
         metrics,
         settings,
@@ -292,6 +328,7 @@ struct Controller {
     ungater: Arc<Ungater>,
     writer: Writer,
     at_creation: Option<Arc<AdmitAtCreation>>,
+    term: Arc<Term>,
     /// What each pod says about itself, read once per pod version.
     pod_memo: snapshot::PodMemo,
 }
@@ -309,17 +346,105 @@ impl Drop for Deactivate {
 struct Ungater {
     client: Client,
     metrics: ControllerMetrics,
-    /// Pods this controller ungated, or is about to, that the pod watch has not yet shown without
-    /// their gate, by uid. They count as admitted; otherwise the next pass would admit their quota
-    /// twice.
-    in_flight: Mutex<HashMap<String, Instant>>,
+    in_flight: Mutex<InFlightPods>,
     recorder: Recorder,
     slots: Semaphore,
+    /// No patch is sent once the term is no longer valid.
+    term: Arc<Term>,
+    api_timeout: Duration,
+    in_flight_max_age: Duration,
+}
+
+/// Pods this controller ungated, or is about to, that the pod watch has not yet shown without
+/// their gate, by uid. They count as admitted; otherwise the next pass would admit their quota
+/// twice.
+#[derive(Default)]
+struct InFlightPods {
+    pods: HashMap<String, InFlight>,
+    next_ticket: u64,
+}
+
+impl InFlightPods {
+    /// Changes the pod's entry (None: forgets it) only if it is still this ungate's (`ticket`).
+    fn update(&mut self, uid: &str, ticket: u64, change: impl FnOnce(&mut Option<InFlight>)) {
+        let mut entry = self.pods.get(uid).copied().filter(|e| e.ticket == ticket);
+        if entry.is_none() {
+            return;
+        }
+        change(&mut entry);
+        match entry {
+            Some(e) => self.pods.insert(uid.to_string(), e),
+            None => self.pods.remove(uid),
+        };
+    }
+}
+
+/// One pod in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct InFlight {
+    /// Which ungate counts it: an older ungate of the same pod never touches a newer entry.
+    ticket: u64,
+    /// When it stops counting unless confirmed: set when its patch is sent; none while it waits
+    /// for a write slot (the calls ahead of it are bounded) or once the patch is known applied.
+    expires: Option<Instant>,
+}
+
+/// Forgets pods the cache shows ungated or gone, and those whose ungate's outcome stayed unknown
+/// past their age: the pass then sees them gated and decides again.
+fn prune_in_flight(in_flight: &mut HashMap<String, InFlight>, gated: &HashSet<&str>, now: Instant) {
+    in_flight.retain(|uid, entry| {
+        gated.contains(uid.as_str()) && entry.expires.is_none_or(|at| now < at)
+    });
+}
+
+/// What became of one ungate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UngateOutcome {
+    Admitted,
+    NotAdmitted,
+    /// Neither the patch nor the read after it answered: counted in flight until it expires.
+    Unknown,
+}
+
+/// The JSON patch that admits `pod`: it applies only to this very pod (a `test` of its uid, since
+/// a pod deleted and recreated under the same name is another pod) while it still carries the
+/// gate at the position the cache shows, and notes when it was admitted.
+pub fn ungate_patch(pod: &Pod, admitted_at: &str) -> Result<json_patch::Patch, UngatePatchError> {
+    let name = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.name_any()
+    );
+    let uid = pod
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or_else(|| UngatePatchError::NoUid(name.clone()))?;
+    let gates = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
+    let index = gates
+        .and_then(|g| g.iter().position(|g| g.name == ADMISSION_GATE))
+        .ok_or_else(|| UngatePatchError::NotGated { pod: name.clone() })?;
+    let mut ops = vec![
+        json!({"op": "test", "path": "/metadata/uid", "value": uid}),
+        json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": ADMISSION_GATE}),
+        json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}),
+    ];
+    if pod.metadata.annotations.is_some() {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": admitted_at}));
+    } else {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: admitted_at}}));
+    }
+    serde_json::from_value(serde_json::Value::Array(ops)).map_err(|e| UngatePatchError::Build {
+        pod: name,
+        reason: e.to_string(),
+    })
 }
 
 /// One pod to ungate, with what its metrics and event need.
 struct UngateItem {
     pod: Arc<Pod>,
+    /// Its entry in flight.
+    ticket: u64,
     queue: String,
     created_at_ms: i64,
     workload: Option<ObjectReference>,
@@ -347,21 +472,20 @@ impl Controller {
                     .flatten()
                     .filter_map(|f| f.at_creation_token.as_deref())
                     .collect();
-                let (mark, holds) = at_creation.holds_for_pass(started, &visible);
+                let (mark, holds) = at_creation.holds_for_pass(started.into_std(), &visible);
                 (Some(mark), holds)
             }
             None => (None, HashMap::new()),
         };
         let in_flight: HashSet<String> = {
             let mut guard = self.ungater.lock_in_flight();
-            // Forget pods the watch now shows ungated, or that are gone.
             let gated: HashSet<&str> = pods
                 .iter()
                 .filter(|p| snapshot::is_gated(p))
                 .filter_map(|p| p.metadata.uid.as_deref())
                 .collect();
-            guard.retain(|uid, _| gated.contains(uid.as_str()));
-            guard.keys().cloned().collect()
+            prune_in_flight(&mut guard.pods, &gated, started);
+            guard.pods.keys().cloned().collect()
         };
         let queues = self.stores.queues.state();
         let mut built = snapshot::build_from_facts(
@@ -389,7 +513,13 @@ impl Controller {
                 .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
                 .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
                 .collect();
-            at_creation.publish(mark, &built, &decisions, &open);
+            // Under the term's lock: a revocation cannot slip between its check and the publish.
+            let published = self
+                .term
+                .while_valid(|| at_creation.publish(mark, &built, &decisions, &open));
+            if published.is_none() {
+                debug!("leadership term over: no room published for admission at creation");
+            }
         }
         self.start_ungates(&built, &decisions);
         let terminating = self.terminating_namespaces();
@@ -432,7 +562,7 @@ impl Controller {
     /// Counts the admitted pods as in flight now (so the next pass does not admit them again) and
     /// sends their ungate patches in the background.
     fn start_ungates(&self, built: &Built, decisions: &Decisions) {
-        if decisions.admit.is_empty() {
+        if decisions.admit.is_empty() || !self.term.is_valid() {
             return;
         }
         let mut items = Vec::with_capacity(decisions.admit.len());
@@ -443,10 +573,19 @@ impl Controller {
                 let Some(uid) = pod.metadata.uid.clone() else {
                     continue;
                 };
-                in_flight.insert(uid, Instant::now());
+                let ticket = in_flight.next_ticket;
+                in_flight.next_ticket += 1;
+                in_flight.pods.insert(
+                    uid,
+                    InFlight {
+                        ticket,
+                        expires: None,
+                    },
+                );
                 let workload = &built.snapshot.workloads[r.workload];
                 items.push(UngateItem {
                     pod,
+                    ticket,
                     queue: workload.queue.clone(),
                     created_at_ms: workload.pod_sets[r.pod_set].pods[r.pod].created_at,
                     workload: built.workloads[r.workload]
@@ -626,8 +765,12 @@ impl Controller {
 }
 
 impl Ungater {
-    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlightPods> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn update_in_flight(&self, uid: &str, ticket: u64, change: impl FnOnce(&mut Option<InFlight>)) {
+        self.lock_in_flight().update(uid, ticket, change);
     }
 
     /// Ungates `items` (already counted in flight), then records metrics and one event per workload.
@@ -635,15 +778,16 @@ impl Ungater {
         let now = now_rfc3339();
         let now_ms = jiff::Timestamp::now().as_millisecond();
         let count = items.len() as i64;
-        let results: Vec<(UngateItem, bool)> = stream::iter(items)
+        let results: Vec<(UngateItem, UngateOutcome)> = stream::iter(items)
             .map(|item| {
                 let now = &now;
                 async move {
-                    let ok = match self.slots.acquire().await {
-                        Ok(_permit) => self.ungate_pod(&item.pod, now).await,
-                        Err(_) => false, // closed: never, the semaphore lives as long as self
+                    let outcome = match self.slots.acquire().await {
+                        Ok(_permit) => self.ungate_pod(&item.pod, item.ticket, now).await,
+                        // Closed: never, the semaphore lives as long as self.
+                        Err(_) => UngateOutcome::Unknown,
                     };
-                    (item, ok)
+                    (item, outcome)
                 }
             })
             .buffer_unordered(concurrency)
@@ -653,8 +797,8 @@ impl Ungater {
 
         let mut admitted_per_workload: HashMap<String, (ObjectReference, String, u32)> =
             HashMap::new();
-        for (item, ok) in results {
-            if !ok {
+        for (item, outcome) in results {
+            if outcome != UngateOutcome::Admitted {
                 continue;
             }
             let labels = QueueLabels {
@@ -678,80 +822,107 @@ impl Ungater {
             }
         }
         for (_, (reference, queue, count)) in admitted_per_workload {
-            let event = Event {
-                type_: EventType::Normal,
-                reason: "Admitted".into(),
-                note: Some(format!("admitted {count} pod(s) in queue {queue}")),
-                action: "Admit".into(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&event, &reference).await {
-                debug!(%e, "event not recorded");
-            }
+            self.publish_admitted(reference, queue, count).await;
         }
     }
 
-    /// Removes the gate with one JSON patch guarded by a test of the gate's position. Returns whether
-    /// the pod is now admitted; a pod that is not is no longer counted in flight.
-    async fn ungate_pod(&self, pod: &Pod, now: &str) -> bool {
-        let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
-            return false;
+    async fn publish_admitted(&self, reference: ObjectReference, queue: String, count: u32) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "Admitted".into(),
+            note: Some(format!("admitted {count} pod(s) in queue {queue}")),
+            action: "Admit".into(),
+            secondary: None,
         };
-        let name = pod.name_any();
-        let gates = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
-        let Some(index) = gates.and_then(|g| g.iter().position(|g| g.name == ADMISSION_GATE))
-        else {
-            self.lock_in_flight().remove(&uid);
-            return false;
-        };
-        let mut ops = vec![
-            json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": ADMISSION_GATE}),
-            json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}),
-        ];
-        if pod.metadata.annotations.is_some() {
-            ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": now}));
-        } else {
-            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: now}}));
-        }
-        let patch: json_patch::Patch = match serde_json::from_value(serde_json::Value::Array(ops)) {
-            Ok(p) => p,
-            Err(e) => {
-                warn!(%e, "could not build the ungate patch");
-                self.lock_in_flight().remove(&uid);
-                return false;
-            }
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        match tokio::time::timeout(self.api_timeout, self.recorder.publish(&event, &reference))
             .await
         {
-            Ok(_) => true,
-            Err(kube::Error::Api(status)) if status.code == 404 => {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => debug!(%e, "event not recorded"),
+            Err(_) => debug!(timeout = ?self.api_timeout, "event not recorded in time"),
+        }
+    }
+
+    /// Removes the gate of this very pod with one JSON patch ([`ungate_patch`]), while the term is
+    /// valid. A pod not admitted is no longer counted in flight; one whose fate stayed unknown is
+    /// counted until its entry expires.
+    async fn ungate_pod(&self, pod: &Pod, ticket: u64, now: &str) -> UngateOutcome {
+        let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
+            return UngateOutcome::NotAdmitted;
+        };
+        let forget = |entry: &mut Option<InFlight>| *entry = None;
+        let name = pod.name_any();
+        let patch = match ungate_patch(pod, now) {
+            Ok(patch) => patch,
+            Err(e) => {
+                warn!(%e, "no ungate patch");
+                self.update_in_flight(&uid, ticket, forget);
+                return UngateOutcome::NotAdmitted;
+            }
+        };
+        if !self.term.is_valid() {
+            self.update_in_flight(&uid, ticket, forget);
+            return UngateOutcome::NotAdmitted;
+        }
+        let expires = Instant::now() + self.in_flight_max_age;
+        self.update_in_flight(&uid, ticket, |e| {
+            if let Some(e) = e {
+                e.expires = Some(expires);
+            }
+        });
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let params = PatchParams::default();
+        let sent = tokio::time::timeout(
+            self.api_timeout,
+            api.patch(&name, &params, &Patch::<()>::Json(patch)),
+        )
+        .await;
+        let outcome = match sent {
+            Ok(Ok(_)) => UngateOutcome::Admitted,
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => {
                 // Deleted between the pass and the patch (a scale-down, an application ending):
                 // nothing to admit, nothing to hold.
-                self.lock_in_flight().remove(&uid);
                 debug!(pod = %format!("{namespace}/{name}"), "pod gone before its ungate");
-                false
+                UngateOutcome::NotAdmitted
             }
-            Err(e) => {
-                // The patch may have failed because someone changed the gates, or it may have been
-                // applied and only the answer lost: ask the API server which.
+            failed => {
+                // Someone changed the gates, the pod is another one now, or the patch was applied
+                // and only the answer lost: ask the API server which.
                 self.metrics.ungate_errors.inc();
-                let still_gated = match api.get_opt(&name).await {
-                    Ok(Some(current)) => {
-                        current.uid().as_deref() == Some(uid.as_str())
-                            && snapshot::is_gated(&current)
-                    }
-                    Ok(None) => true,
-                    Err(_) => false, // unknown: keep counting it as admitted, the watch will tell
+                let outcome = self.outcome_after_failure(&api, &name, &uid).await;
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {:?}", self.api_timeout),
                 };
-                if still_gated {
-                    self.lock_in_flight().remove(&uid);
-                }
-                warn!(%e, pod = %format!("{namespace}/{name}"), still_gated, "ungate failed");
-                !still_gated
+                warn!(%error, pod = %format!("{namespace}/{name}"), ?outcome, "ungate failed");
+                outcome
             }
+        };
+        match outcome {
+            UngateOutcome::Admitted => self.update_in_flight(&uid, ticket, |e| {
+                if let Some(e) = e {
+                    e.expires = None; // known ungated: counted until the watch shows it
+                }
+            }),
+            UngateOutcome::NotAdmitted => self.update_in_flight(&uid, ticket, forget),
+            UngateOutcome::Unknown => {} // counted until its entry expires
+        }
+        outcome
+    }
+
+    /// Reads the pod after a failed patch: whether this very pod (`uid`) is now ungated.
+    async fn outcome_after_failure(&self, api: &Api<Pod>, name: &str, uid: &str) -> UngateOutcome {
+        match tokio::time::timeout(self.api_timeout, api.get_opt(name)).await {
+            Ok(Ok(Some(current))) if current.uid().as_deref() == Some(uid) => {
+                if snapshot::is_gated(&current) {
+                    UngateOutcome::NotAdmitted
+                } else {
+                    UngateOutcome::Admitted
+                }
+            }
+            // Gone, or another pod under its name: ours is not admitted.
+            Ok(Ok(_)) => UngateOutcome::NotAdmitted,
+            Ok(Err(_)) | Err(_) => UngateOutcome::Unknown,
         }
     }
 }
@@ -918,5 +1089,218 @@ fn workload_status(
         } else {
             None
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gated_pod(annotations: bool) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "uid-a",
+                "annotations": if annotations { json!({"x": "y"}) } else { json!(null) },
+            },
+            "spec": {
+                "containers": [],
+                "schedulingGates": [{"name": "other.dev/gate"}, {"name": ADMISSION_GATE}],
+            },
+        }))
+        .expect("pod")
+    }
+
+    fn ops(patch: &json_patch::Patch) -> Vec<serde_json::Value> {
+        match serde_json::to_value(patch).expect("patch as json") {
+            serde_json::Value::Array(ops) => ops,
+            other => panic!("not a list of operations: {other}"),
+        }
+    }
+
+    #[test]
+    fn the_ungate_patch_applies_only_to_the_pod_it_was_decided_for() {
+        let patch = ungate_patch(&gated_pod(true), "2026-01-01T00:00:00Z").expect("patch");
+        assert_eq!(
+            ops(&patch),
+            vec![
+                json!({"op": "test", "path": "/metadata/uid", "value": "uid-a"}),
+                json!({"op": "test", "path": "/spec/schedulingGates/1/name", "value": ADMISSION_GATE}),
+                json!({"op": "remove", "path": "/spec/schedulingGates/1"}),
+                json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": "2026-01-01T00:00:00Z"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_ungate_patch_of_a_recreated_pod_fails_its_uid_test() {
+        let patch = ungate_patch(&gated_pod(false), "2026-01-01T00:00:00Z").expect("patch");
+        assert_eq!(
+            ops(&patch).last(),
+            Some(
+                &json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: "2026-01-01T00:00:00Z"}})
+            )
+        );
+        // The same name, gated alike, but another uid: the patch must not apply.
+        let mut recreated = serde_json::to_value(gated_pod(false)).expect("pod");
+        recreated["metadata"]["uid"] = json!("uid-b");
+        let refused = json_patch::patch(&mut recreated.clone(), &patch);
+        assert!(refused.is_err(), "{refused:?}");
+        let mut original = serde_json::to_value(gated_pod(false)).expect("pod");
+        json_patch::patch(&mut original, &patch).expect("applies to the original pod");
+        assert_eq!(
+            original["spec"]["schedulingGates"],
+            json!([{"name": "other.dev/gate"}])
+        );
+    }
+
+    #[test]
+    fn no_ungate_patch_for_a_pod_without_uid_or_gate() {
+        let mut pod = gated_pod(false);
+        pod.metadata.uid = None;
+        assert!(matches!(
+            ungate_patch(&pod, "t"),
+            Err(UngatePatchError::NoUid(_))
+        ));
+        let mut pod = gated_pod(false);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.scheduling_gates = None;
+        }
+        assert!(matches!(
+            ungate_patch(&pod, "t"),
+            Err(UngatePatchError::NotGated { .. })
+        ));
+    }
+
+    fn entry(ticket: u64, expires: Option<Instant>) -> InFlight {
+        InFlight { ticket, expires }
+    }
+
+    #[test]
+    fn an_ungate_whose_outcome_stayed_unknown_expires_and_is_decided_again() {
+        let now = Instant::now();
+        let age = ControllerSettings::default().in_flight_max_age();
+        let mut in_flight = HashMap::from([("a".to_string(), entry(1, Some(now + age)))]);
+        let gated = HashSet::from(["a"]);
+        prune_in_flight(&mut in_flight, &gated, now + age - Duration::from_millis(1));
+        assert!(in_flight.contains_key("a"), "still within its age");
+        prune_in_flight(&mut in_flight, &gated, now + age);
+        assert!(
+            in_flight.is_empty(),
+            "past its age: the pass judges the pod again"
+        );
+    }
+
+    #[test]
+    fn an_ungate_waiting_for_a_slot_or_known_applied_never_expires() {
+        let now = Instant::now();
+        let mut in_flight = HashMap::from([
+            ("queued".to_string(), entry(1, None)),
+            ("applied".to_string(), entry(2, None)),
+        ]);
+        let gated = HashSet::from(["queued", "applied"]);
+        prune_in_flight(&mut in_flight, &gated, now + Duration::from_secs(86_400));
+        assert_eq!(in_flight.len(), 2);
+    }
+
+    #[test]
+    fn a_pod_the_cache_shows_ungated_or_gone_leaves_in_flight() {
+        let now = Instant::now();
+        let mut in_flight = HashMap::from([
+            ("ungated".to_string(), entry(1, None)),
+            ("gated".to_string(), entry(2, None)),
+        ]);
+        prune_in_flight(&mut in_flight, &HashSet::from(["gated"]), now);
+        assert_eq!(in_flight.keys().collect::<Vec<_>>(), vec!["gated"]);
+    }
+
+    /// An Ungater on a client whose API server accepts connections and never answers.
+    async fn ungater_on_a_silent_server(
+        api_timeout: Duration,
+    ) -> (Ungater, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"))
+            .parse()
+            .expect("url");
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let term = Term::new(
+            Instant::now() + Duration::from_secs(3600),
+            tokio_util::sync::CancellationToken::new(),
+            Arc::new(|| {}),
+        );
+        let ungater = Ungater {
+            client: client.clone(),
+            metrics: ControllerMetrics::new(&mut prometheus_client::registry::Registry::default()),
+            in_flight: Mutex::new(InFlightPods::default()),
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: "sluice".into(),
+                    instance: None,
+                },
+            ),
+            slots: Semaphore::new(1),
+            term,
+            api_timeout,
+            in_flight_max_age: api_timeout * 3,
+        };
+        (ungater, server)
+    }
+
+    #[tokio::test]
+    async fn an_ungate_whose_patch_and_read_hang_is_unknown_and_expires() {
+        let (ungater, server) = ungater_on_a_silent_server(Duration::from_millis(100)).await;
+        ungater
+            .lock_in_flight()
+            .pods
+            .insert("uid-a".into(), entry(7, None));
+        let sent = Instant::now();
+        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t").await;
+        assert_eq!(outcome, UngateOutcome::Unknown);
+        let kept = ungater.lock_in_flight().pods.get("uid-a").copied();
+        let expires = kept
+            .and_then(|e| e.expires)
+            .expect("an unknown ungate expires");
+        assert!(expires >= sent + ungater.in_flight_max_age);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_ungate_after_the_term_ended_sends_nothing_and_forgets_the_pod() {
+        let (ungater, server) = ungater_on_a_silent_server(Duration::from_secs(3600)).await;
+        ungater.term.revoke();
+        ungater
+            .lock_in_flight()
+            .pods
+            .insert("uid-a".into(), entry(7, None));
+        // With an hour's timeout on a silent server, any call sent would hang the test.
+        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t").await;
+        assert_eq!(outcome, UngateOutcome::NotAdmitted);
+        assert!(ungater.lock_in_flight().pods.is_empty());
+        server.abort();
+    }
+
+    #[test]
+    fn an_older_ungate_never_touches_a_newer_entry_of_the_same_pod() {
+        let mut pods = InFlightPods::default();
+        pods.pods.insert("uid-a".into(), entry(2, None));
+        pods.update("uid-a", 1, |e| *e = None);
+        assert_eq!(pods.pods.get("uid-a"), Some(&entry(2, None)));
+        pods.update("uid-a", 2, |e| *e = None);
+        assert!(pods.pods.is_empty());
+    }
+
+    #[test]
+    fn an_in_flight_entry_outlives_every_call_of_its_ungate() {
+        let settings = ControllerSettings::default();
+        // The patch, then the read after a failed one, each up to the API timeout.
+        assert!(settings.in_flight_max_age() > settings.api_timeout * 2);
     }
 }
