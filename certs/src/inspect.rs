@@ -136,66 +136,93 @@ fn in_last_third(not_before: Timestamp, not_after: Timestamp, now: Timestamp) ->
 /// by the CA, does not match its key, names other hosts than wanted, or has less than a third of
 /// its life left.
 pub fn renewal_due(certs: &ServingCerts, settings: &CertSettings, now: Timestamp) -> Renewal {
-    let everything = |reason: String| Renewal::Everything { reason };
-    let serving = |reason: String| Renewal::Serving { reason };
+    if let Some(reason) = ca_due(certs, now) {
+        return Renewal::Everything { reason };
+    }
+    match serving_due(certs, settings, now) {
+        Some(reason) => Renewal::Serving { reason },
+        None => Renewal::NotDue,
+    }
+}
 
+/// Why the signing CA (the bundle's first) must be replaced, if it must: unreadable, not a CA, its
+/// key lost, or less than a third of its life left.
+pub(crate) fn ca_due(certs: &ServingCerts, now: Timestamp) -> Option<String> {
     let ca_blocks = match certificate_blocks(&certs.ca_pem, "ca.crt") {
         Ok(b) => b,
-        Err(e) => return everything(e.to_string()),
+        Err(e) => return Some(e.to_string()),
     };
     let ca = match parse(&ca_blocks[0], "ca.crt") {
         Ok(c) => c,
-        Err(e) => return everything(e.to_string()),
+        Err(e) => return Some(e.to_string()),
     };
     if !ca.is_ca() {
-        return everything("ca.crt is not a CA certificate".into());
+        return Some("ca.crt is not a CA certificate".into());
     }
     if !key_matches(&ca, &certs.ca_key_pem) {
-        return everything("ca.key does not belong to ca.crt".into());
+        return Some("ca.key does not belong to ca.crt".into());
     }
     let ca_info = match info(&ca, "ca.crt") {
         Ok(i) => i,
-        Err(e) => return everything(e.to_string()),
+        Err(e) => return Some(e.to_string()),
     };
     if in_last_third(ca_info.not_before, ca_info.not_after, now) {
-        return everything(format!(
+        return Some(format!(
             "the CA expires at {} (less than a third of its life left)",
             ca_info.not_after
         ));
     }
+    None
+}
 
+/// Why the serving certificate must be reissued by the signing CA, if it must: unreadable, not
+/// signed by the signing CA, its key lost, other names than wanted, or less than a third of its
+/// life left. An unreadable CA makes every serving certificate due.
+pub(crate) fn serving_due(
+    certs: &ServingCerts,
+    settings: &CertSettings,
+    now: Timestamp,
+) -> Option<String> {
+    let ca_blocks = match certificate_blocks(&certs.ca_pem, "ca.crt") {
+        Ok(b) => b,
+        Err(e) => return Some(e.to_string()),
+    };
+    let ca = match parse(&ca_blocks[0], "ca.crt") {
+        Ok(c) => c,
+        Err(e) => return Some(e.to_string()),
+    };
     let serving_blocks = match certificate_blocks(&certs.cert_pem, "tls.crt") {
         Ok(b) => b,
-        Err(e) => return serving(e.to_string()),
+        Err(e) => return Some(e.to_string()),
     };
     let cert = match parse(&serving_blocks[0], "tls.crt") {
         Ok(c) => c,
-        Err(e) => return serving(e.to_string()),
+        Err(e) => return Some(e.to_string()),
     };
     if cert.verify_signature(Some(ca.public_key())).is_err() {
-        return serving("tls.crt is not signed by the current CA".into());
+        return Some("tls.crt is not signed by the current CA".into());
     }
     if !key_matches(&cert, &certs.key_pem) {
-        return serving("tls.key does not belong to tls.crt".into());
+        return Some("tls.key does not belong to tls.crt".into());
     }
     let cert_info = match info(&cert, "tls.crt") {
         Ok(i) => i,
-        Err(e) => return serving(e.to_string()),
+        Err(e) => return Some(e.to_string()),
     };
     let (wanted_dns, wanted_ips) = (settings.wanted_dns_names(), settings.wanted_ip_addresses());
     if cert_info.dns_names != wanted_dns || cert_info.ip_addresses != wanted_ips {
-        return serving(format!(
+        return Some(format!(
             "the certificate names {:?} {:?}, wanted {:?} {:?}",
             cert_info.dns_names, cert_info.ip_addresses, wanted_dns, wanted_ips
         ));
     }
     if in_last_third(cert_info.not_before, cert_info.not_after, now) {
-        return serving(format!(
+        return Some(format!(
             "the serving certificate expires at {} (less than a third of its life left)",
             cert_info.not_after
         ));
     }
-    Renewal::NotDue
+    None
 }
 
 /// Seconds-precision helper shared with issuing.

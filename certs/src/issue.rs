@@ -17,7 +17,7 @@ pub const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// Certificates start a little in the past so that clocks running slightly behind accept them;
 /// at most a tenth of the validity, so that short-lived test certificates keep their renewal
 /// point (a third of the lifetime before expiry) after the moment they are issued.
-const MAX_BACKDATE: Duration = Duration::from_secs(5 * 60);
+pub(crate) const MAX_BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 fn generate_error(what: &'static str) -> impl FnOnce(rcgen::Error) -> CertError {
     move |source| CertError::Generate { what, source }
@@ -38,7 +38,7 @@ fn not_before(now: Timestamp, validity: Duration) -> Result<time::OffsetDateTime
 }
 
 /// A new self-signed CA: (certificate PEM, key PEM).
-fn new_ca(now: Timestamp) -> Result<(String, String), CertError> {
+pub(crate) fn new_ca(now: Timestamp) -> Result<(String, String), CertError> {
     let mut params = CertificateParams::new(Vec::<String>::new())
         .map_err(generate_error("the CA parameters"))?;
     params
@@ -61,7 +61,7 @@ fn new_ca(now: Timestamp) -> Result<(String, String), CertError> {
 
 /// A serving certificate signed by the first CA of `ca_bundle_pem`: (certificate PEM, key PEM,
 /// not after). It never outlives its CA.
-fn sign_serving(
+pub(crate) fn sign_serving(
     ca_bundle_pem: &str,
     ca_key_pem: &str,
     settings: &CertSettings,
@@ -125,6 +125,7 @@ pub(crate) fn generate_at(
         key_pem,
         not_after,
         ca_key_pem,
+        next_ca_key_pem: None,
     })
 }
 
@@ -183,7 +184,7 @@ pub(crate) fn rotate_ca_at(
 }
 
 /// The certificate blocks of a PEM text, as they are written (so they are kept byte for byte).
-fn pem_certificate_texts(text: &str) -> Vec<&str> {
+pub(crate) fn pem_certificate_texts(text: &str) -> Vec<&str> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
     let mut blocks = Vec::new();

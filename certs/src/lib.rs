@@ -4,7 +4,8 @@
 //! running TLS server without a restart.
 //!
 //! The Secret (type kubernetes.io/tls) holds `tls.crt`, `tls.key`, `ca.crt` (the CA bundle clients
-//! trust) and `ca.key`. Renewal decisions read the certificates themselves (expiry, names, issuer,
+//! trust), `ca.key` and, during a CA rotation, `ca-next.key` (see the `rotation` module: a new CA
+//! is published beside the old one before anything it signs is served). Renewal decisions read the certificates themselves (expiry, names, issuer,
 //! key), so a Secret edited by hand or by another tool is judged by what it really contains.
 //!
 //! Pure parts ([`generate`], [`issue_serving`], [`rotate_ca`], [`renewal_due`],
@@ -14,6 +15,7 @@
 mod inspect;
 mod issue;
 mod reload;
+mod rotation;
 mod store;
 mod tls;
 
@@ -23,8 +25,15 @@ use std::time::Duration;
 
 pub use inspect::{CertificateInfo, Renewal, inspect_certificate, renewal_due};
 pub use issue::{CA_COMMON_NAME, CA_VALIDITY, generate, issue_serving, rotate_ca};
-pub use reload::CertReloader;
-pub use store::{CA_CERT_KEY, CA_KEY_KEY, TLS_CERT_KEY, TLS_KEY_KEY, load_or_create};
+pub use reload::{CertReloader, PublishedBundles};
+pub use rotation::{
+    DEFAULT_ROTATION_OVERLAP, Phase, Published, RotationSettings, RotationState, Step, next_step,
+    observe, take,
+};
+pub use store::{
+    CA_CERT_KEY, CA_KEY_KEY, NEXT_CA_KEY_KEY, TLS_CERT_KEY, TLS_KEY_KEY, load_or_advance,
+    load_or_create,
+};
 pub use tls::{axum_rustls_config, rustls_server_config};
 
 /// A serving certificate lives a year unless told otherwise.
@@ -150,6 +159,9 @@ pub struct ServingCerts {
     pub not_after: jiff::Timestamp,
     /// The current CA's private key, which signs renewed serving certificates.
     pub(crate) ca_key_pem: String,
+    /// During a CA rotation, the key of the incoming CA, which is in the bundle but signs nothing
+    /// yet (see [`Phase::Publishing`]).
+    pub(crate) next_ca_key_pem: Option<String>,
 }
 
 // Hand-written so that private keys never end up in logs.
@@ -161,6 +173,10 @@ impl fmt::Debug for ServingCerts {
             .field("key_pem", &"<redacted>")
             .field("not_after", &self.not_after)
             .field("ca_key_pem", &"<redacted>")
+            .field(
+                "next_ca_key_pem",
+                &self.next_ca_key_pem.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }

@@ -9,7 +9,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{CertError, CertSettings, ServingCerts, load_or_create, rustls_server_config};
+use crate::rotation::{Published, RotationSettings};
+use crate::{CertError, CertSettings, ServingCerts, load_or_advance, rustls_server_config};
 
 /// What one check changed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -55,41 +56,63 @@ impl ReloadState {
     }
 }
 
+/// Where whoever writes the webhook configurations reports the bundles they now hold. A CA
+/// rotation waits for this before a certificate from the new CA is served.
+#[derive(Clone, Debug)]
+pub struct PublishedBundles(watch::Sender<Option<Published>>);
+
+impl PublishedBundles {
+    pub(crate) fn new() -> (Self, watch::Receiver<Option<Published>>) {
+        let (tx, rx) = watch::channel(None);
+        (PublishedBundles(tx), rx)
+    }
+
+    /// Records that the webhook configurations now hold `bundle`: call it after their update
+    /// succeeded. The first confirmation of a bundle counts; repeating it changes nothing.
+    pub fn confirm(&self, bundle: &str) {
+        let now = jiff::Timestamp::now();
+        self.0.send_if_modified(|current| {
+            if current.as_ref().is_some_and(|p| p.bundle == bundle) {
+                return false;
+            }
+            *current = Some(Published {
+                bundle: bundle.to_string(),
+                at: now,
+            });
+            true
+        });
+    }
+}
+
 /// Keeps the running server's certificate fresh.
 pub struct CertReloader;
 
 impl CertReloader {
     /// At once and then every `settings.check_interval` until `shutdown`: reads the Secret
-    /// (renewing what is due, see [`load_or_create`]), reloads `tls` in place when the certificate
-    /// changed, and publishes the CA bundle on the returned channel when it changed. The channel
-    /// holds an empty string until the first check succeeds; after that, every change of the
-    /// bundle (first check included) must reach the webhook configurations' `caBundle`.
+    /// (renewing what is due and moving a CA rotation on, see [`load_or_advance`]), reloads `tls`
+    /// in place when the certificate changed, and publishes the CA bundle on the returned channel
+    /// when it changed. The channel holds an empty string until the first check succeeds; after
+    /// that, every change of the bundle (first check included) must reach the webhook
+    /// configurations' `caBundle`, and each bundle that did must be confirmed on the returned
+    /// [`PublishedBundles`]: without it a CA rotation never serves the new CA.
     /// Errors are logged and retried at the next interval; the server keeps its certificate.
     pub fn spawn(
         client: Client,
         settings: CertSettings,
+        rotation: RotationSettings,
         tls: RustlsConfig,
         shutdown: CancellationToken,
-    ) -> (JoinHandle<()>, watch::Receiver<String>) {
+    ) -> (JoinHandle<()>, watch::Receiver<String>, PublishedBundles) {
         let (ca_tx, ca_rx) = watch::channel(String::new());
+        let (published, published_rx) = PublishedBundles::new();
         let handle = tokio::spawn(async move {
             let mut state = ReloadState::new(tls, ca_tx);
             loop {
-                match load_or_create(client.clone(), &settings).await {
-                    Ok(certs) => {
-                        let not_after = certs.not_after;
-                        match state.apply(certs) {
-                            Ok(Applied {
-                                reloaded: false, ..
-                            }) => {}
-                            Ok(Applied { ca_changed, .. }) => {
-                                info!(%not_after, ca_changed, "serving the certificate from the Secret");
-                            }
-                            Err(e) => {
-                                warn!(error = %e, "the certificate in the Secret is unusable; keeping the current one");
-                            }
-                        }
-                    }
+                let confirmed = published_rx.borrow().clone();
+                match load_or_advance(client.clone(), &settings, &rotation, confirmed.as_ref())
+                    .await
+                {
+                    Ok(certs) => report(state.apply(certs.clone()), &certs),
                     Err(e) => warn!(error = %e, "could not check the certificate Secret; retrying"),
                 }
                 tokio::select! {
@@ -98,6 +121,20 @@ impl CertReloader {
                 }
             }
         });
-        (handle, ca_rx)
+        (handle, ca_rx, published)
+    }
+}
+
+fn report(applied: Result<Applied, CertError>, certs: &ServingCerts) {
+    match applied {
+        Ok(Applied {
+            reloaded: false, ..
+        }) => {}
+        Ok(Applied { ca_changed, .. }) => {
+            info!(not_after = %certs.not_after, ca_changed, "serving the certificate from the Secret");
+        }
+        Err(e) => {
+            warn!(error = %e, "the certificate in the Secret is unusable; keeping the current one");
+        }
     }
 }

@@ -9,14 +9,16 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tracing::{info, warn};
 
-use crate::inspect::{Renewal, renewal_due};
-use crate::issue::{generate_at, issue_serving_at, rotate_ca_at};
+use crate::issue::generate_at;
+use crate::rotation::{Published, RotationSettings, RotationState, Step, next_step, observe, take};
 use crate::{CertError, CertSettings, ServingCerts};
 
 pub const TLS_CERT_KEY: &str = "tls.crt";
 pub const TLS_KEY_KEY: &str = "tls.key";
 pub const CA_CERT_KEY: &str = "ca.crt";
 pub const CA_KEY_KEY: &str = "ca.key";
+/// The incoming CA's key while a rotation publishes it (absent otherwise).
+pub const NEXT_CA_KEY_KEY: &str = "ca-next.key";
 const SECRET_TYPE: &str = "kubernetes.io/tls";
 /// For people reading the Secret; decisions never rely on it.
 const NOT_AFTER_ANNOTATION: &str = "sluice.dev/serving-not-after";
@@ -47,12 +49,17 @@ pub(crate) fn certs_from_secret(
     let not_after = crate::inspect_certificate(&cert_pem)
         .map(|i| i.not_after)
         .unwrap_or_else(|_| jiff::Timestamp::now());
+    let next_ca_key_pem = match data.is_some_and(|d| d.contains_key(NEXT_CA_KEY_KEY)) {
+        true => Some(get(NEXT_CA_KEY_KEY)?),
+        false => None,
+    };
     Ok(ServingCerts {
         ca_pem: get(CA_CERT_KEY)?,
         ca_key_pem: get(CA_KEY_KEY)?,
         key_pem: get(TLS_KEY_KEY)?,
         cert_pem,
         not_after,
+        next_ca_key_pem,
     })
 }
 
@@ -91,6 +98,17 @@ pub(crate) fn write_into_secret(
     ] {
         data.insert(key.to_string(), ByteString(value.clone().into_bytes()));
     }
+    match &certs.next_ca_key_pem {
+        Some(key) => {
+            data.insert(
+                NEXT_CA_KEY_KEY.to_string(),
+                ByteString(key.clone().into_bytes()),
+            );
+        }
+        None => {
+            data.remove(NEXT_CA_KEY_KEY);
+        }
+    }
 }
 
 fn is_conflict(error: &kube::Error) -> bool {
@@ -102,6 +120,8 @@ fn is_conflict(error: &kube::Error) -> bool {
 fn renewed(
     secret: &Secret,
     settings: &CertSettings,
+    rotation: &RotationSettings,
+    published: Option<&Published>,
     now: jiff::Timestamp,
 ) -> Result<Option<ServingCerts>, CertError> {
     let stored = match certs_from_secret(secret, settings) {
@@ -111,24 +131,71 @@ fn renewed(
             return generate_at(settings, now).map(Some);
         }
     };
-    match renewal_due(&stored, settings, now) {
-        Renewal::NotDue => Ok(None),
-        Renewal::Serving { reason } => {
-            info!(%reason, "issuing a new serving certificate from the same CA");
-            issue_serving_at(&stored, settings, now).map(Some)
+    let state = observe(&stored, settings, rotation, published, now);
+    let step = next_step(&state, now);
+    log_step(step, &state, &stored, settings, now);
+    take(step, &stored, settings, now)
+}
+
+/// Says why a step that changes the certificates is taken.
+fn log_step(
+    step: Step,
+    state: &RotationState,
+    stored: &ServingCerts,
+    settings: &CertSettings,
+    now: jiff::Timestamp,
+) {
+    let phase = &state.phase;
+    match step {
+        Step::Nothing | Step::WaitForPublication | Step::WaitUntil(_) => {}
+        Step::RenewServing => {
+            let reason = crate::inspect::serving_due(stored, settings, now);
+            info!(
+                ?reason,
+                ?phase,
+                "issuing a new serving certificate from the same CA"
+            );
         }
-        Renewal::Everything { reason } => {
-            warn!(%reason, "creating a new CA: the CA bundle of the webhook configurations changes");
-            rotate_ca_at(&stored, settings, now).map(Some)
+        Step::PublishIncomingCa => {
+            let reason = crate::inspect::ca_due(stored, now);
+            warn!(
+                ?reason,
+                "CA rotation: publishing a new CA beside the current one; it signs nothing until the webhook configurations have held both for the overlap"
+            );
+        }
+        Step::ServeIncomingCa => {
+            info!(overlap = ?state.overlap, "CA rotation: the bundle of both CAs was published; serving a certificate from the new CA");
+        }
+        Step::DropRetiringCas => {
+            info!(overlap = ?state.overlap, "CA rotation: every replica serves the new CA's certificate; dropping the old CA from the bundle");
+        }
+        Step::StartOver => {
+            warn!(
+                ?phase,
+                "the signing CA is unusable: a new CA signs at once (nothing served is trusted now); still-valid old CAs stay in the bundle"
+            );
         }
     }
 }
 
-/// Reads the Secret, creating it when missing and renewing what is due. Safe when several replicas
-/// do it at once: the loser of a create or update race re-reads and uses the winner's certificates.
+/// Reads the Secret, creating it when missing and renewing what is due, with the default rotation
+/// settings and no bundle known to be published (a CA rotation may start, never switch CAs).
 pub async fn load_or_create(
     client: Client,
     settings: &CertSettings,
+) -> Result<ServingCerts, CertError> {
+    load_or_advance(client, settings, &RotationSettings::default(), None).await
+}
+
+/// Reads the Secret, creating it when missing, renewing what is due and moving a CA rotation on
+/// (see [`next_step`]); `published` is the bundle this replica saw the webhook configurations
+/// take. Safe when several replicas do it at once: the loser of a create or update race re-reads
+/// and uses the winner's certificates.
+pub async fn load_or_advance(
+    client: Client,
+    settings: &CertSettings,
+    rotation: &RotationSettings,
+    published: Option<&Published>,
 ) -> Result<ServingCerts, CertError> {
     let api: Api<Secret> = Api::namespaced(client, &settings.namespace);
     let api_error = |action: &'static str| {
@@ -165,7 +232,7 @@ pub async fn load_or_create(
                 }
             }
             Some(mut secret) => {
-                let Some(certs) = renewed(&secret, settings, now)? else {
+                let Some(certs) = renewed(&secret, settings, rotation, published, now)? else {
                     return certs_from_secret(&secret, settings);
                 };
                 // resourceVersion stays as read: a concurrent renewal makes this a 409.
