@@ -202,7 +202,12 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
 async fn an_inplace_resize_growing_an_admitted_pod_is_refused_and_shrinking_is_allowed() {
     let mut env = TestEnv::new("resize").await;
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    env.create_pod(pod("p", &queue, "1")).await;
+    // Admitted but never scheduled (no node matches): the API server refuses resizes of pods
+    // bound to kwok nodes on its own ("node without support for resize") before any webhook.
+    let mut unscheduled = pod("p", &queue, "1");
+    unscheduled.spec.as_mut().expect("spec").node_selector =
+        Some([("sluice.dev/no-such-node".to_string(), "true".to_string())].into());
+    env.create_pod(unscheduled).await;
     wait_admitted(&env, "p").await;
     let resize = |cpu: &str| json!({"spec": {"containers": [{"name": "work", "resources": {"requests": {"cpu": cpu}}}]}});
     let err = env
