@@ -27,7 +27,7 @@ use crate::api::{
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, PodRef, PodState, QueueTally, WorkloadTally, decide};
-use crate::queue::at_creation::AdmitAtCreation;
+use crate::queue::at_creation::{AdmitAtCreation, VisibleToken};
 use crate::queue::snapshot::{self, Built};
 use crate::queue::writer::Writer;
 
@@ -467,12 +467,15 @@ impl Controller {
         // Room the webhook gave pods at creation that the pod cache does not show yet.
         let (mark, holds) = match &self.at_creation {
             Some(at_creation) => {
-                let visible: HashSet<&str> = facts
-                    .iter()
-                    .flatten()
-                    .filter_map(|f| f.at_creation_token.as_deref())
-                    .collect();
-                let (mark, holds) = at_creation.holds_for_pass(started.into_std(), &visible);
+                let visible = facts.iter().flatten().filter_map(|f| {
+                    Some(VisibleToken {
+                        token: f.at_creation_token.as_deref()?,
+                        namespace: &f.key.namespace,
+                        name: &f.name,
+                        queue: &f.queue,
+                    })
+                });
+                let (mark, holds) = at_creation.holds_for_pass(started.into_std(), visible);
                 (Some(mark), holds)
             }
             None => (None, HashMap::new()),
