@@ -80,6 +80,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_CERT_CHECK_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub cert_check_interval: Duration,
 
+    /// During a CA rotation: how long the bundle of old and new CA is published before the new CA
+    /// signs the served certificate, and how long the old CA stays after (at least two check
+    /// intervals).
+    #[arg(long, env = "SLUICE_CERT_ROTATION_OVERLAP", default_value = "10m", value_parser = parse_duration)]
+    pub cert_rotation_overlap: Duration,
+
     /// The user allowed to remove the admission gate and edit sluice.dev/ labels (sluice itself).
     /// Default: system:serviceaccount:<namespace>:sluice.
     #[arg(long, env = "SLUICE_CONTROLLER_USER")]
@@ -434,9 +440,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             )
         })?;
     let tls = sluice_certs::axum_rustls_config(&certs).context("building the TLS configuration")?;
-    let (_reloader, mut ca_updates) = sluice_certs::CertReloader::spawn(
+    let (_reloader, mut ca_updates, published_bundles) = sluice_certs::CertReloader::spawn(
         client.clone(),
         cert_settings.clone(),
+        sluice_certs::RotationSettings {
+            overlap: args.cert_rotation_overlap,
+        },
         tls.clone(),
         shutdown.clone(),
     );
@@ -520,6 +529,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         &certs.ca_pem,
     )
     .await?;
+    published_bundles.confirm(&certs.ca_pem);
     // Until the namespaces are listed, pods in a namespace with a default queue would be refused.
     namespaces
         .wait_until_ready()
@@ -536,18 +546,24 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let controller_user = controller_user.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
+            // A failed update is retried: a CA rotation waits for each bundle to be confirmed.
+            let mut failed = false;
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    changed = ca_updates.changed() => {
-                        if changed.is_err() { break; }
-                        let ca = ca_updates.borrow_and_update().clone();
-                        if let Err(e) = register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await {
-                            warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations");
-                        } else {
-                            info!("CA bundle of the webhook configurations updated");
-                        }
-                    }
+                    changed = ca_updates.changed() => if changed.is_err() { break; },
+                    _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+                }
+                let ca = ca_updates.borrow_and_update().clone();
+                if ca.is_empty() {
+                    continue;
+                }
+                failed = register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await
+                    .inspect_err(|e| warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations; retrying"))
+                    .is_err();
+                if !failed {
+                    published_bundles.confirm(&ca);
+                    info!("CA bundle of the webhook configurations updated");
                 }
             }
         });
