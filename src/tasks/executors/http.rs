@@ -110,7 +110,40 @@ pub fn outcome(spec: &HttpExecutor, status: u16, body: &[u8]) -> Outcome {
     }
 }
 
-async fn send(request: Request) -> Result<(u16, Bytes), String> {
+/// How long a request may take in all: connecting, sending, and reading the whole response. A
+/// Task's endpoint that hangs must not hold a controller task (and its connection) forever.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The most of a response body read: the result lands in the Task's status (an etcd object), and
+/// the controller must never buffer an unbounded body.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// The bounds of one request.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    total: std::time::Duration,
+    max_body_bytes: usize,
+}
+
+const LIMITS: Limits = Limits {
+    total: REQUEST_TIMEOUT,
+    max_body_bytes: MAX_RESPONSE_BYTES,
+};
+
+/// Sends `request` within `limits`; an error is the Task's failure message.
+async fn send(request: Request, limits: Limits) -> Result<(u16, Bytes), String> {
+    let what = format!("{} {}", request.method, request.url);
+    tokio::time::timeout(limits.total, exchange(request, limits.max_body_bytes))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "{what}: no complete response within {:?} (the limit for connecting, sending and reading)",
+                limits.total
+            ))
+        })
+}
+
+async fn exchange(request: Request, max_body_bytes: usize) -> Result<(u16, Bytes), String> {
+    let what = format!("{} {}", request.method, request.url);
     let client: HyperClient<_, Full<Bytes>> =
         HyperClient::builder(TokioExecutor::new()).build_http();
     let mut builder = hyper::Request::builder()
@@ -125,13 +158,31 @@ async fn send(request: Request) -> Result<(u16, Bytes), String> {
     let response = client
         .request(req)
         .await
-        .map_err(|e| format!("{} {}: {e}", request.method, request.url))?;
+        .map_err(|e| format!("{what}: {e}"))?;
     let status = response.status().as_u16();
-    let body = response
-        .into_body()
+    let too_big = || {
+        format!("{what}: the response is larger than {max_body_bytes} bytes, the most sluice reads")
+    };
+    // A declared length over the cap fails before reading anything.
+    let declared = response
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body_bytes as u64) {
+        return Err(too_big());
+    }
+    // Limited stops reading at the cap, whatever the length says (chunked bodies have none).
+    let body = http_body_util::Limited::new(response.into_body(), max_body_bytes)
         .collect()
         .await
-        .map_err(|e| format!("reading the response: {e}"))?
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_big()
+            } else {
+                format!("{what}: reading the response: {e}")
+            }
+        })?
         .to_bytes();
     Ok((status, body))
 }
@@ -211,7 +262,7 @@ impl Executor for HttpExecutorImpl {
             let runtime = self.runtime.clone();
             let key = uid.clone();
             let task = tokio::spawn(async move {
-                let result = match send(request).await {
+                let result = match send(request, LIMITS).await {
                     Ok((status, body)) => outcome(&spec, status, &body),
                     Err(message) => Outcome {
                         success: false,
@@ -345,5 +396,134 @@ mod tests {
             ..Default::default()
         };
         assert!(build_request(&tls, &vars).is_err());
+    }
+
+    /// A loopback HTTP server answering one connection with `respond`, which gets the socket after
+    /// the request head was read.
+    async fn one_shot_server<F, Fut, T>(respond: F) -> (String, tokio::task::JoinHandle<T>)
+    where
+        F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + Send,
+        T: Send + 'static,
+    {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.expect("read the request");
+                assert!(n > 0, "the client closed before sending its request");
+                head.extend_from_slice(&buf[..n]);
+            }
+            respond(stream).await
+        });
+        (url, server)
+    }
+
+    fn get(url: &str) -> Request {
+        Request {
+            method: "GET".into(),
+            url: url.into(),
+            headers: vec![],
+            body: None,
+        }
+    }
+
+    /// Writes an HTTP/1.1 200 head and then `total` bytes of body in 64 KiB pieces until the client
+    /// goes away; returns how many body bytes were written.
+    async fn stream_body(mut stream: tokio::net::TcpStream, head: String, total: usize) -> usize {
+        use tokio::io::AsyncWriteExt;
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return 0;
+        }
+        let piece = vec![b'x'; 64 * 1024];
+        let mut written = 0;
+        while written < total {
+            if stream.write_all(&piece).await.is_err() {
+                break;
+            }
+            written += piece.len();
+        }
+        written
+    }
+
+    const HUNDRED_MIB: usize = 100 * 1024 * 1024;
+
+    #[tokio::test]
+    async fn a_small_response_comes_back_whole() {
+        let (url, _server) = one_shot_server(|stream| {
+            stream_body(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-length: 65536\r\n\r\n".into(),
+                64 * 1024,
+            )
+        })
+        .await;
+        let (status, body) = send(get(&url), LIMITS).await.expect("response");
+        assert_eq!(status, 200);
+        assert_eq!(body.len(), 64 * 1024);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_fails_the_task_at_the_time_limit() {
+        // The server reads the request and then holds the connection open without a word.
+        let (url, _server) = one_shot_server(|stream| async move {
+            std::future::pending::<()>().await;
+            drop(stream)
+        })
+        .await;
+        let limits = Limits {
+            total: std::time::Duration::from_millis(300),
+            ..LIMITS
+        };
+        let message = send(get(&url), limits).await.expect_err("must time out");
+        assert!(
+            message.contains("no complete response within 300ms"),
+            "{message}"
+        );
+        assert!(message.contains(&url), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_100_mib_response_without_a_length_is_cut_at_the_cap() {
+        // Close-delimited: no length up front, so the cap must stop the reading itself.
+        let (url, server) = one_shot_server(|stream| {
+            stream_body(
+                stream,
+                "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".into(),
+                HUNDRED_MIB,
+            )
+        })
+        .await;
+        let message = send(get(&url), LIMITS).await.expect_err("must be cut");
+        assert!(
+            message.contains(&format!("larger than {MAX_RESPONSE_BYTES} bytes")),
+            "{message}"
+        );
+        // The client hung up: the server could not deliver the 100 MiB (socket buffers aside).
+        let written = server.await.expect("server");
+        assert!(written < HUNDRED_MIB, "the whole body was read: {written}");
+    }
+
+    #[tokio::test]
+    async fn a_100_mib_response_announced_by_its_length_is_refused_before_reading() {
+        let (url, _server) = one_shot_server(|stream| {
+            stream_body(
+                stream,
+                format!("HTTP/1.1 200 OK\r\ncontent-length: {HUNDRED_MIB}\r\n\r\n"),
+                HUNDRED_MIB,
+            )
+        })
+        .await;
+        let message = send(get(&url), LIMITS).await.expect_err("must be refused");
+        assert!(
+            message.contains(&format!("larger than {MAX_RESPONSE_BYTES} bytes")),
+            "{message}"
+        );
     }
 }
