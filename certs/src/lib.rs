@@ -34,7 +34,10 @@ pub use store::{
     CA_CERT_KEY, CA_KEY_KEY, NEXT_CA_KEY_KEY, TLS_CERT_KEY, TLS_KEY_KEY, load_or_advance,
     load_or_create,
 };
-pub use tls::{axum_rustls_config, rustls_server_config};
+pub use tls::{
+    ClientAuth, axum_rustls_config, axum_rustls_config_with, rustls_server_config,
+    rustls_server_config_with,
+};
 
 /// A serving certificate lives a year unless told otherwise.
 pub const DEFAULT_SERVING_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);

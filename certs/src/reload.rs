@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::rotation::{Published, RotationSettings};
-use crate::{CertError, CertSettings, ServingCerts, load_or_advance, rustls_server_config};
+use crate::{
+    CertError, CertSettings, ClientAuth, ServingCerts, load_or_advance, rustls_server_config_with,
+};
 
 /// What one check changed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -24,6 +26,7 @@ pub(crate) struct ReloadState {
     current: Option<ServingCerts>,
     tls: RustlsConfig,
     ca_bundle: watch::Sender<String>,
+    client_auth: ClientAuth,
 }
 
 impl ReloadState {
@@ -32,7 +35,14 @@ impl ReloadState {
             current: None,
             tls,
             ca_bundle,
+            client_auth: ClientAuth::Anyone,
         }
+    }
+
+    /// Reloaded configurations verify clients with `client_auth`.
+    pub(crate) fn with_client_auth(mut self, client_auth: ClientAuth) -> Self {
+        self.client_auth = client_auth;
+        self
     }
 
     /// Puts `certs` into service when they differ from the current ones. A certificate that
@@ -41,7 +51,7 @@ impl ReloadState {
         if self.current.as_ref() == Some(&certs) {
             return Ok(Applied::default());
         }
-        let config = rustls_server_config(&certs)?;
+        let config = rustls_server_config_with(&certs, &self.client_auth)?;
         // Reloaded on the first check too: the Secret may have moved on since the server started.
         self.tls.reload_from_config(Arc::new(config));
         let ca_changed = self.current.as_ref().map(|c| &c.ca_pem) != Some(&certs.ca_pem);
@@ -103,10 +113,30 @@ impl CertReloader {
         tls: RustlsConfig,
         shutdown: CancellationToken,
     ) -> (JoinHandle<()>, watch::Receiver<String>, PublishedBundles) {
+        Self::spawn_with_client_auth(
+            client,
+            settings,
+            rotation,
+            tls,
+            ClientAuth::Anyone,
+            shutdown,
+        )
+    }
+
+    /// [`CertReloader::spawn`] for a server that verifies clients with `client_auth` (the same as
+    /// `tls` was built with: a reload keeps it).
+    pub fn spawn_with_client_auth(
+        client: Client,
+        settings: CertSettings,
+        rotation: RotationSettings,
+        tls: RustlsConfig,
+        client_auth: ClientAuth,
+        shutdown: CancellationToken,
+    ) -> (JoinHandle<()>, watch::Receiver<String>, PublishedBundles) {
         let (ca_tx, ca_rx) = watch::channel(String::new());
         let (published, published_rx) = PublishedBundles::new();
         let handle = tokio::spawn(async move {
-            let mut state = ReloadState::new(tls, ca_tx);
+            let mut state = ReloadState::new(tls, ca_tx).with_client_auth(client_auth);
             loop {
                 let confirmed = published_rx.borrow().clone();
                 match load_or_advance(client.clone(), &settings, &rotation, confirmed.as_ref())

@@ -415,3 +415,134 @@ fn a_short_lived_certificate_is_not_renewed_the_moment_it_is_issued() {
         Renewal::Serving { .. }
     ));
 }
+
+/// A client CA and a client certificate from it (client auth), PEM: (CA, certificate, key).
+fn client_identity() -> (String, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.distinguished_name
+        .push(DnType::CommonName, "front-proxy-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).expect("CA");
+    let key = KeyPair::generate().expect("client key");
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let issuer = Issuer::new(ca, ca_key);
+    let cert = params.signed_by(&key, &issuer).expect("client cert");
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// A TLS handshake in memory between a client trusting `certs`' CA (presenting `identity` when
+/// given) and a server configured with `server`; the error says which side failed.
+fn handshake(
+    certs: &ServingCerts,
+    server: rustls::ServerConfig,
+    identity: Option<(&str, &str)>,
+) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(certs.ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots);
+    let client_config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).map_err(|e| e.to_string())?],
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes())
+                    .map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?,
+    };
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let mut client =
+        rustls::ClientConnection::new(Arc::new(client_config), name).map_err(|e| e.to_string())?;
+    let mut server = rustls::ServerConnection::new(Arc::new(server)).map_err(|e| e.to_string())?;
+    // Each round moves everything either side has to say; a handshake needs a few.
+    for _ in 0..8 {
+        let mut wire = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut wire).map_err(|e| e.to_string())?;
+        }
+        server
+            .read_tls(&mut wire.as_slice())
+            .map_err(|e| e.to_string())?;
+        server
+            .process_new_packets()
+            .map_err(|e| format!("server: {e}"))?;
+        let mut wire = Vec::new();
+        while server.wants_write() {
+            server.write_tls(&mut wire).map_err(|e| e.to_string())?;
+        }
+        client
+            .read_tls(&mut wire.as_slice())
+            .map_err(|e| e.to_string())?;
+        client
+            .process_new_packets()
+            .map_err(|e| format!("client: {e}"))?;
+        if !client.is_handshaking() && !server.is_handshaking() {
+            return Ok(());
+        }
+    }
+    Err("the handshake did not finish".into())
+}
+
+#[test]
+fn with_a_client_ca_a_client_without_a_certificate_is_refused() {
+    let certs = generate(&settings(day())).expect("generate");
+    let (client_ca, client_cert, client_key) = client_identity();
+    let required = ClientAuth::require_from(&client_ca).expect("client CA");
+    let config = || rustls_server_config_with(&certs, &required).expect("config");
+
+    let refused = handshake(&certs, config(), None).expect_err("no certificate");
+    assert!(refused.starts_with("server:"), "{refused}");
+    handshake(&certs, config(), Some((&client_cert, &client_key))).expect("the client CA's");
+
+    // A certificate from another CA is refused too.
+    let (_, stranger_cert, stranger_key) = client_identity();
+    let refused = handshake(&certs, config(), Some((&stranger_cert, &stranger_key)))
+        .expect_err("a stranger's certificate");
+    assert!(refused.starts_with("server:"), "{refused}");
+
+    // Without the option, anyone may connect (today's default).
+    handshake(&certs, rustls_server_config(&certs).expect("config"), None).expect("anyone");
+}
+
+#[test]
+fn a_client_ca_file_without_a_certificate_is_an_error() {
+    assert!(matches!(
+        ClientAuth::require_from("not a certificate"),
+        Err(CertError::Pem { .. })
+    ));
+}
+
+#[test]
+fn a_reload_keeps_requiring_client_certificates() {
+    let s = settings(day());
+    let first = generate(&s).expect("generate");
+    let (client_ca, ..) = client_identity();
+    let required = ClientAuth::require_from(&client_ca).expect("client CA");
+    let tls = axum_rustls_config_with(&first, &required).expect("tls");
+    let (ca_tx, _ca_rx) = tokio::sync::watch::channel(String::new());
+    let mut state = ReloadState::new(tls.clone(), ca_tx).with_client_auth(required);
+    let renewed = issue_serving(&first, &s).expect("renew");
+    state.apply(renewed.clone()).expect("reload");
+    let reloaded = tls.get_inner();
+    assert!(
+        handshake(&renewed, (*reloaded).clone(), None).is_err(),
+        "the reloaded configuration still asks for a client certificate"
+    );
+}
