@@ -66,15 +66,22 @@ mod leader_and_ungate {
             .patch("a", &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
             .expect_err("the first pod's patch must not apply to the second");
+        // The API server answers a failed JSON-patch test with 422 Invalid, without details.
         match &err {
-            kube::Error::Api(status) => {
-                assert!(
-                    [409, 422].contains(&status.code) && status.message.contains("/metadata/uid"),
-                    "a failed test of the uid: {status:?}"
-                );
-            }
+            kube::Error::Api(status) => assert_eq!(status.code, 422, "{status:?}"),
             other => panic!("an API error expected: {other}"),
         }
+        // The same patch for the pod as it is now (its uid the only difference) would apply: the
+        // uid test alone refused the first (a dry run, so the second pod stays gated).
+        let fresh = ungate_patch(&second, "2026-01-01T00:00:00Z").expect("ungate patch");
+        as_sluice
+            .patch(
+                "a",
+                &PatchParams::default().dry_run(),
+                &Patch::<()>::Json(fresh),
+            )
+            .await
+            .expect("the patch for the pod that is there applies");
         let now = env.pods().get("a").await.expect("pod a");
         assert_eq!(now.uid(), second.uid());
         assert!(is_gated(&now), "the second pod still waits");
