@@ -507,16 +507,25 @@ impl sluice_webhooks::PodClassifier for Classifier {
         // The API server validates the pod only after this webhook: a governed pod's requests are
         // judged here, or a negative request would count as room.
         if labels.is_some()
+            && let Some(claims) = pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref())
+            && !claims.is_empty()
+        {
+            return Err(format!(
+                "sluice: pod {namespace}/{name} is governed by a queue but asks for devices through dynamic resource allocation (spec.resourceClaims: {claims}), which sluice cannot count against a quota yet, so it would escape its queue's limits. Ask for the device as an extended resource in the container's resources (e.g. nvidia.com/gpu), or run the pod outside sluice's queues",
+                name = pod_display_name(pod),
+                claims = claims
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+        if labels.is_some()
             && let Some(Err(e)) = pod.spec.as_ref().map(pod_requests)
         {
             return Err(format!(
                 "sluice: pod {namespace}/{name} is governed by queue {queue:?} but its resources cannot be counted: {e}. Fix the pod's requests and limits, then create it again",
-                name = pod
-                    .metadata
-                    .name
-                    .as_deref()
-                    .or(pod.metadata.generate_name.as_deref())
-                    .unwrap_or("<unnamed>"),
+                name = pod_display_name(pod),
                 queue = labels
                     .as_ref()
                     .and_then(|l| l.get(QUEUE_LABEL))
@@ -627,6 +636,16 @@ fn judge_resize(namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
         "sluice: pod {namespace}/{name} runs on the quota of queue {queue:?}; an in-place resize may shrink it but not grow it ({}), because quota is only given through sluice's gate. Create a pod with the larger requests instead: it waits until the queue has room",
         grown.join(", ")
     ))
+}
+
+/// A pod's name for a message; a pod being created may only have a generateName.
+fn pod_display_name(pod: &Pod) -> &str {
+    pod.metadata
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .or(pod.metadata.generate_name.as_deref())
+        .unwrap_or("<unnamed>")
 }
 
 fn has_gates(pod: &Pod) -> bool {

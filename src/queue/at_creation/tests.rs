@@ -407,3 +407,30 @@ mod resize {
         assert!(judge_resize("ns", &pod("2"), &pod("-4")).is_err());
     }
 }
+
+/// Kueue #14367 / #12897 (DRA charges): devices claimed through dynamic resource allocation are
+/// not counted by sluice, so a governed pod claiming them is refused rather than let past quota.
+#[test]
+fn a_governed_pod_claiming_dra_devices_is_refused_naming_the_field() {
+    use serde_json::json;
+    use sluice_webhooks::PodClassifier;
+    let c = Classifier {
+        adapters: Adapters::default(),
+        at_creation: None,
+    };
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "dra", "labels": {QUEUE_LABEL: "q"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}
+    }))
+    .expect("pod");
+    let refusal = c.classify_in("ns", &pod).expect_err("refused");
+    assert!(refusal.contains("spec.resourceClaims: gpu"), "{refusal}");
+    let mut unlabelled = pod.clone();
+    unlabelled.metadata.labels = None;
+    assert_eq!(
+        c.classify_in("ns", &unlabelled),
+        Ok(None),
+        "not sluice's pod"
+    );
+}

@@ -1,7 +1,7 @@
 //! The pod as the pod webhooks read it off the wire: only what they judge (name, generateName,
 //! namespace, labels, annotations, `spec.schedulingGates`, and what makes a pod's requests:
 //! containers' and init containers' resources and restart policy, `spec.overhead`, pod-level
-//! `spec.resources`). Every other
+//! `spec.resources`, the names of `spec.resourceClaims`). Every other
 //! field is skipped without being built, which is most of a pod's 5-10 KB: env, volumes, probes,
 //! managedFields.
 //! The result is an ordinary [`Pod`] carrying just those fields, so the handlers and the
@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSchedulingGate, PodSpec, ResourceRequirements,
+    Container, Pod, PodResourceClaim, PodSchedulingGate, PodSpec, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -88,6 +88,16 @@ struct WireSpec {
     /// Pod-level requests and limits (PodLevelResources): they count instead of the containers'.
     #[serde(default)]
     resources: Option<WireResources>,
+    /// Dynamic resource allocation claims: sluice cannot count them, so it needs to see them.
+    #[serde(default)]
+    resource_claims: Option<Vec<WireClaim>>,
+}
+
+/// A pod's resource claim: its name is all sluice reads.
+#[derive(Deserialize)]
+struct WireClaim {
+    #[serde(default)]
+    name: String,
 }
 
 /// A container as far as its requests go.
@@ -181,6 +191,15 @@ impl<'de> Deserialize<'de> for PartialPod {
                 .map(|c| c.into_iter().map(WireContainer::into_container).collect()),
             overhead: s.overhead,
             resources: s.resources.map(WireResources::into_requirements),
+            resource_claims: s.resource_claims.map(|claims| {
+                claims
+                    .into_iter()
+                    .map(|c| PodResourceClaim {
+                        name: c.name,
+                        ..PodResourceClaim::default()
+                    })
+                    .collect()
+            }),
             ..PodSpec::default()
         });
         Ok(PartialPod(Box::new(Pod {
@@ -263,6 +282,7 @@ mod tests {
                 "schedulingGates": s.scheduling_gates,
                 "overhead": s.overhead,
                 "resources": s.resources.as_ref().map(|r| json!([r.requests, r.limits])),
+                "resourceClaims": s.resource_claims.as_ref().map(|c| c.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),
                 "containers": requests_of(&s.containers),
                 "initContainers": s.init_containers.as_deref().map(requests_of),
             })),
@@ -298,6 +318,7 @@ mod tests {
                                         {"name": "i", "resources": {"limits": {"memory": "2Gi"}}}],
                      "overhead": {"cpu": "10m"},
                      "resources": {"requests": {"cpu": "8"}, "limits": {"memory": "4Gi"}},
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
                      "schedulingGates": [{"name": "other"}, {"name": "sluice.dev/admission"}]},
             "status": {"phase": "Pending"},
         });
