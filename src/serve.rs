@@ -86,6 +86,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_CERT_ROTATION_OVERLAP", default_value = "10m", value_parser = parse_duration)]
     pub cert_rotation_overlap: Duration,
 
+    /// Require every webhook client to present a certificate issued by a CA of this PEM file (the
+    /// API server's client certificate, set in its admission configuration); without it, any
+    /// client that reaches the port may send reviews.
+    #[arg(long, env = "SLUICE_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<std::path::PathBuf>,
+
     /// The user allowed to remove the admission gate and edit sluice.dev/ labels (sluice itself).
     /// Default: system:serviceaccount:<namespace>:sluice.
     #[arg(long, env = "SLUICE_CONTROLLER_USER")]
@@ -355,6 +361,17 @@ fn default_identity() -> String {
         })
 }
 
+/// Who may call the webhooks: with `--client-ca-file`, only clients with a certificate from it.
+fn client_auth(file: Option<&std::path::Path>) -> anyhow::Result<sluice_certs::ClientAuth> {
+    let Some(file) = file else {
+        return Ok(sluice_certs::ClientAuth::Anyone);
+    };
+    let pem = std::fs::read_to_string(file)
+        .with_context(|| format!("reading --client-ca-file {}", file.display()))?;
+    sluice_certs::ClientAuth::require_from(&pem)
+        .with_context(|| format!("--client-ca-file {}", file.display()))
+}
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
     // One crypto provider for the whole process: ring.
@@ -439,16 +456,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 args.namespace, args.cert_secret
             )
         })?;
-    let tls = sluice_certs::axum_rustls_config(&certs).context("building the TLS configuration")?;
-    let (_reloader, mut ca_updates, published_bundles) = sluice_certs::CertReloader::spawn(
-        client.clone(),
-        cert_settings.clone(),
-        sluice_certs::RotationSettings {
-            overlap: args.cert_rotation_overlap,
-        },
-        tls.clone(),
-        shutdown.clone(),
-    );
+    let client_auth = client_auth(args.client_ca_file.as_deref())?;
+    let tls = sluice_certs::axum_rustls_config_with(&certs, &client_auth)
+        .context("building the TLS configuration")?;
+    let (_reloader, mut ca_updates, published_bundles) =
+        sluice_certs::CertReloader::spawn_with_client_auth(
+            client.clone(),
+            cert_settings.clone(),
+            sluice_certs::RotationSettings {
+                overlap: args.cert_rotation_overlap,
+            },
+            tls.clone(),
+            client_auth,
+            shutdown.clone(),
+        );
 
     let ready = Arc::new(AtomicBool::new(false));
     let controller_user = args
