@@ -182,6 +182,34 @@ impl ValidateApplications {
     }
 }
 
+/// Refuses an UPDATE that changes or removes an application's queue label. Its pods keep the queue
+/// they were admitted to (their labels are sluice's), so a new label would move its running usage
+/// to another queue with no fit check, or out of every queue. The webhook does not read the
+/// ledger (no API call, no workload cache on every replica), so a move is refused whether or not
+/// anything was admitted yet: delete and resubmit is the one way, and the message says so.
+fn refuse_queue_move(
+    request: &AdmissionRequest<DynamicObject>,
+    app: &DynamicObject,
+) -> Result<(), String> {
+    let Some(old) = request.old_object.as_ref() else {
+        return Ok(());
+    };
+    let (before, after) = (old.labels().get(QUEUE_LABEL), app.labels().get(QUEUE_LABEL));
+    match (before, after) {
+        (Some(before), after) if after != Some(before) => Err(format!(
+            "sluice: {kind} {namespace}/{name} is accounted to CapacityQueue {before:?}; its label {QUEUE_LABEL} cannot be {change} once set, because its pods and the quota they hold stay in that queue. To run it in another queue, delete it and create it again with {QUEUE_LABEL} set to that queue",
+            kind = request.kind.kind,
+            namespace = app.namespace().unwrap_or_default(),
+            name = app.name_any(),
+            change = match after {
+                Some(after) => format!("changed (to {after:?})"),
+                None => "removed".to_string(),
+            },
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl sluice_webhooks::ApplicationHandler for ValidateApplications {
     fn name(&self) -> &'static str {
         "validate_applications"
@@ -198,6 +226,9 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
         ) else {
             return response;
         };
+        if let Err(message) = refuse_queue_move(request, app) {
+            return response.deny(message);
+        }
         let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
             return response;
         };
@@ -408,5 +439,53 @@ mod tests {
             .check(&RayClusters, &app, "q")
             .expect_err("not admitted");
         assert!(err.contains("does not admit namespace \"ns\""), "{err}");
+    }
+
+    /// Issue 16, hole 4: an application cannot be relabelled into another queue.
+    #[test]
+    fn relabelling_an_application_into_another_queue_is_refused() {
+        use sluice_webhooks::ApplicationHandler;
+        let validator = validator("100");
+        let mut old = rc(true);
+        old.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(QUEUE_LABEL.into(), "q".into());
+        let update = |new: &DynamicObject| -> AdmissionRequest<DynamicObject> {
+            let mut request = review(new);
+            request.operation = Operation::Update;
+            request.old_object = Some(old.clone());
+            request
+        };
+        let mut moved = old.clone();
+        moved
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(QUEUE_LABEL.into(), "other".into());
+        let refused = validator.admit(&update(&moved));
+        assert!(!refused.allowed);
+        assert!(
+            refused
+                .result
+                .message
+                .contains("delete it and create it again"),
+            "{}",
+            refused.result.message
+        );
+        let mut unlabelled = old.clone();
+        unlabelled
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .remove(QUEUE_LABEL);
+        assert!(
+            !validator.admit(&update(&unlabelled)).allowed,
+            "removing it too"
+        );
+        assert!(
+            validator.admit(&update(&old)).allowed,
+            "an update that keeps the queue is judged as before"
+        );
     }
 }
