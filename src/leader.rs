@@ -212,6 +212,12 @@ impl Term {
     /// Runs `admit` if the term is still valid (revoking it if its deadline has passed): the
     /// term cannot be revoked while `admit` runs, so what it publishes is undone by revocation.
     pub fn while_valid<R>(&self, admit: impl FnOnce() -> R) -> Option<R> {
+        self.while_valid_until(|_| admit())
+    }
+
+    /// As [`Term::while_valid`], telling `admit` the term's deadline as it stands: what it
+    /// publishes can carry the deadline and stop admitting by itself at that instant.
+    pub fn while_valid_until<R>(&self, admit: impl FnOnce(Instant) -> R) -> Option<R> {
         let mut state = self.lock();
         if state.revoked {
             return None;
@@ -220,7 +226,7 @@ impl Term {
             self.revoke_locked(&mut state);
             return None;
         }
-        Some(admit())
+        Some(admit(state.valid_until))
     }
 
     pub fn is_valid(&self) -> bool {

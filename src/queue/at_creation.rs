@@ -57,6 +57,9 @@ pub struct AdmitAtCreation {
 struct State {
     /// The controller runs here and has published a pass.
     active: bool,
+    /// The leadership term's deadline when the last pass published: nothing is admitted at
+    /// creation from then on, whether or not the term's end has been noticed yet (None: no term).
+    admit_until: Option<Instant>,
     queues: HashMap<String, QueueRoom>,
     /// Workloads the last pass saw holding quota (and not ended), with their queue.
     started: HashMap<WorkloadKey, String>,
@@ -308,13 +311,15 @@ impl AdmitAtCreation {
     /// After a pass (whose queues' quotas were lowered by [`AdmitAtCreation::holds_for_pass`]'s
     /// holds): the room each queue has left, which workloads hold quota; admission at creation on.
     /// `open_queues`: the queues that admit at creation, each with whether it takes pods from
-    /// every namespace.
+    /// every namespace. `admit_until`: the leadership term's deadline, past which nothing is
+    /// admitted at creation even if no one has called [`AdmitAtCreation::deactivate`] yet.
     pub fn publish(
         &self,
         mark: PassMark,
         built: &Built,
         decisions: &Decisions,
         open_queues: &HashMap<String, bool>,
+        admit_until: Option<Instant>,
     ) {
         let mut started = HashMap::new();
         let mut allowed: HashMap<&str, HashSet<String>> = HashMap::new();
@@ -380,6 +385,7 @@ impl AdmitAtCreation {
         state.new_gangs.retain(|key, _| !started.contains_key(key));
         state.queues = queues;
         state.started = started;
+        state.admit_until = admit_until;
         state.active = true;
     }
 
@@ -423,7 +429,11 @@ impl State {
         requests: &ResourceList,
         token: &str,
     ) -> Option<(String, ResourceList)> {
-        if !self.active {
+        if !self.active
+            || self
+                .admit_until
+                .is_some_and(|until| Instant::now() >= until)
+        {
             return None;
         }
         let queue = self.queues.get(&identity.queue)?;

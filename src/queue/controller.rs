@@ -505,7 +505,7 @@ impl Controller {
         for queue in &mut built.snapshot.queues {
             if let Some(held) = holds.get(&queue.name) {
                 for (name, limit) in queue.quota.0.iter_mut() {
-                    *limit -= held.get(name);
+                    *limit = limit.saturating_sub(held.get(name));
                 }
             }
         }
@@ -517,9 +517,9 @@ impl Controller {
                 .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
                 .collect();
             // Under the term's lock: a revocation cannot slip between its check and the publish.
-            let published = self
-                .term
-                .while_valid(|| at_creation.publish(mark, &built, &decisions, &open));
+            let published = self.term.while_valid_until(|until| {
+                at_creation.publish(mark, &built, &decisions, &open, Some(until.into_std()))
+            });
             if published.is_none() {
                 debug!("leadership term over: no room published for admission at creation");
             }

@@ -31,6 +31,7 @@ use crate::api::{
 };
 use crate::metrics::ControllerMetrics;
 use crate::queue::admission::WorkloadKey;
+use crate::queue::controller::API_CALL_TIMEOUT;
 
 /// How long a write this writer made is believed over an older value the watch still shows.
 /// Past it, the watch's value wins again (someone else may have written since).
@@ -437,7 +438,7 @@ impl Writer {
             .for_each_concurrent(concurrency, |(key, body)| async move {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                let result = api.patch(&key.name, &params, &Patch::Apply(&body)).await;
+                let result = bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await;
                 if let Err(e) = &result {
                     warn!(%e, workload = %key, "could not record DynamicWorkload; the next pass retries");
                 }
@@ -456,7 +457,7 @@ impl Writer {
                     }),
                     ..DeleteParams::default()
                 };
-                let done = match api.delete(&key.name, &params).await {
+                let done = match bounded(api.delete(&key.name, &params)).await {
                     Ok(_) => {
                         debug!(workload = %key, "deleted: its last pod is gone");
                         true
@@ -478,7 +479,7 @@ impl Writer {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                let result = api.patch_status(&key.name, &params, &Patch::Apply(body)).await;
+                let result = bounded(api.patch_status(&key.name, &params, &Patch::Apply(body))).await;
                 match &result {
                     Ok(_) => {
                         self.inner.metrics.status_writes.inc();
@@ -494,7 +495,7 @@ impl Writer {
                 let api: Api<CapacityQueue> = Api::all(client.clone());
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                let result = api.patch_status(&name, &params, &Patch::Apply(body)).await;
+                let result = bounded(api.patch_status(&name, &params, &Patch::Apply(body))).await;
                 match &result {
                     Ok(_) => {
                         self.inner.metrics.status_writes.inc();
@@ -559,6 +560,21 @@ fn same_but_for_wording(old: &DynamicWorkloadStatus, new: &DynamicWorkloadStatus
         && old.finished_at == new.finished_at
         && old.pod_set_summary == new.pod_set_summary
         && conditions(old) == conditions(new)
+}
+
+/// An API call bounded by [`API_CALL_TIMEOUT`]: a call the API server never answers (kube's client
+/// sets no read timeout) fails like any other and is retried by a later round, instead of
+/// stalling the writer for good.
+async fn bounded<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(API_CALL_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {API_CALL_TIMEOUT:?}"),
+        )))),
+    }
 }
 
 #[cfg(test)]

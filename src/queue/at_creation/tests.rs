@@ -434,3 +434,15 @@ fn a_governed_pod_claiming_dra_devices_is_refused_naming_the_field() {
         "not sluice's pod"
     );
 }
+
+/// Issue 16, hole 8: admission at creation stops at the leadership term's deadline by itself,
+/// without waiting for anyone to notice the term ended and call `deactivate`.
+#[test]
+fn nothing_is_admitted_at_creation_past_the_terms_deadline() {
+    let a = open_with_room(10);
+    let one = identity("q", None, None);
+    a.lock().admit_until = Instant::now().checked_add(Duration::from_secs(3600));
+    assert!(a.try_admit(&pod_at("ns"), &one, &list(1)).is_some());
+    a.lock().admit_until = Some(Instant::now());
+    assert_eq!(a.try_admit(&pod_at("ns"), &one, &list(1)), None);
+}
