@@ -579,12 +579,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 if ca.is_empty() {
                     continue;
                 }
-                failed = register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await
-                    .inspect_err(|e| warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations; retrying"))
-                    .is_err();
-                if !failed {
-                    published_bundles.confirm(&ca);
-                    info!("CA bundle of the webhook configurations updated");
+                match register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await
+                {
+                    Ok(()) => {
+                        failed = false;
+                        published_bundles.confirm(&ca);
+                        info!("CA bundle of the webhook configurations updated");
+                    }
+                    Err(e) => {
+                        failed = true;
+                        warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations; retrying in 5 s");
+                    }
                 }
             }
         });
