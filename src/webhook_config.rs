@@ -295,7 +295,7 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
         MatchCondition {
             name: "touches-gates-labels-admission-or-size".into(),
             expression: format!(
-                "oldObject == null || request.subResource == 'resize' || {} != {} || {} != {} || {} != {}",
+                "oldObject == null || (has(request.subResource) && request.subResource == 'resize') || {} != {} || {} != {} || {} != {}",
                 gates("object"),
                 gates("oldObject"),
                 labels("object"),
@@ -543,5 +543,92 @@ mod tests {
             c.expression,
             "request.userInfo.username != 'evil || true || '"
         );
+    }
+
+    /// Whether the pod validating webhook is called for this update (every condition holds).
+    fn pod_webhook_called(object: &Value, old: &Value, request: Value) -> bool {
+        let validating = validating(&endpoint(), "sluice-system", SLUICE, None);
+        let conditions = validating.webhooks.expect("webhooks")[0]
+            .match_conditions
+            .clone()
+            .expect("conditions");
+        conditions.iter().all(|condition| {
+            let program = cel_interpreter::Program::compile(&condition.expression)
+                .unwrap_or_else(|e| panic!("{}: {e}", condition.expression));
+            let mut context = cel_interpreter::Context::default();
+            context
+                .add_variable("object", object.clone())
+                .expect("object");
+            context
+                .add_variable("oldObject", old.clone())
+                .expect("oldObject");
+            context
+                .add_variable("request", request.clone())
+                .expect("request");
+            match program.execute(&context) {
+                Ok(cel_interpreter::Value::Bool(b)) => b,
+                other => panic!("{} gave {other:?}", condition.expression),
+            }
+        })
+    }
+
+    #[test]
+    fn pod_updates_reach_the_validator_for_gates_labels_admission_annotations_and_resizes_only() {
+        let alice = json!({"userInfo": {"username": "alice"}});
+        let old = json!({"metadata": {"name": "p", "labels": {QUEUE_LABEL: "q"}},
+                         "spec": {"schedulingGates": [{"name": "sluice.dev/admission"}]}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = old.clone();
+            f(&mut v);
+            v
+        };
+        let cases: Vec<(&str, Value, Value, bool)> = vec![
+            ("no change", old.clone(), alice.clone(), false),
+            (
+                "a user's annotation",
+                with(&|v| v["metadata"]["annotations"] = json!({"team": "a"})),
+                alice.clone(),
+                false,
+            ),
+            (
+                "an admission token added",
+                with(&|v| {
+                    v["metadata"]["annotations"] = json!({"sluice.dev/admitted-at-creation": "t"})
+                }),
+                alice.clone(),
+                true,
+            ),
+            (
+                "the gate removed",
+                with(&|v| v["spec"]["schedulingGates"] = json!([])),
+                alice.clone(),
+                true,
+            ),
+            (
+                "a label changed",
+                with(&|v| v["metadata"]["labels"]["x"] = json!("y")),
+                alice.clone(),
+                true,
+            ),
+            (
+                "a resize",
+                old.clone(),
+                json!({"userInfo": {"username": "alice"}, "subResource": "resize"}),
+                true,
+            ),
+            (
+                "the status",
+                old.clone(),
+                json!({"userInfo": {"username": "alice"}, "subResource": "status"}),
+                false,
+            ),
+        ];
+        for (case, object, request, expected) in cases {
+            assert_eq!(
+                pod_webhook_called(&object, &old, request),
+                expected,
+                "{case}"
+            );
+        }
     }
 }
