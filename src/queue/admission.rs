@@ -458,6 +458,9 @@ struct MemberState {
     admitted_now: u32,
 }
 
+/// One queue's pass, phase by phase: gather the demand (what each member holds, the reservations
+/// of started gangs, one item per gang or pod), order it, admit it in order with the queue's
+/// strategy, and tally.
 fn decide_queue(
     snapshot: &Snapshot,
     queue: &QueueSnapshot,
@@ -465,311 +468,460 @@ fn decide_queue(
     decisions: &mut Decisions,
     scratch: &mut Scratch,
 ) -> QueueTally {
-    let dims = Dimensions::new(&queue.quota);
-    let width = dims.width();
-    let Scratch {
-        arena,
-        items,
-        slots,
-        gated,
-    } = scratch;
-    arena.values.clear();
-    arena.pods.clear();
-    items.clear();
-    slots.clear();
+    let mut pass = QueuePass::new(snapshot, queue, members, scratch);
+    for m in 0..members.len() {
+        pass.gather_member(m);
+    }
+    pass.order_demand();
+    let waiting = pass.admit_in_order(&mut decisions.admit);
+    pass.tally(&mut decisions.workloads, waiting)
+}
 
-    let mut states = vec![MemberState::default(); members.len()];
-    // Per member: used and reserved, projected, `width` values each.
-    let mut member_used = vec![0i64; members.len() * width];
-    let mut member_reserved = vec![0i64; members.len() * width];
-    // Scratch vectors of the arena: the queue's usage and reservations, and one item's
-    // reservation after credits.
-    let usage_at = arena.push_zeroed(width);
-    let reserved_at = arena.push_zeroed(width);
-    let reserve_at = arena.push_zeroed(width);
+/// The state of one queue's pass: the scratch buffers (taken apart, so that the phases borrow
+/// them separately) and the per-member accounts.
+struct QueuePass<'a> {
+    snapshot: &'a Snapshot,
+    queue: &'a QueueSnapshot,
+    members: &'a [usize],
+    dims: Dimensions,
+    width: usize,
+    arena: &'a mut Arena,
+    items: &'a mut Vec<Item>,
+    slots: &'a mut Vec<Slot>,
+    /// The gated pods of the pod set being gathered (positions in the set).
+    gated: &'a mut Vec<usize>,
+    states: Vec<MemberState>,
+    /// Per member: used and reserved, projected, `width` values each.
+    member_used: Vec<i64>,
+    member_reserved: Vec<i64>,
+    /// Scratch vectors of the arena: the queue's usage and reservations, and one item's
+    /// reservation after credits.
+    usage_at: u32,
+    reserved_at: u32,
+    reserve_at: u32,
+}
 
-    for (m, &w) in members.iter().enumerate() {
+/// The minimum gang of a workload that has not started, built set by set.
+struct Gang {
+    /// Its pods: `arena.pods[start..]`.
+    start: u32,
+    /// Its usage and reservation vectors; NONE until its first pod set.
+    usage: u32,
+    reserve: u32,
+    /// The oldest gated pod: the gang of a workload whose sets all have a minimum of zero.
+    earliest: Option<(i64, PodRef)>,
+}
+
+impl<'a> QueuePass<'a> {
+    fn new(
+        snapshot: &'a Snapshot,
+        queue: &'a QueueSnapshot,
+        members: &'a [usize],
+        scratch: &'a mut Scratch,
+    ) -> Self {
+        let dims = Dimensions::new(&queue.quota);
+        let width = dims.width();
+        let Scratch {
+            arena,
+            items,
+            slots,
+            gated,
+        } = scratch;
+        arena.values.clear();
+        arena.pods.clear();
+        items.clear();
+        slots.clear();
+        let usage_at = arena.push_zeroed(width);
+        let reserved_at = arena.push_zeroed(width);
+        let reserve_at = arena.push_zeroed(width);
+        QueuePass {
+            snapshot,
+            queue,
+            members,
+            dims,
+            width,
+            arena,
+            items,
+            slots,
+            gated,
+            states: vec![MemberState::default(); members.len()],
+            member_used: vec![0i64; members.len() * width],
+            member_reserved: vec![0i64; members.len() * width],
+            usage_at,
+            reserved_at,
+            reserve_at,
+        }
+    }
+
+    /// Gathers one member's demand: counts its admitted and gated pods; for a workload that has
+    /// started, reserves its missing gang members and queues each gated pod; for one that has not,
+    /// queues its minimum gang as one item. What it holds joins the queue's usage and reservations.
+    fn gather_member(&mut self, m: usize) {
+        let snapshot = self.snapshot;
+        let w = self.members[m];
         let workload = &snapshot.workloads[w];
-        let used = &mut member_used[m * width..(m + 1) * width];
-        let held = &mut member_reserved[m * width..(m + 1) * width];
-        let state = &mut states[m];
         let started = workload
             .pod_sets
             .iter()
             .any(|s| s.pods.iter().any(|p| p.state == PodState::Admitted));
-        // The gang of a workload that has not started, built set by set.
-        let gang_start = to_u32(arena.pods.len());
-        let mut gang_usage = NONE;
-        let mut gang_reserve = NONE;
-        let mut earliest: Option<(i64, PodRef)> = None;
-
+        let mut gang = Gang {
+            start: to_u32(self.arena.pods.len()),
+            usage: NONE,
+            reserve: NONE,
+            earliest: None,
+        };
         for (s, set) in workload.pod_sets.iter().enumerate() {
-            gated.clear();
-            let mut admitted_in_set = 0u32;
-            for (p, pod) in set.pods.iter().enumerate() {
-                match pod.state {
-                    PodState::Admitted => {
-                        admitted_in_set += 1;
-                        dims.add_projected(&pod.requests, used);
-                    }
-                    PodState::Gated => gated.push(p),
-                    PodState::Ended => {}
-                }
-            }
-            state.gated += to_u32(gated.len());
-            state.admitted_before += admitted_in_set;
+            let admitted_in_set = self.count_set(m, set);
             if !workload.namespace_allowed {
                 continue;
             }
-            let by_age = |a: &usize, b: &usize| {
-                let (pa, pb) = (&set.pods[*a], &set.pods[*b]);
-                pa.created_at
-                    .cmp(&pb.created_at)
-                    .then_with(|| pa.name.cmp(&pb.name))
-                    .then_with(|| a.cmp(b))
-            };
+            sort_gated(self.gated, set, started);
             if started {
-                gated.sort_unstable_by(by_age);
+                self.queue_started_set(m, w, s, admitted_in_set);
             } else {
-                // Only the gang's pods (and the oldest) matter: select them, sort only those.
-                let needed = (set.min_count as usize).max(1);
-                if needed < gated.len() {
-                    gated.select_nth_unstable_by(needed, by_age);
-                    gated.truncate(needed);
-                }
-                gated.sort_unstable_by(by_age);
-            }
-            if started {
-                let missing = set.min_count.saturating_sub(admitted_in_set);
-                let mut slot = NONE;
-                if missing > 0 {
-                    // Reservation for every gang member not admitted yet.
-                    let per_pod = arena.push_zeroed(width);
-                    dims.add_projected(&set.per_pod, arena.slice_mut(per_pod, width));
-                    add_scaled(held, arena.slice(per_pod, width), i64::from(missing));
-                    slot = to_u32(slots.len());
-                    slots.push(Slot {
-                        left: missing,
-                        per_pod,
-                    });
-                }
-                for (rank, &p) in gated.iter().enumerate() {
-                    let pod = &set.pods[p];
-                    let usage = arena.push_zeroed(width);
-                    dims.add_projected(&pod.requests, arena.slice_mut(usage, width));
-                    let pods_start = to_u32(arena.pods.len());
-                    arena.pods.push(PodRef {
-                        workload: w,
-                        pod_set: s,
-                        pod: p,
-                    });
-                    // The first pods up to the reservation go first: they are already paid for.
-                    let kind = if (rank as u32) < missing {
-                        ItemKind::Fill
-                    } else {
-                        ItemKind::Ordered
-                    };
-                    items.push(Item {
-                        kind,
-                        priority: workload.priority,
-                        interrupted_count: workload.interrupted_count,
-                        queued_at: pod.created_at,
-                        pod_rank: to_u32(rank),
-                        member: to_u32(m),
-                        pod_set: to_u32(s),
-                        pods_start,
-                        pods_len: 1,
-                        usage,
-                        reserve: NONE,
-                        slot,
-                    });
-                }
-            } else {
-                // The minimum gang: each set's first gated pods up to its minimum, plus
-                // reservations for the members not created yet.
-                if gang_usage == NONE {
-                    gang_usage = arena.push_zeroed(width);
-                    gang_reserve = arena.push_zeroed(width);
-                }
-                if let Some(&first) = gated.first() {
-                    let candidate = (
-                        set.pods[first].created_at,
-                        PodRef {
-                            workload: w,
-                            pod_set: s,
-                            pod: first,
-                        },
-                    );
-                    if earliest.as_ref().is_none_or(|e| candidate.0 < e.0) {
-                        earliest = Some(candidate);
-                    }
-                }
-                let take = (set.min_count as usize).min(gated.len());
-                for &p in &gated[..take] {
-                    arena.pods.push(PodRef {
-                        workload: w,
-                        pod_set: s,
-                        pod: p,
-                    });
-                    dims.add_projected(&set.pods[p].requests, arena.slice_mut(gang_usage, width));
-                }
-                let missing = set.min_count.saturating_sub(take as u32);
-                if missing > 0 {
-                    let per_pod = arena.push_zeroed(width);
-                    dims.add_projected(&set.per_pod, arena.slice_mut(per_pod, width));
-                    let (head, tail) = arena.values.split_at_mut(per_pod as usize);
-                    add_scaled(
-                        &mut head[gang_reserve as usize..gang_reserve as usize + width],
-                        &tail[..width],
-                        i64::from(missing),
-                    );
-                    arena.values.truncate(per_pod as usize);
-                }
+                self.add_set_to_gang(&mut gang, w, s);
             }
         }
+        if workload.namespace_allowed && !started && self.states[m].gated > 0 && gang.usage != NONE
+        {
+            self.push_gang(m, w, gang);
+        }
+        let width = self.width;
+        let (usage, reserved) = split_two(
+            &mut self.arena.values,
+            self.usage_at,
+            self.reserved_at,
+            width,
+        );
+        add_into(usage, &self.member_used[m * width..(m + 1) * width]);
+        add_into(reserved, &self.member_reserved[m * width..(m + 1) * width]);
+    }
 
-        if workload.namespace_allowed && !started && state.gated > 0 && gang_usage != NONE {
-            let mut pods_len = to_u32(arena.pods.len()) - gang_start;
-            if pods_len == 0
-                && let Some((_, pod)) = earliest
-            {
-                // A workload whose sets all have a minimum of zero starts with its first gated pod.
-                let set = &workload.pod_sets[pod.pod_set];
-                dims.add_projected(
-                    &set.pods[pod.pod].requests,
-                    arena.slice_mut(gang_usage, width),
-                );
-                arena.pods.push(pod);
-                pods_len = 1;
+    /// Counts a pod set's pods: the admitted ones into the member's usage, the gated ones into
+    /// `gated`. Returns how many are admitted.
+    fn count_set(&mut self, m: usize, set: &PodSetSnapshot) -> u32 {
+        let width = self.width;
+        let used = &mut self.member_used[m * width..(m + 1) * width];
+        self.gated.clear();
+        let mut admitted = 0u32;
+        for (p, pod) in set.pods.iter().enumerate() {
+            match pod.state {
+                PodState::Admitted => {
+                    admitted += 1;
+                    self.dims.add_projected(&pod.requests, used);
+                }
+                PodState::Gated => self.gated.push(p),
+                PodState::Ended => {}
             }
-            items.push(Item {
-                kind: ItemKind::Ordered,
+        }
+        let state = &mut self.states[m];
+        state.gated += to_u32(self.gated.len());
+        state.admitted_before += admitted;
+        admitted
+    }
+
+    /// A pod set of a started workload: quota reserved for its gang members not admitted yet (a
+    /// slot), and one item per gated pod, oldest first. The first ones up to the reservation fill
+    /// it (already paid for, they go first); the others are elastic.
+    fn queue_started_set(&mut self, m: usize, w: usize, s: usize, admitted_in_set: u32) {
+        let snapshot = self.snapshot;
+        let workload = &snapshot.workloads[w];
+        let set = &workload.pod_sets[s];
+        let width = self.width;
+        let missing = set.min_count.saturating_sub(admitted_in_set);
+        let mut slot = NONE;
+        if missing > 0 {
+            let per_pod = self.arena.push_zeroed(width);
+            self.dims
+                .add_projected(&set.per_pod, self.arena.slice_mut(per_pod, width));
+            let held = &mut self.member_reserved[m * width..(m + 1) * width];
+            add_scaled(held, self.arena.slice(per_pod, width), i64::from(missing));
+            slot = to_u32(self.slots.len());
+            self.slots.push(Slot {
+                left: missing,
+                per_pod,
+            });
+        }
+        for (rank, &p) in self.gated.iter().enumerate() {
+            let pod = &set.pods[p];
+            let usage = self.arena.push_zeroed(width);
+            self.dims
+                .add_projected(&pod.requests, self.arena.slice_mut(usage, width));
+            let pods_start = to_u32(self.arena.pods.len());
+            self.arena.pods.push(PodRef {
+                workload: w,
+                pod_set: s,
+                pod: p,
+            });
+            let kind = if (rank as u32) < missing {
+                ItemKind::Fill
+            } else {
+                ItemKind::Ordered
+            };
+            self.items.push(Item {
+                kind,
                 priority: workload.priority,
                 interrupted_count: workload.interrupted_count,
-                queued_at: workload.queued_at,
-                pod_rank: 0,
+                queued_at: pod.created_at,
+                pod_rank: to_u32(rank),
                 member: to_u32(m),
-                pod_set: 0,
-                pods_start: gang_start,
-                pods_len,
-                usage: gang_usage,
-                reserve: gang_reserve,
-                slot: NONE,
+                pod_set: to_u32(s),
+                pods_start,
+                pods_len: 1,
+                usage,
+                reserve: NONE,
+                slot,
             });
         }
-
-        let (usage, reserved) = split_two(&mut arena.values, usage_at, reserved_at, width);
-        add_into(usage, used);
-        add_into(reserved, held);
     }
 
-    sort_items(items, snapshot, members);
-
-    let mut waiting: Vec<Option<WaitReason>> = vec![None; members.len()];
-    let mut blocker: Option<usize> = None;
-    for item in items.iter() {
-        let m = item.member as usize;
-        if let Some(first) = blocker {
-            if waiting[m].is_none() {
-                waiting[m] = Some(WaitReason::BehindInStrictFifo {
-                    queue: queue.name.clone(),
-                    blocker: snapshot.workloads[first].key.clone(),
-                });
-            }
-            continue;
+    /// A pod set of a workload that has not started, into its gang: the set's first gated pods up
+    /// to its minimum, plus a reservation for the members not created yet.
+    fn add_set_to_gang(&mut self, gang: &mut Gang, w: usize, s: usize) {
+        let set = &self.snapshot.workloads[w].pod_sets[s];
+        let width = self.width;
+        if gang.usage == NONE {
+            gang.usage = self.arena.push_zeroed(width);
+            gang.reserve = self.arena.push_zeroed(width);
         }
-        // The item's reservation, less the unfilled gang member whose place it takes (if any).
+        let at = |p: usize| PodRef {
+            workload: w,
+            pod_set: s,
+            pod: p,
+        };
+        if let Some(&first) = self.gated.first() {
+            let candidate = (set.pods[first].created_at, at(first));
+            if gang.earliest.as_ref().is_none_or(|e| candidate.0 < e.0) {
+                gang.earliest = Some(candidate);
+            }
+        }
+        let take = (set.min_count as usize).min(self.gated.len());
+        for &p in &self.gated[..take] {
+            self.arena.pods.push(at(p));
+            self.dims.add_projected(
+                &set.pods[p].requests,
+                self.arena.slice_mut(gang.usage, width),
+            );
+        }
+        let missing = set.min_count.saturating_sub(take as u32);
+        if missing > 0 {
+            // The member's size in a vector of its own, scaled into the gang's reservation, then
+            // dropped: the arena ends with the gang's vectors again.
+            let per_pod = self.arena.push_zeroed(width);
+            self.dims
+                .add_projected(&set.per_pod, self.arena.slice_mut(per_pod, width));
+            let (head, tail) = self.arena.values.split_at_mut(per_pod as usize);
+            add_scaled(
+                &mut head[gang.reserve as usize..gang.reserve as usize + width],
+                &tail[..width],
+                i64::from(missing),
+            );
+            self.arena.values.truncate(per_pod as usize);
+        }
+    }
+
+    /// Queues the gang of a member that has not started as one item. A workload whose sets all
+    /// have a minimum of zero starts with its oldest gated pod.
+    fn push_gang(&mut self, m: usize, w: usize, gang: Gang) {
+        let workload = &self.snapshot.workloads[w];
+        let mut pods_len = to_u32(self.arena.pods.len()) - gang.start;
+        if pods_len == 0
+            && let Some((_, pod)) = gang.earliest
+        {
+            let set = &workload.pod_sets[pod.pod_set];
+            self.dims.add_projected(
+                &set.pods[pod.pod].requests,
+                self.arena.slice_mut(gang.usage, self.width),
+            );
+            self.arena.pods.push(pod);
+            pods_len = 1;
+        }
+        self.items.push(Item {
+            kind: ItemKind::Ordered,
+            priority: workload.priority,
+            interrupted_count: workload.interrupted_count,
+            queued_at: workload.queued_at,
+            pod_rank: 0,
+            member: to_u32(m),
+            pod_set: 0,
+            pods_start: gang.start,
+            pods_len,
+            usage: gang.usage,
+            reserve: gang.reserve,
+            slot: NONE,
+        });
+    }
+
+    /// Puts the demand items into admission order (see [`sort_items`]).
+    fn order_demand(&mut self) {
+        sort_items(self.items, self.snapshot, self.members);
+    }
+
+    /// Admits the ordered items one by one while they fit. BestEffortFIFO goes on past an item
+    /// that does not fit; StrictFIFO keeps everything after it waiting. Returns, per member, the
+    /// first reason it was kept waiting.
+    fn admit_in_order(&mut self, admit: &mut Vec<PodRef>) -> Vec<Option<WaitReason>> {
+        let mut waiting: Vec<Option<WaitReason>> = vec![None; self.members.len()];
+        let mut blocker: Option<usize> = None;
+        for i in 0..self.items.len() {
+            let item = self.items[i];
+            let m = item.member as usize;
+            if let Some(first) = blocker {
+                if waiting[m].is_none() {
+                    waiting[m] = Some(WaitReason::BehindInStrictFifo {
+                        queue: self.queue.name.clone(),
+                        blocker: self.snapshot.workloads[first].key.clone(),
+                    });
+                }
+                continue;
+            }
+            let credit = self.load_reserve(&item);
+            match self.misfit(&item) {
+                None => self.take(&item, credit, admit),
+                Some(misfit) => {
+                    if waiting[m].is_none() {
+                        waiting[m] = Some(misfit.reason(&self.queue.name, &self.dims));
+                    }
+                    if self.queue.strategy == QueueingStrategy::StrictFIFO {
+                        blocker = Some(self.members[m]);
+                    }
+                }
+            }
+        }
+        waiting
+    }
+
+    /// Loads the item's reservation into the vector at `reserve_at`, less the unfilled gang member
+    /// whose place it takes (if any). Returns whether it takes such a place (a credit).
+    fn load_reserve(&mut self, item: &Item) -> bool {
         let credit = (item.slot != NONE)
-            .then(|| &slots[item.slot as usize])
+            .then(|| &self.slots[item.slot as usize])
             .filter(|slot| slot.left > 0)
             .map(|slot| slot.per_pod);
-        {
-            let (reserve, rest) = arena.values.split_at_mut(reserve_at as usize + width);
-            let reserve = &mut reserve[reserve_at as usize..];
-            let value = |at: u32| {
-                let at = at as usize - (reserve_at as usize + width);
-                &rest[at..at + width]
-            };
-            reserve.fill(0);
-            if item.reserve != NONE {
-                add_into(reserve, value(item.reserve));
-            }
-            if let Some(per_pod) = credit {
-                for (r, v) in reserve.iter_mut().zip(value(per_pod)) {
-                    *r = r.saturating_add(-v);
-                }
+        let (width, reserve_at) = (self.width, self.reserve_at as usize);
+        let (reserve, rest) = self.arena.values.split_at_mut(reserve_at + width);
+        let reserve = &mut reserve[reserve_at..];
+        // Item vectors all lie after the three scratch vectors.
+        let value = |at: u32| {
+            let at = at as usize - (reserve_at + width);
+            &rest[at..at + width]
+        };
+        reserve.fill(0);
+        if item.reserve != NONE {
+            add_into(reserve, value(item.reserve));
+        }
+        if let Some(per_pod) = credit {
+            for (r, v) in reserve.iter_mut().zip(value(per_pod)) {
+                *r = r.saturating_add(-v);
             }
         }
-        let misfit = first_misfit(
-            &dims,
-            arena.slice(usage_at, width),
-            arena.slice(reserved_at, width),
-            arena.slice(item.usage, width),
-            arena.slice(reserve_at, width),
-        );
-        match misfit {
-            None => {
-                if credit.is_some() {
-                    slots[item.slot as usize].left -= 1;
-                }
-                let values = &mut arena.values;
-                for d in 0..width {
-                    let add = values[item.usage as usize + d];
-                    let reserve = values[reserve_at as usize + d];
-                    let usage = &mut values[usage_at as usize + d];
-                    *usage = usage.saturating_add(add);
-                    let reserved = &mut values[reserved_at as usize + d];
-                    *reserved = reserved.saturating_add(reserve);
-                    let used = &mut member_used[m * width + d];
-                    *used = used.saturating_add(add);
-                    let held = &mut member_reserved[m * width + d];
-                    *held = held.saturating_add(reserve);
-                }
-                let pods = &arena.pods
-                    [item.pods_start as usize..(item.pods_start + item.pods_len) as usize];
-                decisions.admit.extend_from_slice(pods);
-                states[m].admitted_now += item.pods_len;
-            }
-            Some(misfit) => {
-                if waiting[m].is_none() {
-                    waiting[m] = Some(misfit.reason(&queue.name, &dims));
-                }
-                if queue.strategy == QueueingStrategy::StrictFIFO {
-                    blocker = Some(members[m]);
-                }
-            }
-        }
+        credit.is_some()
     }
 
-    // Tallies after the decisions.
-    let mut tally = QueueTally {
-        usage: dims.to_list(arena.slice(usage_at, width)),
-        reserved: dims.to_list(arena.slice(reserved_at, width)),
-        ..QueueTally::default()
-    };
-    for (m, &w) in members.iter().enumerate() {
-        let workload = &snapshot.workloads[w];
-        let state = states[m];
-        let wt = &mut decisions.workloads[w];
-        wt.admitted_pods += state.admitted_before + state.admitted_now;
-        wt.pending_pods += state.gated - state.admitted_now;
-        wt.used = dims.to_list(&member_used[m * width..(m + 1) * width]);
-        wt.reserved = dims.to_list(&member_reserved[m * width..(m + 1) * width]);
-        if wt.pending_pods > 0 {
-            wt.waiting = waiting[m].take().or_else(|| {
-                (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
-                    queue: queue.name.clone(),
-                })
-            });
-            tally.pending_workloads += 1;
-        }
-        if wt.admitted_pods > 0 || !wt.reserved.is_empty() {
-            tally.admitted_workloads += 1;
-        }
-        tally.pending_pods += wt.pending_pods;
-        tally.admitted_pods += wt.admitted_pods;
+    /// Where the item (its reservation loaded by [`Self::load_reserve`]) overflows the quota.
+    fn misfit(&self, item: &Item) -> Option<Misfit> {
+        let width = self.width;
+        first_misfit(
+            &self.dims,
+            self.arena.slice(self.usage_at, width),
+            self.arena.slice(self.reserved_at, width),
+            self.arena.slice(item.usage, width),
+            self.arena.slice(self.reserve_at, width),
+        )
     }
-    tally
+
+    /// Admits a fitting item: its usage and reservation join the queue's and its member's, the
+    /// gang place it fills is taken, its pods are to be ungated.
+    fn take(&mut self, item: &Item, credit: bool, admit: &mut Vec<PodRef>) {
+        if credit {
+            self.slots[item.slot as usize].left -= 1;
+        }
+        let m = item.member as usize;
+        let (width, usage_at, reserved_at) = (
+            self.width,
+            self.usage_at as usize,
+            self.reserved_at as usize,
+        );
+        let (item_usage, reserve_at) = (item.usage as usize, self.reserve_at as usize);
+        let values = &mut self.arena.values;
+        for d in 0..width {
+            let add = values[item_usage + d];
+            let reserve = values[reserve_at + d];
+            let usage = &mut values[usage_at + d];
+            *usage = usage.saturating_add(add);
+            let reserved = &mut values[reserved_at + d];
+            *reserved = reserved.saturating_add(reserve);
+            let used = &mut self.member_used[m * width + d];
+            *used = used.saturating_add(add);
+            let held = &mut self.member_reserved[m * width + d];
+            *held = held.saturating_add(reserve);
+        }
+        let start = item.pods_start as usize;
+        admit.extend_from_slice(&self.arena.pods[start..start + item.pods_len as usize]);
+        self.states[m].admitted_now += item.pods_len;
+    }
+
+    /// The queue's tally and each member's, after the decisions.
+    fn tally(
+        &self,
+        workloads: &mut [WorkloadTally],
+        mut waiting: Vec<Option<WaitReason>>,
+    ) -> QueueTally {
+        let width = self.width;
+        let mut tally = QueueTally {
+            usage: self.dims.to_list(self.arena.slice(self.usage_at, width)),
+            reserved: self.dims.to_list(self.arena.slice(self.reserved_at, width)),
+            ..QueueTally::default()
+        };
+        for (m, &w) in self.members.iter().enumerate() {
+            let workload = &self.snapshot.workloads[w];
+            let state = self.states[m];
+            let wt = &mut workloads[w];
+            wt.admitted_pods += state.admitted_before + state.admitted_now;
+            wt.pending_pods += state.gated - state.admitted_now;
+            wt.used = self
+                .dims
+                .to_list(&self.member_used[m * width..(m + 1) * width]);
+            wt.reserved = self
+                .dims
+                .to_list(&self.member_reserved[m * width..(m + 1) * width]);
+            if wt.pending_pods > 0 {
+                wt.waiting = waiting[m].take().or_else(|| {
+                    (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
+                        queue: self.queue.name.clone(),
+                    })
+                });
+                tally.pending_workloads += 1;
+            }
+            if wt.admitted_pods > 0 || !wt.reserved.is_empty() {
+                tally.admitted_workloads += 1;
+            }
+            tally.pending_pods += wt.pending_pods;
+            tally.admitted_pods += wt.admitted_pods;
+        }
+        tally
+    }
+}
+
+/// Sorts a pod set's gated pods (positions in `gated`) oldest first. Of a workload that has not
+/// started only the gang's pods (its minimum, at least one) matter: those are selected first, and
+/// only they are sorted.
+fn sort_gated(gated: &mut Vec<usize>, set: &PodSetSnapshot, started: bool) {
+    let by_age = |a: &usize, b: &usize| {
+        let (pa, pb) = (&set.pods[*a], &set.pods[*b]);
+        pa.created_at
+            .cmp(&pb.created_at)
+            .then_with(|| pa.name.cmp(&pb.name))
+            .then_with(|| a.cmp(b))
+    };
+    if !started {
+        let needed = (set.min_count as usize).max(1);
+        if needed < gated.len() {
+            gated.select_nth_unstable_by(needed, by_age);
+            gated.truncate(needed);
+        }
+    }
+    gated.sort_unstable_by(by_age);
 }
 
 /// Sorts the items into admission order: rank, then workload key, then position. Integers first
