@@ -7,6 +7,7 @@
 pub mod adapters;
 pub mod api;
 pub mod app_webhooks;
+pub mod duration;
 pub mod install;
 pub mod leader;
 pub mod metrics;

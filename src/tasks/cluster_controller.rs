@@ -155,7 +155,7 @@ pub async fn reconcile(
         .items;
     let ws = workers(&pods, &tasks);
     let (waiting, running) = task_counts(&tasks, &name);
-    let idle_timeout = crate::serve::parse_duration(&cluster.spec.idle_timeout)
+    let idle_timeout = crate::duration::parse_duration(&cluster.spec.idle_timeout)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(30);
     let now = jiff::Timestamp::now();

@@ -84,7 +84,7 @@ pub fn kill_reason(task: &Task, status: &TaskStatus, now: jiff::Timestamp) -> Op
         }
     }
     let timeout = task.spec.timeout.as_deref()?;
-    let limit = crate::serve::parse_duration(timeout).ok()?;
+    let limit = crate::duration::parse_duration(timeout).ok()?;
     let started = status
         .started_at
         .as_deref()?
@@ -110,7 +110,7 @@ fn next_deadline(task: &Task, status: &TaskStatus, now: jiff::Timestamp) -> Opti
         task.spec
             .timeout
             .as_deref()
-            .and_then(|t| crate::serve::parse_duration(t).ok()),
+            .and_then(|t| crate::duration::parse_duration(t).ok()),
         status
             .started_at
             .as_deref()
