@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
-use sluice::adapters::Adapters;
+use sluice::integrations::Adapters;
 use sluice::api::{CapacityQueue, DynamicWorkload};
 use sluice::queue::{admission, snapshot};
 

@@ -359,7 +359,7 @@ fn start_server(listen: std::net::SocketAddr, threads: usize) -> (String, String
             controller_usernames: vec!["system:serviceaccount:sluice-system:sluice".into()],
             ..sluice_webhooks::GateSettings::default()
         })
-        .classifier(Arc::new(sluice::adapters::Adapters::default()))
+        .classifier(Arc::new(sluice::integrations::Adapters::default()))
         .readiness(Arc::new(AtomicBool::new(true)))
         .build();
     tokio::spawn(server.serve_dedicated(

@@ -14,7 +14,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
-use crate::adapters::ApplicationAdapter;
+use crate::integrations::ApplicationAdapter;
 use crate::api::{CapacityQueue, QUEUE_LABEL};
 use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
 use crate::queue::resources::{ResourceList, describe_quantity};
@@ -242,7 +242,7 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::RayClusters;
+    use crate::integrations::RayClusters;
     use crate::api::DEFAULT_QUEUE_LABEL;
 
     fn rc(with_metadata: bool) -> DynamicObject {

@@ -4,7 +4,7 @@
 //! Webhooks put a scheduling gate on every pod of a governed application; the queue controller
 //! removes it once the application's CapacityQueue has room, in priority order and with gangs.
 
-pub mod adapters;
+pub mod integrations;
 pub mod api;
 pub mod app_webhooks;
 pub mod duration;

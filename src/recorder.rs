@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::adapters::{ApplicationAdapter, applications};
+use crate::integrations::{ApplicationAdapter, applications};
 use crate::api::{FIELD_MANAGER, QUEUE_LABEL};
 
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +159,7 @@ pub async fn run(client: Client, shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::RayClusters;
+    use crate::integrations::RayClusters;
 
     #[test]
     fn a_labelled_raycluster_gets_an_owned_workload_and_an_unlabelled_one_none() {

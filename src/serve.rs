@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::adapters::Adapters;
+use crate::integrations::Adapters;
 use crate::api::{ADMISSION_GATE, FIELD_MANAGER, PROTECTED_LABEL_PREFIX, QUEUE_LABEL};
 use crate::leader::{LEASE_CALL_TIMEOUT, LeaderElector, LeaseSettings};
 use crate::metrics::ControllerMetrics;
@@ -515,14 +515,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .application(
             "/mutate-applications",
             Arc::new(crate::app_webhooks::MutateApplications {
-                adapters: crate::adapters::applications(),
+                adapters: crate::integrations::applications(),
                 namespaces: namespaces.clone(),
             }),
         )
         .application(
             "/validate-applications",
             Arc::new(crate::app_webhooks::ValidateApplications {
-                adapters: crate::adapters::applications(),
+                adapters: crate::integrations::applications(),
                 queues: queue_store,
                 namespaces: namespaces.clone(),
             }),

@@ -125,7 +125,7 @@ fn application_rules() -> Vec<RuleWithOperations> {
 }
 
 fn application_rules_for(operations: &[&str]) -> Vec<RuleWithOperations> {
-    crate::adapters::applications()
+    crate::integrations::applications()
         .iter()
         .map(|a| {
             let r = a.api_resource();
@@ -200,7 +200,7 @@ pub fn mutating(
                 timeout_seconds: Some(5),
                 match_conditions: Some(vec![MatchCondition {
                     name: "spark-or-ray-pod".into(),
-                    expression: crate::adapters::default_queue_pod_condition(),
+                    expression: crate::integrations::default_queue_pod_condition(),
                 }]),
             },
             MutatingWebhook {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::adapters::{Adapters, PodIdentity, workload_object_name};
+use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::api::{ADMITTED_AT_ANNOTATION, QUEUE_LABEL};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};

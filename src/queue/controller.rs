@@ -18,7 +18,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::adapters::Adapters;
+use crate::integrations::Adapters;
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AdmissionTiming, ApplicationEnd, CapacityQueue,
     CapacityQueueStatus, Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus,

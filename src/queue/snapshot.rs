@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
-use crate::adapters::{Adapters, workload_object_name};
+use crate::integrations::{Adapters, workload_object_name};
 use crate::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
 use crate::queue::admission::{
     PodSetSnapshot, PodSnapshot, PodState, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
