@@ -5,6 +5,10 @@
 //! more workers elastic). Workers are added while Tasks wait, gated extras removed when nothing
 //! waits, idle extras removed after `idleTimeout`, and a worker that ran `maxTasksPerWorker`
 //! Tasks is retired and replaced.
+//!
+//! A reconcile observes (the cluster, its worker pods, the namespace's Tasks), decides
+//! ([`plan_workers`], pure), deletes and creates workers, and writes the status
+//! ([`cluster_status`], pure).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,15 +23,20 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::metrics::TaskMetrics;
 use super::task_controller::TASK_FIELD_MANAGER;
-use super::workers::{plan_workers, task_counts, workers};
+use super::workers::{Worker, WorkerPlan, plan_workers, task_counts, workers};
 use crate::api::{
     Condition, ConditionStatus, QUEUE_LABEL, TASK_CLUSTER_LABEL, Task, TaskCluster,
     TaskClusterStatus,
 };
+
+/// The idle timeout when `spec.idleTimeout` does not parse.
+const DEFAULT_IDLE_TIMEOUT_SECS: i64 = 30;
+/// The longest a TaskCluster goes without a look.
+const RESYNC: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -101,22 +110,210 @@ pub fn worker_pod(cluster: &TaskCluster) -> Result<Value, String> {
     Ok(pod)
 }
 
-async fn publish(
-    ctx: &Context,
+/// The status after this pass: the workers that remain, those created, the Tasks, and the Ready
+/// condition (minWorkers admitted). `problem` replaces the message when set. Pure.
+pub fn cluster_status(
     cluster: &TaskCluster,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
+    workers: &[Worker],
+    plan: &WorkerPlan,
+    (waiting, running): (i32, i32),
+    problem: Option<String>,
+    now: jiff::Timestamp,
+) -> TaskClusterStatus {
+    let deleted: Vec<&str> = plan.delete.iter().map(|(n, _)| n.as_str()).collect();
+    let remaining: Vec<_> = workers
+        .iter()
+        .filter(|w| !w.terminating && !w.ended && !deleted.contains(&w.name.as_str()))
+        .collect();
+    let admitted = remaining.iter().filter(|w| w.admitted).count() as i32;
+    let gated = remaining.len() as i32 - admitted;
+    let message = problem.unwrap_or_else(|| {
+        if gated + plan.create > 0 && waiting > 0 {
+            format!(
+                "{waiting} Task(s) wait; {gated} worker(s) wait for quota behind the sluice gate"
+            )
+        } else {
+            format!(
+                "{} worker(s), {running} Task(s) running, {waiting} waiting",
+                remaining.len()
+            )
+        }
+    });
+    let old = cluster.status.clone().unwrap_or_default();
+    TaskClusterStatus {
+        workers: remaining.len() as i32 + plan.create,
+        admitted,
+        gated: gated + plan.create,
+        busy: remaining.iter().filter(|w| w.busy > 0).count() as i32,
+        waiting_tasks: waiting,
+        running_tasks: running,
+        message,
+        conditions: vec![ready_condition(
+            old.conditions.iter().find(|c| c.type_ == "Ready"),
+            admitted,
+            cluster.spec.min_workers,
+            now,
+        )],
+    }
+}
+
+fn ready_condition(
+    old: Option<&Condition>,
+    admitted: i32,
+    min_workers: i32,
+    now: jiff::Timestamp,
+) -> Condition {
+    let ready = admitted >= min_workers;
+    let (status, reason) = if ready {
+        (ConditionStatus::True, "MinWorkersAdmitted")
+    } else {
+        (ConditionStatus::False, "WaitingForWorkers")
     };
-    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-        debug!(%e, "event not recorded");
+    let stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let message = format!("{admitted} of minWorkers {min_workers} admitted");
+    Condition::updated(old, "Ready", status, reason, message, &stamp)
+}
+
+/// When to look again: when an idle extra worker's timeout runs out, else after [`RESYNC`]. Pure.
+fn requeue_after(plan: &WorkerPlan) -> Duration {
+    match plan.recheck_secs {
+        Some(s) => Duration::from_secs(s.max(1) as u64),
+        None => RESYNC,
+    }
+}
+
+/// One reconcile of one TaskCluster.
+struct Pass<'a> {
+    ctx: &'a Context,
+    cluster: TaskCluster,
+    namespace: String,
+    name: String,
+    pods: Api<Pod>,
+}
+
+/// What the cluster's workers and Tasks are now.
+struct Observed {
+    workers: Vec<Worker>,
+    /// Tasks of the cluster waiting for a worker, and running on one.
+    counts: (i32, i32),
+}
+
+impl Pass<'_> {
+    fn api_err(&self, what: &str) -> impl FnOnce(kube::Error) -> ClusterError {
+        api_err(what, &self.namespace, &self.name)
+    }
+
+    async fn publish(&self, type_: EventType, reason: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        let reference = self.cluster.object_ref(&());
+        if let Err(e) = self.ctx.recorder.publish(&event, &reference).await {
+            debug!(%e, "event not recorded");
+        }
+    }
+
+    /// The cluster's worker pods (by label) and the namespace's Tasks, from the API server.
+    async fn observe(&self) -> Result<Observed, ClusterError> {
+        let selector = format!("{TASK_CLUSTER_LABEL}={}", self.name);
+        let pods = self
+            .pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(self.api_err("listing workers"))?
+            .items;
+        let tasks = Api::<Task>::namespaced(self.ctx.client.clone(), &self.namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(self.api_err("listing Tasks"))?
+            .items;
+        Ok(Observed {
+            workers: workers(&pods, &tasks),
+            counts: task_counts(&tasks, &self.name),
+        })
+    }
+
+    async fn delete_workers(&self, delete: &[(String, String)]) -> Result<(), ClusterError> {
+        for (worker, why) in delete {
+            match self.pods.delete(worker, &DeleteParams::default()).await {
+                Ok(_) => {
+                    self.ctx.metrics.workers_deleted.inc();
+                    info!(%worker, %why, "worker deleted");
+                    let note = format!("{worker}: {why}");
+                    self.publish(EventType::Normal, "WorkerDeleted", note).await;
+                }
+                // Gone already: what the deletion wanted.
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(self.api_err("deleting a worker")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `count` workers; Some(problem) when the template cannot make one.
+    async fn create_workers(
+        &self,
+        count: i32,
+        waiting: i32,
+    ) -> Result<Option<String>, ClusterError> {
+        if count <= 0 {
+            return Ok(None);
+        }
+        let body = match worker_pod(&self.cluster) {
+            Ok(body) => body,
+            Err(why) => {
+                let problem = format!("cannot create workers: {why}");
+                self.publish(EventType::Warning, "InvalidTemplate", problem.clone())
+                    .await;
+                return Ok(Some(problem));
+            }
+        };
+        let pod: Pod = serde_json::from_value(body)
+            .map_err(|e| self.api_err("building a worker")(kube::Error::SerdeError(e)))?;
+        for _ in 0..count {
+            let created = self
+                .pods
+                .create(&PostParams::default(), &pod)
+                .await
+                .map_err(self.api_err("creating a worker"))?;
+            self.ctx.metrics.workers_created.inc();
+            info!(worker = %created.name_any(), waiting, "worker created");
+        }
+        let note = format!("{count} worker(s) created ({waiting} Task(s) waiting)");
+        self.publish(EventType::Normal, "WorkersCreated", note)
+            .await;
+        Ok(None)
+    }
+
+    async fn write_status(&self, status: TaskClusterStatus) -> Result<(), ClusterError> {
+        if self.cluster.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let body = json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
+            "metadata": {"name": self.name},
+            "status": status,
+        });
+        let params = PatchParams::apply(TASK_FIELD_MANAGER).force();
+        Api::<TaskCluster>::namespaced(self.ctx.client.clone(), &self.namespace)
+            .patch_status(&self.name, &params, &Patch::Apply(body))
+            .await
+            .map_err(self.api_err("writing the status"))?;
+        Ok(())
+    }
+}
+
+fn api_err(what: &str, namespace: &str, name: &str) -> impl FnOnce(kube::Error) -> ClusterError {
+    let (what, namespace, name) = (what.to_string(), namespace.to_string(), name.to_string());
+    move |source| ClusterError::Api {
+        what,
+        namespace,
+        name,
+        source,
     }
 }
 
@@ -126,177 +323,63 @@ pub async fn reconcile(
 ) -> Result<Action, ClusterError> {
     let namespace = object.namespace().ok_or(ClusterError::NoNamespace)?;
     let name = object.name_any();
-    let err = |what: &str| {
-        let (what, namespace, name) = (what.to_string(), namespace.clone(), name.clone());
-        move |source| ClusterError::Api {
-            what,
-            namespace,
-            name,
-            source,
-        }
-    };
+    let span = info_span!("task_cluster", cluster = %name, %namespace);
+    reconcile_cluster(&ctx, namespace, name)
+        .instrument(span)
+        .await
+}
+
+async fn reconcile_cluster(
+    ctx: &Context,
+    namespace: String,
+    name: String,
+) -> Result<Action, ClusterError> {
     let clusters: Api<TaskCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(cluster) = clusters.get_opt(&name).await.map_err(err("reading"))? else {
+    let cluster = clusters
+        .get_opt(&name)
+        .await
+        .map_err(api_err("reading", &namespace, &name))?;
+    let Some(cluster) = cluster.filter(|c| c.meta().deletion_timestamp.is_none()) else {
         return Ok(Action::await_change());
     };
-    if cluster.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let pods = pods_api
-        .list(&ListParams::default().labels(&format!("{TASK_CLUSTER_LABEL}={name}")))
-        .await
-        .map_err(err("listing workers"))?
-        .items;
-    let tasks = Api::<Task>::namespaced(ctx.client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(err("listing Tasks"))?
-        .items;
-    let ws = workers(&pods, &tasks);
-    let (waiting, running) = task_counts(&tasks, &name);
-    let idle_timeout = crate::duration::parse_duration(&cluster.spec.idle_timeout)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(30);
+    let pass = Pass {
+        ctx,
+        pods: Api::namespaced(ctx.client.clone(), &namespace),
+        cluster,
+        namespace,
+        name,
+    };
+    let observed = pass.observe().await?;
+    let (waiting, running) = observed.counts;
+    let idle_timeout = crate::duration::parse_duration(&pass.cluster.spec.idle_timeout)
+        .map_or(DEFAULT_IDLE_TIMEOUT_SECS, |d| d.as_secs() as i64);
     let now = jiff::Timestamp::now();
-    let plan = plan_workers(&cluster.spec, &ws, waiting, running, now, idle_timeout);
-
-    let mut message = String::new();
-    for (worker, why) in &plan.delete {
-        match pods_api.delete(worker, &DeleteParams::default()).await {
-            Ok(_) => {
-                ctx.metrics.workers_deleted.inc();
-                info!(cluster = %name, %namespace, %worker, %why, "worker deleted");
-                publish(
-                    &ctx,
-                    &cluster,
-                    EventType::Normal,
-                    "WorkerDeleted",
-                    format!("{worker}: {why}"),
-                )
-                .await;
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(err("deleting a worker")(e)),
-        }
-    }
-    if plan.create > 0 {
-        match worker_pod(&cluster) {
-            Ok(body) => {
-                let pod: Pod = serde_json::from_value(body).map_err(|e| ClusterError::Api {
-                    what: "building a worker".into(),
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    source: kube::Error::SerdeError(e),
-                })?;
-                for _ in 0..plan.create {
-                    let created = pods_api
-                        .create(&PostParams::default(), &pod)
-                        .await
-                        .map_err(err("creating a worker"))?;
-                    ctx.metrics.workers_created.inc();
-                    info!(cluster = %name, %namespace, worker = %created.name_any(), waiting, "worker created");
-                }
-                publish(
-                    &ctx,
-                    &cluster,
-                    EventType::Normal,
-                    "WorkersCreated",
-                    format!(
-                        "{} worker(s) created ({waiting} Task(s) waiting)",
-                        plan.create
-                    ),
-                )
-                .await;
-            }
-            Err(why) => {
-                message = format!("cannot create workers: {why}");
-                publish(
-                    &ctx,
-                    &cluster,
-                    EventType::Warning,
-                    "InvalidTemplate",
-                    message.clone(),
-                )
-                .await;
-            }
-        }
-    }
-
-    let deleted: Vec<&str> = plan.delete.iter().map(|(n, _)| n.as_str()).collect();
-    let remaining: Vec<_> = ws
-        .iter()
-        .filter(|w| !w.terminating && !w.ended && !deleted.contains(&w.name.as_str()))
-        .collect();
-    let admitted = remaining.iter().filter(|w| w.admitted).count() as i32;
-    let gated = remaining.len() as i32 - admitted;
-    if message.is_empty() {
-        message = if gated + plan.create > 0 && waiting > 0 {
-            format!(
-                "{waiting} Task(s) wait; {gated} worker(s) wait for quota behind the sluice gate"
-            )
-        } else {
-            format!(
-                "{} worker(s), {running} Task(s) running, {waiting} waiting",
-                remaining.len()
-            )
-        };
-    }
-    let old = cluster.status.clone().unwrap_or_default();
-    let stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let ready = admitted >= cluster.spec.min_workers;
-    let status = TaskClusterStatus {
-        workers: remaining.len() as i32 + plan.create,
-        admitted,
-        gated: gated + plan.create,
-        busy: remaining.iter().filter(|w| w.busy > 0).count() as i32,
-        waiting_tasks: waiting,
-        running_tasks: running,
-        message: message.clone(),
-        conditions: vec![Condition::updated(
-            old.conditions.iter().find(|c| c.type_ == "Ready"),
-            "Ready",
-            if ready {
-                ConditionStatus::True
-            } else {
-                ConditionStatus::False
-            },
-            if ready {
-                "MinWorkersAdmitted"
-            } else {
-                "WaitingForWorkers"
-            },
-            format!(
-                "{admitted} of minWorkers {} admitted",
-                cluster.spec.min_workers
-            ),
-            &stamp,
-        )],
-    };
-    if cluster.status.as_ref() != Some(&status) {
-        let body = json!({
-            "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
-            "metadata": {"name": name},
-            "status": status,
-        });
-        clusters
-            .patch_status(
-                &name,
-                &PatchParams::apply(TASK_FIELD_MANAGER).force(),
-                &Patch::Apply(body),
-            )
-            .await
-            .map_err(err("writing the status"))?;
-    }
-    Ok(match plan.recheck_secs {
-        Some(s) => Action::requeue(Duration::from_secs(s.max(1) as u64)),
-        None => Action::requeue(Duration::from_secs(30)),
-    })
+    let spec = &pass.cluster.spec;
+    let plan = plan_workers(spec, &observed.workers, waiting, running, now, idle_timeout);
+    pass.delete_workers(&plan.delete).await?;
+    let problem = pass.create_workers(plan.create, waiting).await?;
+    let status = cluster_status(
+        &pass.cluster,
+        &observed.workers,
+        &plan,
+        observed.counts,
+        problem,
+        now,
+    );
+    pass.write_status(status).await?;
+    Ok(Action::requeue(requeue_after(&plan)))
 }
 
 fn error_policy(cluster: Arc<TaskCluster>, error: &ClusterError, _: Arc<Context>) -> Action {
-    warn!(cluster = %cluster.name_any(), %error, "TaskCluster reconcile failed; retrying");
+    warn!(cluster = %cluster.name_any(), namespace = %cluster.namespace().unwrap_or_default(), %error, "TaskCluster reconcile failed; retrying");
     Action::requeue(Duration::from_secs(2))
+}
+
+/// The TaskCluster a Task runs in, if it is a container Task. Pure.
+fn cluster_of(task: &Task) -> Option<ObjectRef<TaskCluster>> {
+    let namespace = task.namespace()?;
+    let cluster = &task.spec.executor.container.as_ref()?.cluster;
+    Some(ObjectRef::new(cluster).within(&namespace))
 }
 
 /// Runs the TaskCluster controller until `shutdown`.
@@ -324,13 +407,9 @@ pub async fn run(client: Client, metrics: TaskMetrics, shutdown: CancellationTok
             .any_semantic(),
     )
     .watches(
-        Api::<Task>::all(client.clone()),
+        Api::<Task>::all(client),
         watcher::Config::default().any_semantic(),
-        |task: Task| {
-            let namespace = task.namespace()?;
-            let cluster = task.spec.executor.container.as_ref()?.cluster.clone();
-            Some(ObjectRef::<TaskCluster>::new(&cluster).within(&namespace))
-        },
+        |task: Task| cluster_of(&task),
     )
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
     .run(reconcile, error_policy, ctx)
@@ -338,7 +417,6 @@ pub async fn run(client: Client, metrics: TaskMetrics, shutdown: CancellationTok
     .await;
     info!("TaskCluster controller stopped");
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

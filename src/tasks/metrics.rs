@@ -6,6 +6,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::api::TaskPhase;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExecutorLabels {
     pub executor: String,
@@ -68,5 +70,32 @@ impl TaskMetrics {
             m.workers_deleted.clone(),
         );
         m
+    }
+}
+
+impl TaskMetrics {
+    pub fn record_started(&self, executor: &str) {
+        self.started
+            .get_or_create(&ExecutorLabels {
+                executor: executor.to_string(),
+            })
+            .inc();
+    }
+
+    /// A Task ended in `phase`, after running `ran_for` seconds when it had started.
+    pub fn record_finished(&self, executor: &str, phase: TaskPhase, ran_for: Option<f64>) {
+        self.finished
+            .get_or_create(&FinishedLabels {
+                executor: executor.to_string(),
+                phase: phase.to_string(),
+            })
+            .inc();
+        if let Some(seconds) = ran_for {
+            self.duration_seconds
+                .get_or_create(&ExecutorLabels {
+                    executor: executor.to_string(),
+                })
+                .observe(seconds);
+        }
     }
 }

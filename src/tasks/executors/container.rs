@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::owned::{Target, delete_until_gone};
 use super::pod::task_env;
 use super::{
     ExecContext, ExecError, Executor, Outcome, Plan, Progress, bounded_name, parse_result,
@@ -285,13 +286,13 @@ impl Executor for ContainerExecutorImpl {
             if matches!(container_progress(&pod, &container), Progress::Done(_)) {
                 return Ok(true);
             }
-            if pod.metadata.deletion_timestamp.is_none() {
-                ctx.pods()
-                    .delete(&handle.name, &DeleteParams::default().grace_period(0))
-                    .await
-                    .map_err(ExecError::api(format!("deleting worker {}", handle.name)))?;
-            }
-            Ok(false)
+            // An ephemeral container cannot be stopped: its worker goes, at once.
+            let worker = Target {
+                what: "worker",
+                name: &handle.name,
+            };
+            let params = DeleteParams::default().grace_period(0);
+            delete_until_gone(&ctx.pods(), &pod, worker, &params).await
         }
         .boxed()
     }

@@ -9,9 +9,12 @@
 //!    to the Task is adopted);
 //! 4. [`Executor::poll`] reports progress and the outcome;
 //! 5. [`Executor::kill`] stops it; called until it reports the work gone.
+//!
+//! Creating or adopting, reading and deleting the objects a Task owns is shared, in [`owned`].
 
 mod container;
 mod http;
+pub mod owned;
 mod pod;
 mod resource;
 

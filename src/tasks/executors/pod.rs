@@ -5,10 +5,10 @@
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
-use kube::{Resource, ResourceExt};
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
+use super::owned::{Target, create_or_adopt, get_owned, kill_owned};
 use super::{
     ExecContext, ExecError, Executor, Outcome, Plan, Progress, bounded_name, parse_result,
 };
@@ -201,17 +201,8 @@ impl Executor for PodExecutorImpl {
             )?;
             let pod: Pod = serde_json::from_value(body)
                 .map_err(|e| ExecError::Invalid(format!("pod.template: {e}")))?;
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            match api.create(&PostParams::default(), &pod).await {
-                Ok(created) => Ok(created.uid().unwrap_or_default()),
-                Err(kube::Error::Api(e)) if e.code == 409 => adopt(&api, &handle.name, ctx)
-                    .await
-                    .map(|p| p.uid().unwrap_or_default()),
-                Err(e) => Err(ExecError::Api {
-                    what: format!("creating pod {}", handle.name),
-                    source: e,
-                }),
-            }
+            // A pod the API server refuses is retried, as any API error.
+            create_or_adopt(&ctx.pods(), &pod, target(handle), ctx.task, &[]).await
         }
         .boxed()
     }
@@ -222,10 +213,10 @@ impl Executor for PodExecutorImpl {
         handle: &'a TaskHandle,
     ) -> BoxFuture<'a, Result<Progress, ExecError>> {
         async move {
-            let pod = ctx.get_pod("pod", &handle.name).await?;
+            let pod = get_owned(&ctx.pods(), target(handle), ctx.task).await?;
             Ok(match pod {
-                Some(pod) if owned_by_task(&pod, ctx) => pod_progress(&pod),
-                _ => Progress::Done(Outcome {
+                Some(pod) => pod_progress(&pod),
+                None => Progress::Done(Outcome {
                     success: false,
                     result: None,
                     message: format!("pod {} was deleted before it ended", handle.name),
@@ -241,45 +232,17 @@ impl Executor for PodExecutorImpl {
         handle: &'a TaskHandle,
     ) -> BoxFuture<'a, Result<bool, ExecError>> {
         async move {
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            match api.get_opt(&handle.name).await {
-                Ok(Some(pod)) if owned_by_task(&pod, ctx) => {
-                    if pod.meta().deletion_timestamp.is_none() {
-                        api.delete(&handle.name, &DeleteParams::default())
-                            .await
-                            .map_err(ExecError::api(format!("deleting pod {}", handle.name)))?;
-                    }
-                    Ok(false)
-                }
-                Ok(_) => Ok(true),
-                Err(e) => Err(ExecError::Api {
-                    what: format!("reading pod {}", handle.name),
-                    source: e,
-                }),
-            }
+            let params = DeleteParams::default();
+            kill_owned(&ctx.pods(), target(handle), ctx.task, &params).await
         }
         .boxed()
     }
 }
 
-fn owned_by_task(pod: &Pod, ctx: &ExecContext<'_>) -> bool {
-    let uid = ctx.task.uid();
-    pod.owner_references()
-        .iter()
-        .any(|o| o.kind == "Task" && Some(&o.uid) == uid.as_ref())
-}
-
-async fn adopt(api: &Api<Pod>, name: &str, ctx: &ExecContext<'_>) -> Result<Pod, ExecError> {
-    let pod = api
-        .get(name)
-        .await
-        .map_err(ExecError::api(format!("reading pod {name}")))?;
-    if owned_by_task(&pod, ctx) {
-        Ok(pod)
-    } else {
-        Err(ExecError::Invalid(format!(
-            "pod {name} exists and does not belong to this Task"
-        )))
+fn target(handle: &TaskHandle) -> Target<'_> {
+    Target {
+        what: "pod",
+        name: &handle.name,
     }
 }
 

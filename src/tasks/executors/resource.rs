@@ -9,12 +9,13 @@
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Scope, pinned_kind};
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::owned::{Target, create_or_adopt, get_owned, kill_owned};
 use super::{ExecContext, ExecError, Executor, Outcome, Plan, Progress};
 use crate::api::{ResourceExecutor, TASK_LABEL, TaskHandle};
 use crate::tasks::jsonpath::{self, Condition};
@@ -133,12 +134,15 @@ async fn api_for(
     Ok(Api::namespaced_with(client.clone(), namespace, &resource))
 }
 
-fn owned(object: &DynamicObject, ctx: &ExecContext<'_>) -> bool {
-    let uid = ctx.task.uid();
-    object
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "Task" && Some(&o.uid) == uid.as_ref())
+/// API refusals that mean the manifest cannot be created as written (forbidden to sluice,
+/// invalid): the Task fails instead of retrying.
+const REFUSED: &[u16] = &[400, 403, 422];
+
+fn target(handle: &TaskHandle) -> Target<'_> {
+    Target {
+        what: &handle.kind,
+        name: &handle.name,
+    }
 }
 
 impl Executor for ResourceExecutorImpl {
@@ -194,33 +198,7 @@ impl Executor for ResourceExecutorImpl {
             let object: DynamicObject = serde_json::from_value(manifest)
                 .map_err(|e| ExecError::Invalid(format!("resource.manifest: {e}")))?;
             let api = api_for(ctx.client, handle, &ctx.namespace).await?;
-            match api.create(&PostParams::default(), &object).await {
-                Ok(created) => Ok(created.uid().unwrap_or_default()),
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    let existing = api.get(&handle.name).await.map_err(ExecError::api(format!(
-                        "reading {} {}",
-                        handle.kind, handle.name
-                    )))?;
-                    if owned(&existing, ctx) {
-                        Ok(existing.uid().unwrap_or_default())
-                    } else {
-                        Err(ExecError::Invalid(format!(
-                            "{} {} exists and does not belong to this Task",
-                            handle.kind, handle.name
-                        )))
-                    }
-                }
-                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 || e.code == 400 => {
-                    Err(ExecError::Invalid(format!(
-                        "creating {} {}: {}",
-                        handle.kind, handle.name, e.message
-                    )))
-                }
-                Err(e) => Err(ExecError::Api {
-                    what: format!("creating {} {}", handle.kind, handle.name),
-                    source: e,
-                }),
-            }
+            create_or_adopt(&api, &object, target(handle), ctx.task, REFUSED).await
         }
         .boxed()
     }
@@ -232,21 +210,14 @@ impl Executor for ResourceExecutorImpl {
     ) -> BoxFuture<'a, Result<Progress, ExecError>> {
         async move {
             let api = api_for(ctx.client, handle, &ctx.namespace).await?;
-            let object = api
-                .get_opt(&handle.name)
-                .await
-                .map_err(ExecError::api(format!(
-                    "reading {} {}",
-                    handle.kind, handle.name
-                )))?;
-            match object {
-                Some(o) if owned(&o, ctx) => {
+            match get_owned(&api, target(handle), ctx.task).await? {
+                Some(o) => {
                     let value = serde_json::to_value(&o).map_err(|e| {
                         ExecError::Invalid(format!("{} {}: {e}", handle.kind, handle.name))
                     })?;
                     resource_progress(&spec(ctx)?, &value)
                 }
-                _ => Ok(Progress::Done(Outcome {
+                None => Ok(Progress::Done(Outcome {
                     success: false,
                     result: None,
                     message: format!(
@@ -266,24 +237,7 @@ impl Executor for ResourceExecutorImpl {
     ) -> BoxFuture<'a, Result<bool, ExecError>> {
         async move {
             let api = api_for(ctx.client, handle, &ctx.namespace).await?;
-            match api.get_opt(&handle.name).await {
-                Ok(Some(o)) if owned(&o, ctx) => {
-                    if o.metadata.deletion_timestamp.is_none() {
-                        api.delete(&handle.name, &DeleteParams::background())
-                            .await
-                            .map_err(ExecError::api(format!(
-                                "deleting {} {}",
-                                handle.kind, handle.name
-                            )))?;
-                    }
-                    Ok(false)
-                }
-                Ok(_) => Ok(true),
-                Err(e) => Err(ExecError::Api {
-                    what: format!("reading {} {}", handle.kind, handle.name),
-                    source: e,
-                }),
-            }
+            kill_owned(&api, target(handle), ctx.task, &DeleteParams::background()).await
         }
         .boxed()
     }
