@@ -3,6 +3,10 @@
 # add-ons the tests need), runs every test (cargo test --workspace, with KUBECONFIG and SLUICE_REPO
 # set) and always brings the cluster down again: on success, failure or Ctrl-C.
 #
+# Plain `cargo test --workspace` needs no cluster: it runs the unit, property and manifest tests and
+# skips each end-to-end test, saying that hack/test.sh runs it. Here SLUICE_REQUIRE_CLUSTER=1 makes a
+# test that finds no cluster fail instead (docs/architecture.md, Test tiers).
+#
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
 # With no arguments, a second phase follows on a cluster of its own: the real node's tests
@@ -47,6 +51,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 export SLUICE_REPO=$ROOT
+# Without a cluster, plain `cargo test` skips the tests that need one (tests/support/mod.rs,
+# cluster_or_skip); here a missing cluster is a failure, never a silent skip.
+export SLUICE_REQUIRE_CLUSTER=1
 
 # The real node's tests, on a cluster with the real node and without sluice on the host.
 real_node_phase() { # cargo test arguments (naming --test real_node)...

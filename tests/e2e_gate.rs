@@ -14,7 +14,9 @@ use support::*;
 
 #[tokio::test]
 async fn quota_holds_and_ended_pods_give_it_back() {
-    let mut env = TestEnv::new("quota").await;
+    let Some(mut env) = TestEnv::new_or_skip("quota").await else {
+        return;
+    };
     let queue = env
         .queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO")
         .await;
@@ -88,7 +90,9 @@ async fn quota_holds_and_ended_pods_give_it_back() {
 
 #[tokio::test]
 async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
-    let mut env = TestEnv::new("gang").await;
+    let Some(mut env) = TestEnv::new_or_skip("gang").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     // One pod holds 1 cpu: room for 2 more, the gang needs 3.
     env.create_pod(pod("holder", &queue, "1")).await;
@@ -171,6 +175,9 @@ async fn strategy_run(strategy: &str) -> (bool, String) {
 
 #[tokio::test]
 async fn strict_fifo_holds_the_line_best_effort_lets_smaller_pods_pass() {
+    if !cluster_or_skip() {
+        return;
+    }
     let (admitted, message) = strategy_run("StrictFIFO").await;
     assert!(!admitted);
     assert!(message.starts_with("waits behind "), "{message}");
@@ -180,7 +187,9 @@ async fn strict_fifo_holds_the_line_best_effort_lets_smaller_pods_pass() {
 
 #[tokio::test]
 async fn a_higher_priority_workload_goes_first() {
-    let mut env = TestEnv::new("prio").await;
+    let Some(mut env) = TestEnv::new_or_skip("prio").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
         kube::Api::all(env.client.clone());
@@ -220,7 +229,9 @@ async fn a_higher_priority_workload_goes_first() {
 
 #[tokio::test]
 async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
-    let mut env = TestEnv::new("tamper").await;
+    let Some(mut env) = TestEnv::new_or_skip("tamper").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     env.create_pod(pod("holder", &queue, "1")).await;
     env.create_pod(pod("waiting", &queue, "1")).await;
@@ -263,7 +274,9 @@ async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
 
 #[tokio::test]
 async fn an_ungoverned_pod_is_untouched() {
-    let env = TestEnv::new("plain").await;
+    let Some(env) = TestEnv::new_or_skip("plain").await else {
+        return;
+    };
     let plain: Pod = serde_json::from_value(json!({
         "metadata": {"name": "plain", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -296,7 +309,9 @@ fn admitted_at_creation(pod: &Pod) -> bool {
 
 #[tokio::test]
 async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_quota() {
-    let mut env = TestEnv::new("atcreation").await;
+    let Some(mut env) = TestEnv::new_or_skip("atcreation").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
 
     // Room and nobody waiting: the pod comes back from its creation without the gate.
@@ -341,7 +356,9 @@ async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_q
 
 #[tokio::test]
 async fn a_queue_admitting_in_pass_gates_every_pod() {
-    let mut env = TestEnv::new("inpass").await;
+    let Some(mut env) = TestEnv::new_or_skip("inpass").await else {
+        return;
+    };
     let queue = env
         .queue_with_spec("q", json!({"quota": {"cpu": "5"}, "admission": "InPass"}))
         .await;
@@ -357,7 +374,9 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
 /// write instead of two), but never hides: pods that cannot start leave the workload Admitted.
 #[tokio::test]
 async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
-    let mut env = TestEnv::new("settling").await;
+    let Some(mut env) = TestEnv::new_or_skip("settling").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let mut stuck = pod("stuck", &queue, "1");
     if let Some(spec) = stuck.spec.as_mut() {
@@ -390,11 +409,16 @@ async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
 /// waiting for their pods to start) and none is lost: every workload gets its status.
 #[tokio::test]
 async fn a_burst_of_workloads_beyond_the_status_write_budget_loses_no_status() {
+    if !cluster_or_skip() {
+        return;
+    }
     assert!(
         std::env::var("SLUICE_METRICS_ADDR").is_ok(),
         "SLUICE_METRICS_ADDR is not set: run through hack/test.sh, which sets it"
     );
-    let mut env = TestEnv::new("budget").await;
+    let Some(mut env) = TestEnv::new_or_skip("budget").await else {
+        return;
+    };
     let queue = env
         .queue("q", json!({"cpu": "100"}), "BestEffortFIFO")
         .await;

@@ -46,7 +46,9 @@ async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
 
 #[tokio::test]
 async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
-    let mut env = TestEnv::new("ray").await;
+    let Some(mut env) = TestEnv::new_or_skip("ray").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     let api = rayclusters(&env);
 
@@ -144,7 +146,9 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
 
 #[tokio::test]
 async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
-    let mut env = TestEnv::new("ray-deny").await;
+    let Some(mut env) = TestEnv::new_or_skip("ray-deny").await else {
+        return;
+    };
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let api = rayclusters(&env);
     // The queue cache of the webhook may lag the queue's creation by a moment: retry until it answers

@@ -1,5 +1,7 @@
 //! Shared helpers of the end-to-end tests: they run against the local control plane that
 //! `hack/test.sh` (or `hack/cluster.sh up --with-sluice`) brings up, with sluice on the host.
+//! Without a cluster each test is skipped, saying so ([`cluster_or_skip`]); under `hack/test.sh` it
+//! fails instead.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -12,6 +14,34 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload, DynamicWorkloadStatus};
+
+/// Set to 1 by `hack/test.sh`: a test that finds no cluster then fails instead of being skipped.
+pub const REQUIRE_CLUSTER: &str = "SLUICE_REQUIRE_CLUSTER";
+
+/// Whether the running test has a cluster to talk to (`KUBECONFIG` set). Without one, plain
+/// `cargo test` skips it (the caller returns at once) and says so, while under `hack/test.sh`
+/// (`SLUICE_REQUIRE_CLUSTER=1`) a missing cluster fails the test: a skip is never silent there.
+pub fn cluster_or_skip() -> bool {
+    if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) {
+        return true;
+    }
+    // libtest names the thread of each test after it (the body of a #[tokio::test] runs there).
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("this test");
+    if std::env::var(REQUIRE_CLUSTER).is_ok_and(|v| v == "1") {
+        panic!(
+            "{test}: KUBECONFIG is not set and {REQUIRE_CLUSTER}=1 requires a cluster: \
+             hack/test.sh sets KUBECONFIG once the local cluster is up (hack/cluster.sh env)"
+        );
+    }
+    // Straight to stderr: libtest hides what a passing test prints, and a skip must show.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped {test}: it needs the local cluster (KUBECONFIG is not set); hack/test.sh runs it"
+    );
+    false
+}
 
 /// A client for the local cluster, or a failure that says how to get one.
 pub async fn client() -> Client {
@@ -68,6 +98,17 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
+    /// [`TestEnv::new`], or None when there is no cluster (see [`cluster_or_skip`]): a test that
+    /// needs one starts with `let Some(env) = TestEnv::new_or_skip("name").await else { return };`.
+    pub async fn new_or_skip(prefix: &str) -> Option<TestEnv> {
+        if cluster_or_skip() {
+            Some(TestEnv::new(prefix).await)
+        } else {
+            None
+        }
+    }
+
+    /// A fresh namespace named after `prefix` on the local cluster (fails without one).
     pub async fn new(prefix: &str) -> TestEnv {
         let client = client().await;
         let namespace = unique(prefix);
