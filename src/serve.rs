@@ -6,19 +6,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum_server::tls_rustls::RustlsConfig;
+use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::Store;
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::integrations::Adapters;
 use crate::api::{ADMISSION_GATE, FIELD_MANAGER, PROTECTED_LABEL_PREFIX, QUEUE_LABEL};
+use crate::duration::{parse_duration, parse_rate};
+use crate::integrations::Adapters;
 use crate::leader::{LEASE_CALL_TIMEOUT, LeaderElector, LeaseSettings};
 use crate::metrics::ControllerMetrics;
+use crate::queue::at_creation::AdmitAtCreation;
 use crate::queue::controller::{self, ControllerSettings};
 use crate::webhook_config::{self, Endpoint};
 
@@ -163,41 +171,6 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
-}
-
-/// A rate per second: a finite number, 0 or more.
-pub fn parse_rate(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
-        _ => Err(format!(
-            "{text:?} is not a rate per second: give a number, 0 or more (0: no limit)"
-        )),
-    }
-}
-
-/// Parses "500ms", "20s", "5m", "1h", "365d".
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 500ms, 20s, 5m, 1h or 365d"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" | "" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        "d" => Duration::from_secs(n * 86400),
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
-            ));
-        }
-    };
-    Ok(d)
 }
 
 fn init_tracing(format: LogFormat) {
@@ -372,16 +345,131 @@ fn client_auth(file: Option<&std::path::Path>) -> anyhow::Result<sluice_certs::C
         .with_context(|| format!("--client-ca-file {}", file.display()))
 }
 
+/// `sluice serve`: settings from the flags, then each step in turn. Every replica serves the
+/// webhooks; the one holding the Lease also runs the controllers.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
     // One crypto provider for the whole process: ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let settings = Settings::from_args(&args)?;
 
-    let service_account = format!("system:serviceaccount:{}:sluice", args.namespace);
+    let client = api_client(&args, &settings).await?;
+    let shutdown = shutdown_on_signal();
+    let (registry, controller_metrics, task_metrics, webhook_metrics) = metrics_registry();
+    let certs = certificates(&args, &settings, &client, &shutdown).await?;
+    let state = watch_webhook_state(&client, &controller_metrics);
+    let server_task = start_webhook_server(
+        &args,
+        &settings,
+        &state,
+        certs.tls.clone(),
+        webhook_metrics,
+        &shutdown,
+    );
+    publish_webhooks(&client, &settings, &certs.ca_pem, &certs.published, &state).await?;
+    info!(listen = %args.listen, endpoint = ?settings.endpoint, "webhooks registered and serving");
+    keep_ca_bundle_published(client.clone(), &settings, certs, shutdown.clone());
+    let metrics_task = tokio::spawn(serve_metrics(
+        args.metrics_listen,
+        Arc::new(registry),
+        shutdown.clone(),
+    ));
+    run_controllers_while_leading(
+        client,
+        settings,
+        controller_metrics,
+        task_metrics,
+        state.at_creation,
+        &shutdown,
+    )
+    .await;
+    shut_down(shutdown, server_task, metrics_task).await
+}
+
+/// What `serve` derives from its flags before it touches the cluster; invalid flags stop it here.
+struct Settings {
+    /// Who the API calls act as, if not the credentials' own user (with --local: sluice's
+    /// ServiceAccount, so local runs have exactly the in-cluster rights).
+    impersonate: Option<String>,
+    /// The one user allowed to remove the gate and edit sluice's labels.
+    controller_user: String,
+    /// Where the API server calls the webhooks.
+    endpoint: Endpoint,
+    certs: sluice_certs::CertSettings,
+    rotation: sluice_certs::RotationSettings,
+    lease: LeaseSettings,
+    controller: ControllerSettings,
+}
+
+impl Settings {
+    fn from_args(args: &ServeArgs) -> anyhow::Result<Settings> {
+        let service_account = format!("system:serviceaccount:{}:sluice", args.namespace);
+        let endpoint = if args.local {
+            Endpoint::Url(
+                args.webhook_url
+                    .clone()
+                    .unwrap_or_else(|| format!("https://{}", args.listen)),
+            )
+        } else {
+            Endpoint::Service {
+                namespace: args.namespace.clone(),
+                name: args.service_name.clone(),
+                port: 443,
+            }
+        };
+        let lease = LeaseSettings {
+            namespace: args.namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: args.identity.clone().unwrap_or_else(default_identity),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.lease_renew_deadline,
+            retry_period: args.lease_renew_period,
+            call_timeout: LEASE_CALL_TIMEOUT.min(args.lease_renew_deadline),
+        };
+        lease
+            .validate()
+            .context("--lease-duration, --lease-renew-deadline and --lease-renew")?;
+        Ok(Settings {
+            impersonate: args
+                .impersonate
+                .clone()
+                .or_else(|| args.local.then(|| service_account.clone())),
+            controller_user: args.controller_user.clone().unwrap_or(service_account),
+            endpoint,
+            // Certificates: shared by replicas through the Secret, reloaded without a restart.
+            certs: sluice_certs::CertSettings {
+                namespace: args.namespace.clone(),
+                secret_name: args.cert_secret.clone(),
+                dns_names: sluice_certs::service_dns_names(&args.service_name, &args.namespace),
+                ip_addresses: vec![std::net::IpAddr::from([127, 0, 0, 1]), args.listen.ip()],
+                serving_validity: args.cert_validity,
+                check_interval: args.cert_check_interval,
+            },
+            rotation: sluice_certs::RotationSettings {
+                overlap: args.cert_rotation_overlap,
+            },
+            lease,
+            controller: ControllerSettings {
+                batch_window: args.batch_window,
+                resync_period: args.resync_period,
+                max_concurrent_writes: args.max_concurrent_writes,
+                status_interval: args.status_interval,
+                status_writes_per_second: args.status_writes_per_second,
+                idle_interval: args.idle_interval,
+                ..ControllerSettings::default()
+            },
+        })
+    }
+}
+
+/// The API client sluice acts with. With --local (unless --no-install), first installs the CRDs,
+/// namespace and RBAC with the kubeconfig's own credentials.
+async fn api_client(args: &ServeArgs, settings: &Settings) -> anyhow::Result<Client> {
     let base = kube::Config::infer()
         .await
         .context("no Kubernetes credentials found: set KUBECONFIG (for the local cluster: eval \"$(hack/cluster.sh env)\") or run sluice in a pod")?;
-    if args.local && !args.no_install {
+    let install = args.local && !args.no_install;
+    if install {
         let admin =
             Client::try_from(base.clone()).context("building the installer's API client")?;
         crate::install::apply_all(&admin)
@@ -390,16 +478,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         info!("installed CRDs, namespace and RBAC");
     }
     let mut config = base;
-    let impersonate = args
-        .impersonate
-        .clone()
-        .or_else(|| args.local.then(|| service_account.clone()));
-    if let Some(user) = &impersonate {
+    if let Some(user) = &settings.impersonate {
         config.auth_info.impersonate = Some(user.clone());
         info!(%user, "acting as");
     }
     let client = Client::try_from(config).context("building the API client")?;
-    if args.local && !args.no_install && impersonate.is_some() {
+    if install && settings.impersonate.is_some() {
         // The API server's RBAC cache takes a moment to see the Role just applied: wait until the
         // identity sluice acts as may read its certificate Secret, rather than fail on a 403.
         crate::install::wait_for_rights(
@@ -411,44 +495,41 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("waiting for sluice's RBAC to take effect")?;
     }
+    Ok(client)
+}
 
+/// A token cancelled on SIGTERM or Ctrl-C; every server and controller stops with it.
+fn shutdown_on_signal() -> CancellationToken {
     let shutdown = CancellationToken::new();
-    {
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            info!("shutting down");
-            shutdown.cancel();
-        });
-    }
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutting down");
+        token.cancel();
+    });
+    shutdown
+}
 
-    let (registry, controller_metrics, task_metrics, webhook_metrics) = metrics_registry();
-    let registry = Arc::new(registry);
+/// The webhook's certificates, from the Secret the replicas share (created when missing).
+struct Certificates {
+    /// The CA bundle the webhook configurations get first.
+    ca_pem: String,
+    /// What the server presents; the reloader renews and rotates it in place, without a restart.
+    tls: RustlsConfig,
+    /// Each new CA bundle to publish in the webhook configurations (empty until the first check).
+    ca_updates: watch::Receiver<String>,
+    /// Where the publisher confirms that a bundle is in the configurations: a CA rotation waits
+    /// for it before the new CA signs.
+    published: sluice_certs::PublishedBundles,
+}
 
-    let endpoint = if args.local {
-        Endpoint::Url(
-            args.webhook_url
-                .clone()
-                .unwrap_or_else(|| format!("https://{}", args.listen)),
-        )
-    } else {
-        Endpoint::Service {
-            namespace: args.namespace.clone(),
-            name: args.service_name.clone(),
-            port: 443,
-        }
-    };
-
-    // Certificates: shared by replicas through the Secret, reloaded without a restart.
-    let cert_settings = sluice_certs::CertSettings {
-        namespace: args.namespace.clone(),
-        secret_name: args.cert_secret.clone(),
-        dns_names: sluice_certs::service_dns_names(&args.service_name, &args.namespace),
-        ip_addresses: vec![std::net::IpAddr::from([127, 0, 0, 1]), args.listen.ip()],
-        serving_validity: args.cert_validity,
-        check_interval: args.cert_check_interval,
-    };
-    let certs = sluice_certs::load_or_create(client.clone(), &cert_settings)
+async fn certificates(
+    args: &ServeArgs,
+    settings: &Settings,
+    client: &Client,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Certificates> {
+    let certs = sluice_certs::load_or_create(client.clone(), &settings.certs)
         .await
         .with_context(|| {
             format!(
@@ -459,220 +540,259 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let client_auth = client_auth(args.client_ca_file.as_deref())?;
     let tls = sluice_certs::axum_rustls_config_with(&certs, &client_auth)
         .context("building the TLS configuration")?;
-    let (_reloader, mut ca_updates, published_bundles) =
-        sluice_certs::CertReloader::spawn_with_client_auth(
-            client.clone(),
-            cert_settings.clone(),
-            sluice_certs::RotationSettings {
-                overlap: args.cert_rotation_overlap,
-            },
-            tls.clone(),
-            client_auth,
-            shutdown.clone(),
-        );
+    let (_reloader, ca_updates, published) = sluice_certs::CertReloader::spawn_with_client_auth(
+        client.clone(),
+        settings.certs.clone(),
+        settings.rotation.clone(),
+        tls.clone(),
+        client_auth,
+        shutdown.clone(),
+    );
+    Ok(Certificates {
+        ca_pem: certs.ca_pem,
+        tls,
+        ca_updates,
+        published,
+    })
+}
 
-    let ready = Arc::new(AtomicBool::new(false));
-    let controller_user = args
-        .controller_user
-        .clone()
-        .unwrap_or(service_account.clone());
-    let gate = sluice_webhooks::GateSettings {
-        gate_name: ADMISSION_GATE.into(),
-        protected_label_prefix: PROTECTED_LABEL_PREFIX.into(),
-        governed_label: QUEUE_LABEL.into(),
-        controller_usernames: vec![controller_user.clone()],
-        admission_annotations: vec![
-            crate::queue::at_creation::AT_CREATION_ANNOTATION.into(),
-            crate::api::ADMITTED_AT_ANNOTATION.into(),
-        ],
-    };
-    // Every replica caches the queues for the application validator (no API call on the hot path).
-    let (queue_store, queue_writer) =
-        kube::runtime::reflector::store::<crate::api::CapacityQueue>();
-    {
-        use futures::StreamExt;
-        use kube::runtime::WatchStreamExt;
-        let stream = kube::runtime::reflector::reflector(
-            queue_writer,
-            kube::runtime::watcher(
-                Api::<crate::api::CapacityQueue>::all(client.clone()),
-                kube::runtime::watcher::Config::default(),
-            )
-            .default_backoff(),
-        );
-        tokio::spawn(async move { stream.for_each(|_| async {}).await });
-    }
-    // ... and the namespaces' labels: default queues and namespaceSelectors.
+/// What the webhooks judge from, kept in memory by watches: no API call on their hot path.
+struct WebhookState {
+    /// The queues, for the application validator.
+    queues: Store<crate::api::CapacityQueue>,
+    /// The namespaces' labels: default queues and namespaceSelectors.
+    namespaces: crate::namespaces::Namespaces,
+    /// Admission at creation: the webhook admits from what this replica's controller found, while
+    /// this replica leads.
+    at_creation: Arc<AdmitAtCreation>,
+    /// Set once the webhooks are registered and the namespaces listed; until then /readyz says no.
+    ready: Arc<AtomicBool>,
+}
+
+fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) -> WebhookState {
+    let (queues, queue_writer) = kube::runtime::reflector::store::<crate::api::CapacityQueue>();
+    let stream = kube::runtime::reflector::reflector(
+        queue_writer,
+        kube::runtime::watcher(
+            Api::<crate::api::CapacityQueue>::all(client.clone()),
+            kube::runtime::watcher::Config::default(),
+        )
+        .default_backoff(),
+    );
+    tokio::spawn(async move { stream.for_each(|_| async {}).await });
     let (namespaces, watch_namespaces) = crate::namespaces::Namespaces::watch(client.clone());
     tokio::spawn(watch_namespaces);
-    // Admission at creation: the webhook admits from what this replica's controller found, while
-    // this replica leads.
-    let at_creation = Arc::new(
-        crate::queue::at_creation::AdmitAtCreation::default()
-            .with_metrics(controller_metrics.admitted_at_creation.clone()),
-    );
+    WebhookState {
+        queues,
+        namespaces,
+        at_creation: Arc::new(
+            AdmitAtCreation::default().with_metrics(metrics.admitted_at_creation.clone()),
+        ),
+        ready: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+/// Starts the webhook server on a runtime of its own (`--webhook-threads`).
+fn start_webhook_server(
+    args: &ServeArgs,
+    settings: &Settings,
+    state: &WebhookState,
+    tls: RustlsConfig,
+    metrics: sluice_webhooks::WebhookMetrics,
+    shutdown: &CancellationToken,
+) -> JoinHandle<Result<(), sluice_webhooks::WebhookError>> {
     let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
         .application(
             "/mutate-applications",
             Arc::new(crate::app_webhooks::MutateApplications {
                 adapters: crate::integrations::applications(),
-                namespaces: namespaces.clone(),
+                namespaces: state.namespaces.clone(),
             }),
         )
         .application(
             "/validate-applications",
             Arc::new(crate::app_webhooks::ValidateApplications {
                 adapters: crate::integrations::applications(),
-                queues: queue_store,
-                namespaces: namespaces.clone(),
+                queues: state.queues.clone(),
+                namespaces: state.namespaces.clone(),
             }),
         )
-        .gate(gate)
+        .gate(gate_settings(&settings.controller_user))
         .classifier(Arc::new(crate::queue::at_creation::Classifier {
-            adapters: Adapters::with_namespaces(namespaces.clone()),
-            at_creation: Some(at_creation.clone()),
+            adapters: Adapters::with_namespaces(state.namespaces.clone()),
+            at_creation: Some(state.at_creation.clone()),
         }))
-        .readiness(ready.clone())
-        .metrics(webhook_metrics)
+        .readiness(state.ready.clone())
+        .metrics(metrics)
         .max_body_bytes(args.max_body_bytes)
         .build();
-    let server_task = {
-        let shutdown = shutdown.clone();
-        let threads = args.webhook_threads;
-        tokio::spawn(async move { server.serve_dedicated(threads, None, shutdown).await })
-    };
+    let shutdown = shutdown.clone();
+    let threads = args.webhook_threads;
+    tokio::spawn(async move { server.serve_dedicated(threads, None, shutdown).await })
+}
 
+/// The pod webhooks' gate: its name, sluice's labels and annotations, and who may touch them.
+fn gate_settings(controller_user: &str) -> sluice_webhooks::GateSettings {
+    sluice_webhooks::GateSettings {
+        gate_name: ADMISSION_GATE.into(),
+        protected_label_prefix: PROTECTED_LABEL_PREFIX.into(),
+        governed_label: QUEUE_LABEL.into(),
+        controller_usernames: vec![controller_user.to_string()],
+        admission_annotations: vec![
+            crate::queue::at_creation::AT_CREATION_ANNOTATION.into(),
+            crate::api::ADMITTED_AT_ANNOTATION.into(),
+        ],
+    }
+}
+
+/// Registers the webhook configurations with the first CA bundle, then says ready once the
+/// namespaces are listed.
+async fn publish_webhooks(
+    client: &Client,
+    settings: &Settings,
+    ca_pem: &str,
+    published: &sluice_certs::PublishedBundles,
+    state: &WebhookState,
+) -> anyhow::Result<()> {
     register_webhooks(
-        &client,
-        &endpoint,
-        &args.namespace,
-        &controller_user,
-        &certs.ca_pem,
+        client,
+        &settings.endpoint,
+        &settings.certs.namespace,
+        &settings.controller_user,
+        ca_pem,
     )
     .await?;
-    published_bundles.confirm(&certs.ca_pem);
+    published.confirm(ca_pem);
     // Until the namespaces are listed, pods in a namespace with a default queue would be refused.
-    namespaces
+    state
+        .namespaces
         .wait_until_ready()
         .await
         .context("watching namespaces for their default queues")?;
-    ready.store(true, Ordering::SeqCst);
-    info!(listen = %args.listen, ?endpoint, "webhooks registered and serving");
+    state.ready.store(true, Ordering::SeqCst);
+    Ok(())
+}
 
-    // Keep the CA bundle in the webhook configurations in step with the Secret.
-    {
-        let client = client.clone();
-        let endpoint = endpoint.clone();
-        let namespace = args.namespace.clone();
-        let controller_user = controller_user.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            // A failed update is retried: a CA rotation waits for each bundle to be confirmed.
-            let mut failed = false;
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    changed = ca_updates.changed() => if changed.is_err() { break; },
-                    _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+/// Keeps the CA bundle in the webhook configurations in step with the Secret, until `shutdown`.
+fn keep_ca_bundle_published(
+    client: Client,
+    settings: &Settings,
+    certs: Certificates,
+    shutdown: CancellationToken,
+) {
+    let Certificates {
+        mut ca_updates,
+        published,
+        ..
+    } = certs;
+    let endpoint = settings.endpoint.clone();
+    let namespace = settings.certs.namespace.clone();
+    let controller_user = settings.controller_user.clone();
+    tokio::spawn(async move {
+        // A failed update is retried: a CA rotation waits for each bundle to be confirmed.
+        let mut failed = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                changed = ca_updates.changed() => if changed.is_err() { break; },
+                _ = tokio::time::sleep(Duration::from_secs(5)), if failed => {}
+            }
+            let ca = ca_updates.borrow_and_update().clone();
+            if ca.is_empty() {
+                continue;
+            }
+            match register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await {
+                Ok(()) => {
+                    failed = false;
+                    published.confirm(&ca);
+                    info!("CA bundle of the webhook configurations updated");
                 }
-                let ca = ca_updates.borrow_and_update().clone();
-                if ca.is_empty() {
-                    continue;
-                }
-                match register_webhooks(&client, &endpoint, &namespace, &controller_user, &ca).await
-                {
-                    Ok(()) => {
-                        failed = false;
-                        published_bundles.confirm(&ca);
-                        info!("CA bundle of the webhook configurations updated");
-                    }
-                    Err(e) => {
-                        failed = true;
-                        warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations; retrying in 5 s");
-                    }
+                Err(e) => {
+                    failed = true;
+                    warn!(error = %format!("{e:#}"), "could not update the CA bundle of the webhook configurations; retrying in 5 s");
                 }
             }
-        });
-    }
+        }
+    });
+}
 
-    let metrics_task = tokio::spawn(serve_metrics(
-        args.metrics_listen,
-        registry,
-        shutdown.clone(),
-    ));
-
-    let lease_settings = LeaseSettings {
-        namespace: args.namespace.clone(),
-        name: args.lease_name.clone(),
-        identity: args.identity.clone().unwrap_or_else(default_identity),
-        lease_duration: args.lease_duration,
-        renew_deadline: args.lease_renew_deadline,
-        retry_period: args.lease_renew_period,
-        call_timeout: LEASE_CALL_TIMEOUT.min(args.lease_renew_deadline),
+/// Takes part in the leader election until `shutdown`; during each term this replica holds the
+/// Lease, it runs the queue controller, the recorder and the Task controllers.
+async fn run_controllers_while_leading(
+    client: Client,
+    settings: Settings,
+    metrics: ControllerMetrics,
+    task_metrics: crate::tasks::TaskMetrics,
+    at_creation: Arc<AdmitAtCreation>,
+    shutdown: &CancellationToken,
+) {
+    let elector = LeaderElector::new(client.clone(), settings.lease);
+    let leader_gauge = metrics.leader.clone();
+    // The moment a term ends the webhook admits nothing more at creation, before the controller
+    // has even stopped.
+    let stop_admitting: Arc<dyn Fn() + Send + Sync> = {
+        let at_creation = at_creation.clone();
+        Arc::new(move || at_creation.deactivate())
     };
-    lease_settings
-        .validate()
-        .context("--lease-duration, --lease-renew-deadline and --lease-renew")?;
-    let elector = LeaderElector::new(client.clone(), lease_settings);
-    let settings = ControllerSettings {
-        batch_window: args.batch_window,
-        resync_period: args.resync_period,
-        max_concurrent_writes: args.max_concurrent_writes,
-        status_interval: args.status_interval,
-        status_writes_per_second: args.status_writes_per_second,
-        idle_interval: args.idle_interval,
-        ..ControllerSettings::default()
-    };
-    let leader_gauge = controller_metrics.leader.clone();
+    let controller = settings.controller;
     elector
         .run(
             shutdown.clone(),
             move |leading| {
                 leader_gauge.set(i64::from(leading));
             },
-            // The moment a term ends the webhook admits nothing more at creation, before the
-            // controller has even stopped.
-            {
-                let at_creation = at_creation.clone();
-                Arc::new(move || at_creation.deactivate())
-            },
+            stop_admitting,
             move |term: Arc<crate::leader::Term>| {
-                let client = client.clone();
-                let metrics = controller_metrics.clone();
-                let settings = settings.clone();
-                let task_metrics = task_metrics.clone();
-                let at_creation = at_creation.clone();
-                let token = term.cancelled().clone();
-                async move {
-                    // The recorder writes DynamicWorkloads from application objects: leader only,
-                    // like the controller.
-                    let recorder =
-                        tokio::spawn(crate::recorder::run(client.clone(), token.clone()));
-                    // Task and TaskCluster controllers: leader only too.
-                    let tasks = tokio::spawn(crate::tasks::run(
-                        client.clone(),
-                        task_metrics,
-                        token.clone(),
-                    ));
-                    if let Err(e) = controller::run(
-                        client,
-                        Adapters::default(),
-                        metrics,
-                        settings,
-                        Some(at_creation),
-                        term,
-                    )
-                    .await
-                    {
-                        error!(%e, "queue controller stopped");
-                    }
-                    let _ = recorder.await;
-                    let _ = tasks.await;
-                }
+                lead(
+                    client.clone(),
+                    metrics.clone(),
+                    controller.clone(),
+                    task_metrics.clone(),
+                    at_creation.clone(),
+                    term,
+                )
             },
         )
         .await;
+}
 
+/// One term as leader: the controllers run until the term ends.
+async fn lead(
+    client: Client,
+    metrics: ControllerMetrics,
+    settings: ControllerSettings,
+    task_metrics: crate::tasks::TaskMetrics,
+    at_creation: Arc<AdmitAtCreation>,
+    term: Arc<crate::leader::Term>,
+) {
+    let token = term.cancelled().clone();
+    // The recorder writes DynamicWorkloads from application objects: leader only, like the
+    // controller.
+    let recorder = tokio::spawn(crate::recorder::run(client.clone(), token.clone()));
+    // Task and TaskCluster controllers: leader only too.
+    let tasks = tokio::spawn(crate::tasks::run(client.clone(), task_metrics, token));
+    if let Err(e) = controller::run(
+        client,
+        Adapters::default(),
+        metrics,
+        settings,
+        Some(at_creation),
+        term,
+    )
+    .await
+    {
+        error!(%e, "queue controller stopped");
+    }
+    let _ = recorder.await;
+    let _ = tasks.await;
+}
+
+/// Stops the servers and waits for them: the webhook server's failure is the command's.
+async fn shut_down(
+    shutdown: CancellationToken,
+    server_task: JoinHandle<Result<(), sluice_webhooks::WebhookError>>,
+    metrics_task: JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
     shutdown.cancel();
     match server_task.await {
         Ok(Ok(())) => {}
@@ -709,29 +829,6 @@ async fn wait_for_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_duration, parse_rate};
-    use std::time::Duration;
-
-    #[test]
-    fn rates() {
-        assert_eq!(parse_rate("20"), Ok(20.0));
-        assert_eq!(parse_rate("0.5"), Ok(0.5));
-        assert_eq!(parse_rate("0"), Ok(0.0));
-        assert!(parse_rate("-1").is_err());
-        assert!(parse_rate("inf").is_err());
-        assert!(parse_rate("NaN").is_err());
-        assert!(parse_rate("fast").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("20ms"), Ok(Duration::from_millis(20)));
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("5y").is_err());
-    }
-
     #[test]
     fn metrics_are_served_under_their_documented_names() {
         let (registry, controller, _, _) = super::metrics_registry();
