@@ -449,4 +449,80 @@ mod tests {
         c.spec.template = json!({"spec": {"containers": []}});
         assert!(worker_pod(&c).is_err());
     }
+
+    fn worker(name: &str, admitted: bool, busy: i32) -> Worker {
+        Worker {
+            name: name.into(),
+            admitted,
+            running: admitted,
+            terminating: false,
+            ended: false,
+            used: busy,
+            busy,
+            idle_since: None,
+            created: name.into(),
+        }
+    }
+
+    fn cluster(min_workers: i32) -> TaskCluster {
+        TaskCluster::new(
+            "pool",
+            TaskClusterSpec {
+                min_workers,
+                max_workers: 4,
+                slots_per_worker: 1,
+                max_tasks_per_worker: 5,
+                idle_timeout: "30s".into(),
+                template: json!({}),
+            },
+        )
+    }
+
+    #[test]
+    fn the_status_counts_what_remains_and_what_is_created() {
+        let now: jiff::Timestamp = "2025-01-01T00:00:00Z".parse().expect("a timestamp");
+        let mut ended = worker("c", true, 0);
+        ended.ended = true;
+        let ws = vec![worker("a", true, 1), worker("b", false, 0), ended];
+        let plan = WorkerPlan {
+            create: 1,
+            delete: vec![("b".into(), "not needed".into())],
+            recheck_secs: None,
+        };
+        let status = cluster_status(&cluster(1), &ws, &plan, (2, 1), None, now);
+        assert_eq!(
+            (status.workers, status.admitted, status.gated, status.busy),
+            (2, 1, 1, 1)
+        );
+        assert_eq!((status.waiting_tasks, status.running_tasks), (2, 1));
+        assert_eq!(
+            status.message,
+            "2 Task(s) wait; 0 worker(s) wait for quota behind the sluice gate"
+        );
+        assert_eq!(status.conditions[0].reason, "MinWorkersAdmitted");
+        let idle = cluster_status(&cluster(2), &ws, &WorkerPlan::default(), (0, 1), None, now);
+        assert_eq!(idle.message, "2 worker(s), 1 Task(s) running, 0 waiting");
+        assert_eq!(idle.conditions[0].status, ConditionStatus::False);
+        let problem = Some("cannot create workers: x".to_string());
+        let broken = cluster_status(&cluster(1), &ws, &plan, (2, 1), problem, now);
+        assert_eq!(broken.message, "cannot create workers: x");
+    }
+
+    #[test]
+    fn requeues_and_watched_tasks() {
+        let idle = WorkerPlan {
+            recheck_secs: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(requeue_after(&idle), Duration::from_secs(1));
+        assert_eq!(requeue_after(&WorkerPlan::default()), RESYNC);
+        let mut task = Task::new("t", Default::default());
+        task.metadata.namespace = Some("ns".into());
+        assert_eq!(cluster_of(&task), None, "not a container Task");
+        task.spec.executor.container = Some(crate::api::ContainerExecutor {
+            cluster: "pool".into(),
+            ..Default::default()
+        });
+        assert_eq!(cluster_of(&task), Some(ObjectRef::new("pool").within("ns")));
+    }
 }

@@ -43,7 +43,7 @@ pub fn assigned_worker(task: &Task) -> Option<&str> {
     status.worker.as_deref()
 }
 
-/// The workers of one cluster, from its pods and the Tasks of its namespace.
+/// The workers of one cluster, from its pods and the Tasks of its namespace, oldest first.
 pub fn workers(pods: &[Pod], tasks: &[Task]) -> Vec<Worker> {
     let mut assigned: BTreeMap<&str, Vec<&Task>> = BTreeMap::new();
     for t in tasks {
@@ -54,74 +54,90 @@ pub fn workers(pods: &[Pod], tasks: &[Task]) -> Vec<Worker> {
     let mut out: Vec<Worker> = pods
         .iter()
         .map(|pod| {
-            let name = pod.name_any();
-            let spec_containers: Vec<String> = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.ephemeral_containers.as_ref())
-                .map(|c| c.iter().map(|c| c.name.clone()).collect())
+            let tasks = assigned
+                .get(pod.name_any().as_str())
+                .map(Vec::as_slice)
                 .unwrap_or_default();
-            let statuses = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.ephemeral_container_statuses.clone())
-                .unwrap_or_default();
-            let running_containers = spec_containers
-                .iter()
-                .filter(|c| {
-                    !statuses.iter().any(|s| {
-                        &s.name == *c && s.state.as_ref().is_some_and(|st| st.terminated.is_some())
-                    })
-                })
-                .count() as i32;
-            let tasks = assigned.get(name.as_str()).cloned().unwrap_or_default();
-            let not_yet_added = tasks
-                .iter()
-                .filter(|t| {
-                    let container = t
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.handle.as_ref())
-                        .and_then(|h| h.container.clone());
-                    container.is_some_and(|c| !spec_containers.contains(&c))
-                        && !t.status.as_ref().is_some_and(|s| s.phase.is_final())
-                })
-                .count() as i32;
-            let active_tasks = tasks
-                .iter()
-                .filter(|t| !t.status.as_ref().is_some_and(|s| s.phase.is_final()))
-                .count() as i32;
-            let last_end = tasks
-                .iter()
-                .filter_map(|t| t.status.as_ref().and_then(|s| s.finished_at.clone()))
-                .max();
-            let started = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0.to_string());
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            let terminating = pod.metadata.deletion_timestamp.is_some();
-            Worker {
-                admitted: !is_gated(pod),
-                running: phase == Some("Running") && !terminating,
-                terminating,
-                ended: matches!(phase, Some("Succeeded") | Some("Failed")),
-                used: spec_containers.len() as i32 + not_yet_added,
-                busy: active_tasks.max(running_containers),
-                idle_since: last_end.into_iter().chain(started).max(),
-                created: pod
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_default(),
-                name,
-            }
+            worker(pod, tasks)
         })
         .collect();
     out.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
     out
+}
+
+fn is_final(task: &Task) -> bool {
+    task.status.as_ref().is_some_and(|s| s.phase.is_final())
+}
+
+/// The names of the pod's ephemeral containers (one per Task it ever ran).
+fn ephemeral_containers(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .map(|c| c.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Ephemeral containers of the pod whose status does not say terminated.
+fn unterminated(pod: &Pod, containers: &[String]) -> i32 {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.ephemeral_container_statuses.as_deref())
+        .unwrap_or_default();
+    let terminated = |name: &String| {
+        statuses
+            .iter()
+            .any(|s| &s.name == name && s.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+    };
+    containers.iter().filter(|c| !terminated(c)).count() as i32
+}
+
+/// Tasks assigned to the worker, not ended, whose container is not in its spec yet.
+fn not_yet_added(tasks: &[&Task], containers: &[String]) -> i32 {
+    tasks
+        .iter()
+        .filter(|t| {
+            let container = t
+                .status
+                .as_ref()
+                .and_then(|s| s.handle.as_ref())
+                .and_then(|h| h.container.as_ref());
+            container.is_some_and(|c| !containers.contains(c)) && !is_final(t)
+        })
+        .count() as i32
+}
+
+/// One worker pod with the Tasks assigned to it.
+fn worker(pod: &Pod, tasks: &[&Task]) -> Worker {
+    let containers = ephemeral_containers(pod);
+    let active_tasks = tasks.iter().filter(|t| !is_final(t)).count() as i32;
+    let last_end = tasks
+        .iter()
+        .filter_map(|t| t.status.as_ref().and_then(|s| s.finished_at.clone()))
+        .max();
+    let status = pod.status.as_ref();
+    let started = status
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0.to_string());
+    let phase = status.and_then(|s| s.phase.as_deref());
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    Worker {
+        name: pod.name_any(),
+        admitted: !is_gated(pod),
+        running: phase == Some("Running") && !terminating,
+        terminating,
+        ended: matches!(phase, Some("Succeeded") | Some("Failed")),
+        used: containers.len() as i32 + not_yet_added(tasks, &containers),
+        busy: active_tasks.max(unterminated(pod, &containers)),
+        idle_since: last_end.into_iter().chain(started).max(),
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+    }
 }
 
 /// The worker a new Task should run on: admitted, running, with a free slot and below the Task

@@ -10,6 +10,7 @@
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -18,7 +19,9 @@ use super::pod::task_env;
 use super::{
     ExecContext, ExecError, Executor, Outcome, Plan, Progress, bounded_name, parse_result,
 };
-use crate::api::{ContainerExecutor, TASK_CLUSTER_LABEL, Task, TaskCluster, TaskHandle};
+use crate::api::{
+    ContainerExecutor, TASK_CLUSTER_LABEL, Task, TaskCluster, TaskClusterSpec, TaskHandle,
+};
 use crate::tasks::substitute::{Variables, substitute, substitute_json};
 use crate::tasks::workers::{choose_worker, free_slots, waiting_ahead, workers};
 
@@ -135,6 +138,47 @@ fn spec(ctx: &ExecContext<'_>) -> Result<ContainerExecutor, ExecError> {
         .ok_or_else(|| ExecError::Invalid("not a container Task".into()))
 }
 
+/// The cluster's worker pods and the namespace's Tasks, from the API server.
+async fn read_cluster(
+    ctx: &ExecContext<'_>,
+    cluster: &str,
+) -> Result<(Vec<Pod>, Vec<Task>), ExecError> {
+    let selector = format!("{TASK_CLUSTER_LABEL}={cluster}");
+    let pods = ctx
+        .pods()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(ExecError::api("listing worker pods"))?
+        .items;
+    let tasks: Api<Task> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let tasks = tasks
+        .list(&ListParams::default())
+        .await
+        .map_err(ExecError::api("listing Tasks"))?
+        .items;
+    Ok((pods, tasks))
+}
+
+/// The worker `me` runs on, or (Err) why it waits. Strictly in creation order: an older Task
+/// waiting takes the next slot. Pure.
+pub fn pick_worker(
+    cluster: &str,
+    spec: &TaskClusterSpec,
+    pods: &[Pod],
+    tasks: &[Task],
+    me: &Task,
+) -> Result<String, String> {
+    let ws = workers(pods, tasks);
+    let ahead = waiting_ahead(tasks, cluster, me);
+    if ahead > 0 {
+        let free = free_slots(&ws, spec);
+        return Err(format!(
+            "TaskCluster {cluster}: {ahead} older Task(s) go first ({free} free slot(s))"
+        ));
+    }
+    choose_worker(&ws, spec).map_err(|why| format!("TaskCluster {cluster}: {why}"))
+}
+
 impl Executor for ContainerExecutorImpl {
     fn kind(&self) -> &'static str {
         "container"
@@ -159,53 +203,25 @@ impl Executor for ContainerExecutorImpl {
                     spec.cluster
                 )));
             };
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let pods = pods
-                .list(
-                    &ListParams::default()
-                        .labels(&format!("{TASK_CLUSTER_LABEL}={}", spec.cluster)),
-                )
-                .await
-                .map_err(ExecError::api("listing worker pods"))?
-                .items;
-            let tasks: Api<Task> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let tasks = tasks
-                .list(&ListParams::default())
-                .await
-                .map_err(ExecError::api("listing Tasks"))?
-                .items;
-            let ws = workers(&pods, &tasks);
-            let ahead = waiting_ahead(&tasks, &spec.cluster, ctx.task);
-            let free = free_slots(&ws, &cluster.spec);
-            // Strictly in creation order: an older Task waiting takes the next slot.
-            if ahead > 0 {
-                return Ok(Plan::Wait(format!(
-                    "TaskCluster {}: {ahead} older Task(s) go first ({free} free slot(s))",
-                    spec.cluster
-                )));
+            let (pods, tasks) = read_cluster(ctx, &spec.cluster).await?;
+            let worker = match pick_worker(&spec.cluster, &cluster.spec, &pods, &tasks, ctx.task) {
+                Ok(worker) => worker,
+                Err(why) => return Ok(Plan::Wait(why)),
+            };
+            // Validate substitution now, before anything is recorded.
+            if let Some(pod) = pods.iter().find(|p| p.name_any() == worker) {
+                build_container(&spec, &ctx.task_name(), &ctx.namespace, pod, ctx.vars)?;
             }
-            match choose_worker(&ws, &cluster.spec) {
-                Ok(worker) => {
-                    // Validate substitution now, before anything is recorded.
-                    if let Some(pod) = pods
-                        .iter()
-                        .find(|p| p.metadata.name.as_deref() == Some(&worker))
-                    {
-                        build_container(&spec, &ctx.task_name(), &ctx.namespace, pod, ctx.vars)?;
-                    }
-                    Ok(Plan::Start {
-                        handle: TaskHandle {
-                            api_version: "v1".into(),
-                            kind: "EphemeralContainer".into(),
-                            name: worker.clone(),
-                            container: Some(ephemeral_container_name(&ctx.task_name())),
-                            uid: None,
-                        },
-                        worker: Some(worker),
-                    })
-                }
-                Err(why) => Ok(Plan::Wait(format!("TaskCluster {}: {why}", spec.cluster))),
-            }
+            Ok(Plan::Start {
+                handle: TaskHandle {
+                    api_version: "v1".into(),
+                    kind: "EphemeralContainer".into(),
+                    name: worker.clone(),
+                    container: Some(ephemeral_container_name(&ctx.task_name())),
+                    uid: None,
+                },
+                worker: Some(worker),
+            })
         }
         .boxed()
     }
@@ -229,7 +245,7 @@ impl Executor for ContainerExecutorImpl {
                 .as_ref()
                 .and_then(|s| s.ephemeral_containers.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.name == name));
-            let uid = kube::ResourceExt::uid(&pod).unwrap_or_default();
+            let uid = pod.uid().unwrap_or_default();
             if present {
                 return Ok(uid);
             }
@@ -367,6 +383,44 @@ mod tests {
         .unwrap();
         assert!(
             matches!(container_progress(&pod, "t-x"), Progress::Done(o) if !o.success && o.message == "container exited 3 (Error)")
+        );
+    }
+
+    #[test]
+    fn workers_go_to_tasks_in_creation_order() {
+        let spec = TaskClusterSpec {
+            min_workers: 1,
+            max_workers: 2,
+            slots_per_worker: 1,
+            max_tasks_per_worker: 5,
+            idle_timeout: "30s".into(),
+            template: json!({}),
+        };
+        let mut w = worker();
+        w.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
+        let staged = |name: &str, created: &str| {
+            let mut t = Task::new(name, Default::default());
+            t.spec.executor.container = Some(ContainerExecutor {
+                cluster: "c".into(),
+                ..Default::default()
+            });
+            t.metadata.creation_timestamp = Some(serde_json::from_value(json!(created)).unwrap());
+            t
+        };
+        let older = staged("a", "2025-01-01T00:00:00Z");
+        let newer = staged("b", "2025-01-01T00:00:01Z");
+        let tasks = vec![older.clone(), newer.clone()];
+        assert_eq!(
+            pick_worker("c", &spec, std::slice::from_ref(&w), &tasks, &older),
+            Ok("w0".into())
+        );
+        assert_eq!(
+            pick_worker("c", &spec, std::slice::from_ref(&w), &tasks, &newer),
+            Err("TaskCluster c: 1 older Task(s) go first (1 free slot(s))".into())
+        );
+        assert!(
+            pick_worker("c", &spec, &[], &tasks, &older)
+                .is_err_and(|why| why.starts_with("TaskCluster c: waiting for a free worker"))
         );
     }
 }
