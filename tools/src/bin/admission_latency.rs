@@ -2,7 +2,7 @@
 //! the client: create a governed pod, watch it, stop the clock when the gate is gone. Needs the
 //! local cluster with sluice (`hack/cluster.sh up --with-sluice`, then `eval "$(hack/cluster.sh env)"`).
 //!
-//!   cargo run --release --example admission_latency -- 200
+//!   cargo run --release -p sluice-tools --bin admission_latency -- 200
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,8 @@
 //! does) and runs the admission function (`queue::admission::decide`). Prints the time of each step
 //! and the peak resident memory (VmHWM) as one JSON line.
 //!
-//!   cargo run --release --example admission_scale -- --workloads 10000 --pods 100000
-//!   /usr/bin/time -v target/release/examples/admission_scale --workloads 10000 --pods 100000
+//!   cargo run --release -p sluice-tools --bin admission_scale -- --workloads 10000 --pods 100000
+//!   /usr/bin/time -v target/release/admission_scale --workloads 10000 --pods 100000
 //!
 //! `--strip-managed-fields` drops metadata.managedFields from every pod before holding it;
 //! `--trim-pods` trims each pod as the controller's pod cache does (`queue::snapshot::trim_pod`).

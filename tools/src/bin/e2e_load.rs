@@ -5,7 +5,7 @@
 //! (annotation `sluice.dev/kwok-phase=Succeeded`, which kwok acts on) S seconds after it runs, so a
 //! quota-limited queue turns over. The namespace (and the queue objects) must exist; see hack/bench.sh.
 //!
-//!   cargo run --release --example e2e_load -- --mode sluice --namespace e2e --queue e2e --pods 5000
+//!   cargo run --release -p sluice-tools --bin e2e_load -- --mode sluice --namespace e2e --queue e2e --pods 5000
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -3,11 +3,11 @@
 //!
 //! Without --url it starts sluice's webhook server in this process on 127.0.0.1 (a fresh CA, the same
 //! router `sluice serve` uses). With --url it loads a running server (give its CA with --ca): a
-//! `sluice serve`, or this example started with `--serve-only` in another process (the webhook server
+//! `sluice serve`, or this tool started with `--serve-only` in another process (the webhook server
 //! of `sluice serve`, same builder, classifier and gate settings, without the controller).
 //!
-//!   cargo run --release --example webhook_load -- --requests 200000 --concurrency 64
-//!   cargo run --release --example webhook_load -- --rate 20000 --seconds 10
+//!   cargo run --release -p sluice-tools --bin webhook_load -- --requests 200000 --concurrency 64
+//!   cargo run --release -p sluice-tools --bin webhook_load -- --rate 20000 --seconds 10
 //!   webhook_load --serve-only --listen 127.0.0.1:9443 --ca-out ca.pem &
 //!   webhook_load --url https://127.0.0.1:9443 --ca ca.pem --rate 20000 --seconds 10 --shape mixed --json
 
