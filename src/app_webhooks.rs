@@ -14,16 +14,16 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
-use crate::integrations::ApplicationAdapter;
 use crate::api::{CapacityQueue, QUEUE_LABEL};
+use crate::integrations::{ApplicationIntegration, queue_label_patch};
 use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
 use crate::queue::resources::{ResourceList, describe_quantity};
 use crate::queue::snapshot::selector_matches;
 
 fn adapter_for<'a>(
-    adapters: &'a [Arc<dyn ApplicationAdapter>],
+    adapters: &'a [Arc<dyn ApplicationIntegration>],
     request: &AdmissionRequest<DynamicObject>,
-) -> Option<&'a Arc<dyn ApplicationAdapter>> {
+) -> Option<&'a Arc<dyn ApplicationIntegration>> {
     adapters.iter().find(|a| {
         let r = a.api_resource();
         r.group == request.kind.group && r.kind == request.kind.kind
@@ -32,27 +32,6 @@ fn adapter_for<'a>(
 
 fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
-}
-
-/// Patch operations that put `queue` into the labels of every object the operator copies onto pods.
-pub fn label_templates(
-    adapter: &dyn ApplicationAdapter,
-    app: &DynamicObject,
-    queue: &str,
-) -> Vec<Value> {
-    let data = serde_json::to_value(app).unwrap_or(Value::Null);
-    let mut ops = Vec::new();
-    for (path, labels) in adapter.pod_template_label_paths(app) {
-        match labels {
-            Some(l) if l.get(QUEUE_LABEL).map(String::as_str) == Some(queue) => {}
-            Some(_) => ops.push(json!({"op": "add", "path": format!("{path}/labels/{}", escape(QUEUE_LABEL)), "value": queue})),
-            None if data.pointer(&path).is_some_and(Value::is_object) => {
-                ops.push(json!({"op": "add", "path": format!("{path}/labels"), "value": {QUEUE_LABEL: queue}}))
-            }
-            None => ops.push(json!({"op": "add", "path": path, "value": {"labels": {QUEUE_LABEL: queue}}})),
-        }
-    }
-    ops
 }
 
 /// The patch operation that labels the application itself with `queue`.
@@ -65,7 +44,7 @@ fn label_object(app: &DynamicObject, queue: &str) -> Value {
 }
 
 pub struct MutateApplications {
-    pub adapters: Vec<Arc<dyn ApplicationAdapter>>,
+    pub adapters: Vec<Arc<dyn ApplicationIntegration>>,
     /// Namespaces' default queues.
     pub namespaces: Namespaces,
 }
@@ -100,7 +79,8 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
                 }
             }
         };
-        ops.extend(label_templates(adapter.as_ref(), app, &queue));
+        // The integration says where its operator takes pod labels from.
+        ops.extend(queue_label_patch(&adapter.label_targets(app), &queue));
         if ops.is_empty() {
             return response;
         }
@@ -115,7 +95,7 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
 }
 
 pub struct ValidateApplications {
-    pub adapters: Vec<Arc<dyn ApplicationAdapter>>,
+    pub adapters: Vec<Arc<dyn ApplicationIntegration>>,
     pub queues: Store<CapacityQueue>,
     /// Namespaces' labels, for the queues' namespaceSelectors.
     pub namespaces: Namespaces,
@@ -125,7 +105,7 @@ impl ValidateApplications {
     /// Err carries the message for the user.
     pub fn check(
         &self,
-        adapter: &dyn ApplicationAdapter,
+        adapter: &dyn ApplicationIntegration,
         app: &DynamicObject,
         queue_name: &str,
     ) -> Result<(), String> {
@@ -242,8 +222,8 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::integrations::RayClusters;
     use crate::api::DEFAULT_QUEUE_LABEL;
+    use crate::integrations::RayClusters;
 
     fn rc(with_metadata: bool) -> DynamicObject {
         let mut head = json!({"spec": {"containers": [{"name": "h", "image": "ray", "resources": {"requests": {"cpu": "2"}}}]}});
@@ -259,34 +239,6 @@ mod tests {
             },
         }))
         .expect("rc")
-    }
-
-    #[test]
-    fn copies_the_queue_label_into_every_template() {
-        for with_metadata in [false, true] {
-            let app = rc(with_metadata);
-            let ops = label_templates(&RayClusters, &app, "q");
-            assert_eq!(ops.len(), 2);
-            let mut doc = serde_json::to_value(&app).expect("json");
-            json_patch::patch(
-                &mut doc,
-                &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).expect("patch"),
-            )
-            .expect("applies");
-            assert_eq!(
-                doc.pointer("/spec/headGroupSpec/template/metadata/labels/sluice.dev~1queue"),
-                Some(&json!("q"))
-            );
-            assert_eq!(
-                doc.pointer("/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue"),
-                Some(&json!("q"))
-            );
-            let patched: DynamicObject = serde_json::from_value(doc).expect("obj");
-            assert!(
-                label_templates(&RayClusters, &patched, "q").is_empty(),
-                "idempotent"
-            );
-        }
     }
 
     fn validator(cpu: &str) -> ValidateApplications {

@@ -15,8 +15,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::integrations::{ApplicationAdapter, applications};
 use crate::api::{FIELD_MANAGER, QUEUE_LABEL};
+use crate::integrations::framework::crd_name;
+use crate::integrations::{ApplicationIntegration, applications};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -38,12 +39,12 @@ pub enum RecordError {
 
 struct Context {
     client: Client,
-    adapter: Arc<dyn ApplicationAdapter>,
+    adapter: Arc<dyn ApplicationIntegration>,
 }
 
 /// The DynamicWorkload an application object should have, or None when it is not governed.
 pub fn desired_workload(
-    adapter: &dyn ApplicationAdapter,
+    adapter: &dyn ApplicationIntegration,
     app: &DynamicObject,
 ) -> Result<Option<serde_json::Value>, RecordError> {
     let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
@@ -113,11 +114,11 @@ fn error_policy(_: Arc<DynamicObject>, error: &RecordError, _: Arc<Context>) -> 
 
 async fn record_kind(
     client: Client,
-    adapter: Arc<dyn ApplicationAdapter>,
+    adapter: Arc<dyn ApplicationIntegration>,
     shutdown: CancellationToken,
 ) {
     let resource = adapter.api_resource();
-    let crd_name = format!("{}.{}", resource.plural, resource.group);
+    let crd_name = crd_name(&resource);
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut told = false;
     loop {

@@ -4,12 +4,13 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{Adapter, PodIdentity, label, min_count_annotation};
+use super::framework::{label, min_count_annotation};
+use super::{Integration, IntegrationDoc, PodIdentity};
 use crate::api::{POD_SET_LABEL, QUEUE_LABEL, WORKLOAD_LABEL};
 
 pub struct PlainPods;
 
-impl Adapter for PlainPods {
+impl Integration for PlainPods {
     fn kind(&self) -> &'static str {
         "pod"
     }
@@ -20,6 +21,15 @@ impl Adapter for PlainPods {
 
     fn follows_namespace_default(&self) -> bool {
         false
+    }
+
+    fn doc(&self) -> IntegrationDoc {
+        IntegrationDoc {
+            kind: "plain pods (label `sluice.dev/queue`)",
+            gang: "the first `sluice.dev/min-count` pods of each pod set of a `sluice.dev/workload` (default 1)",
+            elastic: "pods above the minimum",
+            end: "each pod's own end (Succeeded, Failed, deleted)",
+        }
     }
 
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {

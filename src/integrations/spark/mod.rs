@@ -16,10 +16,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::framework::{
+    Count, TargetLabels, add_to_gang, amount, label, lenient, pod_count, read_spec, spec_or_default,
+};
 use super::{
-    Adapter, ApplicationAdapter, DemandError, PodIdentity, add_to_gang, amount, count, label,
+    ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
 };
 use crate::api::{ApplicationEnd, PodSetSpec, QUEUE_LABEL};
 use crate::queue::resources::ResourceList;
@@ -30,19 +34,117 @@ pub const OPERATOR_APP_LABEL: &str = "sparkoperator.k8s.io/app-name";
 const MIB: i64 = 1024 * 1024;
 const MIN_OVERHEAD_MIB: i64 = 384;
 
+/// The fields of a SparkApplication's spec (sparkoperator.k8s.io/v1beta2) sluice reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SparkApplicationSpec {
+    /// Scala, Java, Python or R.
+    #[serde(rename = "type", deserialize_with = "lenient")]
+    language: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    memory_overhead_factor: Option<String>,
+    #[serde(deserialize_with = "strings")]
+    spark_conf: BTreeMap<String, String>,
+    #[serde(deserialize_with = "lenient")]
+    driver: Option<SparkPod>,
+    #[serde(deserialize_with = "lenient")]
+    executor: Option<SparkPod>,
+    #[serde(deserialize_with = "lenient")]
+    dynamic_allocation: Option<DynamicAllocation>,
+}
+
+/// `spec.driver` or `spec.executor`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SparkPod {
+    #[serde(deserialize_with = "lenient")]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(deserialize_with = "lenient")]
+    memory: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    memory_overhead: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    core_request: Option<String>,
+    cores: Count,
+    instances: Count,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct DynamicAllocation {
+    #[serde(deserialize_with = "lenient")]
+    enabled: Option<bool>,
+    initial_executors: Count,
+    min_executors: Count,
+    max_executors: Count,
+}
+
+/// The status the operator writes: `status.applicationState.state`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SparkApplicationStatus {
+    #[serde(deserialize_with = "lenient")]
+    application_state: Option<ApplicationState>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ApplicationState {
+    #[serde(deserialize_with = "lenient")]
+    state: Option<String>,
+}
+
+impl SparkApplicationSpec {
+    fn section(&self, role: &str) -> Option<&SparkPod> {
+        match role {
+            "driver" => self.driver.as_ref(),
+            _ => self.executor.as_ref(),
+        }
+    }
+
+    fn dynamic(&self) -> bool {
+        self.dynamic_allocation
+            .as_ref()
+            .is_some_and(|d| d.enabled == Some(true))
+    }
+}
+
+/// sparkConf as written: its string entries (Spark reads no other).
+fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let Value::Object(map) = Value::deserialize(d)? else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(map
+        .into_iter()
+        .filter_map(|(key, value)| match value {
+            Value::String(s) => Some((key, s)),
+            _ => None,
+        })
+        .collect())
+}
+
 pub struct SparkApplications;
 
 pub fn application_workload_name(app: &str) -> String {
     format!("sparkapplication-{app}")
 }
 
-impl Adapter for SparkApplications {
+impl Integration for SparkApplications {
     fn kind(&self) -> &'static str {
         "Spark"
     }
 
     fn pod_marker_labels(&self) -> &'static [&'static str] {
         &[APP_SELECTOR_LABEL, ROLE_LABEL]
+    }
+
+    fn doc(&self) -> IntegrationDoc {
+        IntegrationDoc {
+            kind: "SparkApplication (`sparkoperator.k8s.io/v1beta2`) and plain spark-submit",
+            gang: "the driver and dynamic allocation's minExecutors (else all `instances`); spark-submit: the driver",
+            elastic: "executors above the gang (spark-submit: every executor)",
+            end: "the operator's `COMPLETED`, `FAILED` or `SUBMISSION_FAILED`; spark-submit: its pods' ends",
+        }
     }
 
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {
@@ -94,10 +196,8 @@ pub fn spark_memory(text: &str, field: &str) -> Result<i64, DemandError> {
         .ok_or_else(|| invalid("is more than sluice can count"))
 }
 
-fn conf<'a>(spec: &'a Value, key: &str) -> Option<&'a str> {
-    spec.get("sparkConf")
-        .and_then(|c| c.get(key))
-        .and_then(Value::as_str)
+fn conf<'a>(spec: &'a SparkApplicationSpec, key: &str) -> Option<&'a str> {
+    spec.spark_conf.get(key).map(String::as_str)
 }
 
 /// The path of a sparkConf entry, for errors.
@@ -106,20 +206,24 @@ fn conf_field(key: &str) -> String {
 }
 
 /// The memory Spark sizes the driver's or executors' pods with, in bytes, before rounding.
-fn pod_memory(spec: &Value, section: &Value, role: &str) -> Result<i64, DemandError> {
+fn pod_memory(
+    spec: &SparkApplicationSpec,
+    section: Option<&SparkPod>,
+    role: &str,
+) -> Result<i64, DemandError> {
     let too_large = |what: &str| {
         DemandError::Invalid(format!(
             "spec.{role}: memory with {what} is more than sluice can count"
         ))
     };
-    let memory = match section.get("memory").and_then(Value::as_str) {
+    let memory = match section.and_then(|s| s.memory.as_deref()) {
         Some(m) => spark_memory(m, &format!("spec.{role}.memory"))?,
         None => {
             let key = format!("spark.{role}.memory");
             spark_memory(conf(spec, &key).unwrap_or("1g"), &conf_field(&key))?
         }
     };
-    let overhead = match section.get("memoryOverhead").and_then(Value::as_str) {
+    let overhead = match section.and_then(|s| s.memory_overhead.as_deref()) {
         Some(o) => spark_memory(o, &format!("spec.{role}.memoryOverhead"))?,
         None => match conf(spec, &format!("spark.{role}.memoryOverhead")) {
             Some(o) => spark_memory(o, &conf_field(&format!("spark.{role}.memoryOverhead")))?,
@@ -146,11 +250,15 @@ fn pod_memory(spec: &Value, section: &Value, role: &str) -> Result<i64, DemandEr
 
 /// Spark's default overhead: max(factor × memory, 384 MiB), the factor 0.1 for JVM jobs and 0.4
 /// for Python / R unless set. Spark refuses a factor that is not a positive number.
-fn overhead_by_factor(spec: &Value, role: &str, memory: i64) -> Result<i64, DemandError> {
+fn overhead_by_factor(
+    spec: &SparkApplicationSpec,
+    role: &str,
+    memory: i64,
+) -> Result<i64, DemandError> {
     let role_key = format!("spark.{role}.memoryOverheadFactor");
     let given = [
         (
-            spec.get("memoryOverheadFactor").and_then(Value::as_str),
+            spec.memory_overhead_factor.as_deref(),
             "spec.memoryOverheadFactor".to_string(),
         ),
         (conf(spec, &role_key), conf_field(&role_key)),
@@ -171,10 +279,7 @@ fn overhead_by_factor(spec: &Value, role: &str, memory: i64) -> Result<i64, Dema
             }
         },
         None => {
-            let non_jvm = matches!(
-                spec.get("type").and_then(Value::as_str),
-                Some("Python") | Some("R")
-            );
+            let non_jvm = matches!(spec.language.as_deref(), Some("Python") | Some("R"));
             if non_jvm { 0.4 } else { 0.1 }
         }
     };
@@ -188,21 +293,24 @@ fn overhead_by_factor(spec: &Value, role: &str, memory: i64) -> Result<i64, Dema
 }
 
 /// The cpu of one pod, in milli-cpu: coreRequest, else cores (default 1).
-fn pod_cpu(section: &Value, role: &str) -> Result<i64, DemandError> {
-    if let Some(c) = section.get("coreRequest").and_then(Value::as_str) {
+fn pod_cpu(section: Option<&SparkPod>, role: &str) -> Result<i64, DemandError> {
+    if let Some(c) = section.and_then(|s| s.core_request.as_deref()) {
         return amount(c, &format!("spec.{role}.coreRequest"));
     }
     let field = format!("spec.{role}.cores");
-    let cores = count(section, "cores", &field)?.unwrap_or(1).max(1);
+    let cores = section
+        .map_or(Ok(None), |s| s.cores.get(&field))?
+        .unwrap_or(1)
+        .max(1);
     cores.checked_mul(1000).ok_or_else(|| {
         DemandError::Invalid(format!("{field}: {cores} is more than sluice can count"))
     })
 }
 
 /// One pod's requests for the driver or the executors.
-fn pod_demand(spec: &Value, role: &str) -> Result<ResourceList, DemandError> {
-    let section = spec.get(role).cloned().unwrap_or(Value::Null);
-    let total = pod_memory(spec, &section, role)?;
+fn pod_demand(spec: &SparkApplicationSpec, role: &str) -> Result<ResourceList, DemandError> {
+    let section = spec.section(role);
+    let total = pod_memory(spec, section, role)?;
     // Spark rounds the pod's memory up to whole MiB; in milli-units.
     let memory = total
         .checked_add(MIB - 1)
@@ -212,32 +320,36 @@ fn pod_demand(spec: &Value, role: &str) -> Result<ResourceList, DemandError> {
             DemandError::Invalid(format!("spec.{role}: memory is more than sluice can count"))
         })?;
     let mut list = ResourceList::new();
-    list.add("cpu", pod_cpu(&section, role)?);
+    list.add("cpu", pod_cpu(section, role)?);
     list.add("memory", memory);
     list.add("pods", 1000);
     Ok(list)
 }
 
 /// The executors' gang minimum and maximum: instances, or with dynamic allocation min / max.
-fn executor_counts(spec: &Value) -> Result<(i64, Option<i64>), DemandError> {
-    let dynamic = spec.get("dynamicAllocation").unwrap_or(&Value::Null);
-    let instances = count(
-        spec.get("executor").unwrap_or(&Value::Null),
-        "instances",
-        "spec.executor.instances",
-    )?;
-    if dynamic.get("enabled").and_then(Value::as_bool) != Some(true) {
-        let n = instances.unwrap_or(1);
-        return Ok((n, Some(n)));
-    }
+fn executor_counts(spec: &SparkApplicationSpec) -> Result<(i64, Option<i64>), DemandError> {
+    let instances = spec
+        .executor
+        .as_ref()
+        .map_or(Ok(None), |e| e.instances.get("spec.executor.instances"))?;
+    let dynamic = match &spec.dynamic_allocation {
+        Some(d) if d.enabled == Some(true) => d,
+        _ => {
+            let n = instances.unwrap_or(1);
+            return Ok((n, Some(n)));
+        }
+    };
     let field = |key: &str| format!("spec.dynamicAllocation.{key}");
-    count(dynamic, "initialExecutors", &field("initialExecutors"))?;
-    let min = count(dynamic, "minExecutors", &field("minExecutors"))?.unwrap_or(0);
-    let max = count(dynamic, "maxExecutors", &field("maxExecutors"))?;
+    dynamic.initial_executors.get(&field("initialExecutors"))?;
+    let min = dynamic
+        .min_executors
+        .get(&field("minExecutors"))?
+        .unwrap_or(0);
+    let max = dynamic.max_executors.get(&field("maxExecutors"))?;
     Ok((min, max))
 }
 
-impl ApplicationAdapter for SparkApplications {
+impl ApplicationIntegration for SparkApplications {
     fn api_resource(&self) -> ApiResource {
         ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
@@ -250,14 +362,11 @@ impl ApplicationAdapter for SparkApplications {
     }
 
     fn demand(&self, app: &DynamicObject) -> Result<Vec<PodSetSpec>, DemandError> {
-        let spec = app
-            .data
-            .get("spec")
-            .ok_or_else(|| DemandError::Invalid("SparkApplication has no spec".into()))?;
-        let driver = pod_demand(spec, "driver")?;
-        let executor = pod_demand(spec, "executor")?;
-        let (min, max) = executor_counts(spec)?;
-        let min_field = if spec.pointer("/dynamicAllocation/enabled") == Some(&Value::Bool(true)) {
+        let spec: SparkApplicationSpec = read_spec(app, "SparkApplication")?;
+        let driver = pod_demand(&spec, "driver")?;
+        let executor = pod_demand(&spec, "executor")?;
+        let (min, max) = executor_counts(&spec)?;
+        let min_field = if spec.dynamic() {
             "spec.dynamicAllocation.minExecutors"
         } else {
             "spec.executor.instances"
@@ -273,36 +382,34 @@ impl ApplicationAdapter for SparkApplications {
             PodSetSpec {
                 name: "executor".into(),
                 requests: executor.to_quantities(),
-                // Counts beyond i32 only grow: a gang that large never fits any quota.
-                min_count: i32::try_from(min).unwrap_or(i32::MAX),
-                max_count: max.map(|m| i32::try_from(m).unwrap_or(i32::MAX)),
+                min_count: pod_count(min),
+                max_count: max.map(pod_count),
             },
         ])
     }
 
-    fn pod_template_label_paths(
-        &self,
-        app: &DynamicObject,
-    ) -> Vec<(String, Option<BTreeMap<String, String>>)> {
-        // The operator puts spec.driver.labels and spec.executor.labels on the pods it creates.
-        let labels_at = |role: &str| -> Option<BTreeMap<String, String>> {
-            app.data
-                .pointer(&format!("/spec/{role}/labels"))
-                .and_then(|l| serde_json::from_value(l.clone()).ok())
-        };
+    /// The operator puts spec.driver.labels and spec.executor.labels on the pods it creates.
+    fn label_targets(&self, app: &DynamicObject) -> Vec<LabelTarget> {
+        let spec: SparkApplicationSpec = spec_or_default(app);
         ["driver", "executor"]
-            .iter()
-            .map(|role| (format!("/spec/{role}"), labels_at(role)))
+            .into_iter()
+            .map(|role| LabelTarget {
+                path: format!("/spec/{role}"),
+                labels: match spec.section(role) {
+                    None => TargetLabels::NoObject,
+                    Some(pod) => TargetLabels::from(pod.labels.clone()),
+                },
+            })
             .collect()
     }
 
     /// The operator's final application states (its `status.applicationState.state`).
     fn ended(&self, app: &DynamicObject) -> Option<ApplicationEnd> {
-        match app
+        let status: SparkApplicationStatus = app
             .data
-            .pointer("/status/applicationState/state")
-            .and_then(Value::as_str)?
-        {
+            .get("status")
+            .and_then(|s| serde_json::from_value(s.clone()).ok())?;
+        match status.application_state?.state?.as_str() {
             "COMPLETED" => Some(ApplicationEnd::Succeeded),
             "FAILED" | "SUBMISSION_FAILED" => Some(ApplicationEnd::Failed),
             _ => None,
@@ -311,185 +418,4 @@ impl ApplicationAdapter for SparkApplications {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::queue::resources::parse_quantity;
-
-    fn app(spec: Value) -> DynamicObject {
-        serde_json::from_value(json!({"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-            "metadata": {"name": "etl", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}}, "spec": spec}))
-        .expect("app")
-    }
-
-    fn memory_mib(set: &PodSetSpec) -> i64 {
-        parse_quantity(&set.requests["memory"].0).expect("memory") / 1000 / MIB
-    }
-
-    #[test]
-    fn memory_overhead_follows_sparks_rule() {
-        // JVM: max(0.1 × 1g, 384m) = 384m; 8g: 0.1 × 8g = 819.2m.
-        let sets = SparkApplications.demand(&app(json!({"type": "Scala", "driver": {"cores": 1, "memory": "1g"}, "executor": {"cores": 2, "memory": "8g", "instances": 3}}))).expect("demand");
-        assert_eq!(memory_mib(&sets[0]), 1024 + 384);
-        assert_eq!(memory_mib(&sets[1]), 8192 + 820);
-        assert_eq!(sets[1].requests["cpu"].0, "2");
-        assert_eq!((sets[1].min_count, sets[1].max_count), (3, Some(3)));
-        // Python: factor 0.4.
-        let sets = SparkApplications
-            .demand(&app(
-                json!({"type": "Python", "driver": {"memory": "2g"}, "executor": {"memory": "2g"}}),
-            ))
-            .expect("demand");
-        assert_eq!(memory_mib(&sets[1]), 2048 + 820);
-        // Explicit overhead and factor win.
-        let sets = SparkApplications.demand(&app(json!({"memoryOverheadFactor": "0.2", "driver": {"memory": "4g", "memoryOverhead": "1g"}, "executor": {"memory": "4g"}}))).expect("demand");
-        assert_eq!(memory_mib(&sets[0]), 4096 + 1024);
-        assert_eq!(memory_mib(&sets[1]), 4096 + 820);
-    }
-
-    #[test]
-    fn off_heap_pyspark_memory_and_core_request_count() {
-        let sets = SparkApplications.demand(&app(json!({
-            "sparkConf": {"spark.memory.offHeap.enabled": "true", "spark.memory.offHeap.size": "1g", "spark.executor.pyspark.memory": "512m"},
-            "driver": {"memory": "1g"}, "executor": {"memory": "1g", "coreRequest": "500m"},
-        })))
-        .expect("demand");
-        assert_eq!(memory_mib(&sets[1]), 1024 + 384 + 1024 + 512);
-        assert_eq!(sets[1].requests["cpu"].0, "500m");
-    }
-
-    #[test]
-    fn dynamic_allocation_sets_the_gang_to_the_minimum() {
-        let sets = SparkApplications.demand(&app(json!({"driver": {}, "executor": {"instances": 2},
-            "dynamicAllocation": {"enabled": true, "initialExecutors": 2, "minExecutors": 1, "maxExecutors": 10}}))).expect("demand");
-        assert_eq!((sets[0].name.as_str(), sets[0].min_count), ("driver", 1));
-        assert_eq!((sets[1].min_count, sets[1].max_count), (1, Some(10)));
-    }
-
-    fn refusal(spec: Value) -> String {
-        match SparkApplications.demand(&app(spec)) {
-            Ok(sets) => panic!("accepted: {sets:?}"),
-            Err(e) => e.to_string(),
-        }
-    }
-
-    /// Issue 16, hole 2: SparkApplications are never validated as pods.
-    #[test]
-    fn a_negative_executor_memory_is_refused_naming_the_field() {
-        let err = refusal(json!({"driver": {}, "executor": {"memory": "-4g"}}));
-        assert!(
-            err.starts_with("spec.executor.memory: \"-4g\" must not be negative"),
-            "{err}"
-        );
-        let err = refusal(json!({"sparkConf": {"spark.driver.memory": "-1g"}}));
-        assert!(
-            err.starts_with(r#"spec.sparkConf["spark.driver.memory"]"#),
-            "{err}"
-        );
-        let err = refusal(json!({"executor": {"memory": "1g", "memoryOverhead": "-512m"}}));
-        assert!(err.starts_with("spec.executor.memoryOverhead"), "{err}");
-    }
-
-    #[test]
-    fn negative_executor_counts_and_cores_are_refused_naming_the_field() {
-        let err = refusal(json!({"executor": {"instances": -3}}));
-        assert_eq!(err, "spec.executor.instances: must not be negative (-3)");
-        let err = refusal(json!({"dynamicAllocation": {"enabled": true, "minExecutors": -1}}));
-        assert!(
-            err.starts_with("spec.dynamicAllocation.minExecutors"),
-            "{err}"
-        );
-        let err = refusal(json!({"dynamicAllocation": {"enabled": true, "maxExecutors": -1}}));
-        assert!(
-            err.starts_with("spec.dynamicAllocation.maxExecutors"),
-            "{err}"
-        );
-        let err = refusal(json!({"executor": {"cores": -2}}));
-        assert!(err.starts_with("spec.executor.cores"), "{err}");
-        let err = refusal(json!({"executor": {"coreRequest": "-500m"}}));
-        assert!(
-            err.starts_with(
-                "spec.executor.coreRequest: invalid quantity \"-500m\": must not be negative"
-            ),
-            "{err}"
-        );
-        let err = refusal(json!({"executor": {"coreRequest": "0e2000000000x"}}));
-        assert!(err.starts_with("spec.executor.coreRequest"), "{err}");
-    }
-
-    #[test]
-    fn executors_times_memory_beyond_what_sluice_counts_are_refused() {
-        // 1 TiB is 1.1e15 milli-bytes: 10,000 of them overflow an i64.
-        let err = refusal(json!({"executor": {"memory": "1t", "instances": 10000}}));
-        assert!(
-            err.starts_with("spec.executor.instances: 10000 pods need more memory"),
-            "{err}"
-        );
-        let err = refusal(json!({"executor": {"memory": "8000000t"}}));
-        assert!(err.contains("more than sluice can count"), "{err}");
-        let err = refusal(json!({"memoryOverheadFactor": "1e300", "executor": {"memory": "1g"}}));
-        assert!(err.contains("more than sluice can count"), "{err}");
-        let err = refusal(json!({"memoryOverheadFactor": "-0.5"}));
-        assert!(err.starts_with("spec.memoryOverheadFactor"), "{err}");
-    }
-
-    #[test]
-    fn pods_are_identified_by_sparks_labels() {
-        let mut pod = Pod::default();
-        let labels = |extra: &[(&str, &str)]| {
-            let mut m: BTreeMap<String, String> = [
-                (APP_SELECTOR_LABEL, "spark-0a1b"),
-                (ROLE_LABEL, "executor"),
-                (QUEUE_LABEL, "q"),
-            ]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-            m.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-            m
-        };
-        pod.metadata.labels = Some(labels(&[]));
-        let id = SparkApplications
-            .identify_pod(&pod)
-            .expect("spark-submit pod");
-        assert_eq!(
-            (
-                id.workload.as_deref(),
-                id.pod_set.as_str(),
-                id.recorded,
-                id.min_count
-            ),
-            (Some("spark-spark-0a1b"), "executor", false, Some(0))
-        );
-        pod.metadata.labels = Some(labels(&[(OPERATOR_APP_LABEL, "etl")]));
-        let id = SparkApplications.identify_pod(&pod).expect("operator pod");
-        assert_eq!(
-            (id.workload.as_deref(), id.recorded),
-            (Some("sparkapplication-etl"), true)
-        );
-    }
-
-    #[test]
-    fn spark_sizes() {
-        assert_eq!(spark_memory("4g", "f").ok(), Some(4 << 30));
-        assert_eq!(spark_memory("512m", "f").ok(), Some(512 << 20));
-        assert_eq!(spark_memory("1024", "f").ok(), Some(1024));
-        assert!(spark_memory("4x", "f").is_err());
-    }
-
-    #[test]
-    fn an_application_has_ended_when_the_operator_says_so() {
-        let mut a = app(json!({"type": "Scala"}));
-        assert_eq!(SparkApplications.ended(&a), None);
-        for (state, end) in [
-            ("RUNNING", None),
-            ("COMPLETED", Some(ApplicationEnd::Succeeded)),
-            ("FAILED", Some(ApplicationEnd::Failed)),
-            ("SUBMISSION_FAILED", Some(ApplicationEnd::Failed)),
-        ] {
-            a.data["status"] = json!({"applicationState": {"state": state}});
-            assert_eq!(SparkApplications.ended(&a), end, "{state}");
-        }
-    }
-}
+mod tests;

@@ -2,18 +2,29 @@
 //! `sluice.dev/task-cluster: <name>`; the workload is `taskcluster-<name>` with one pod set
 //! `workers`: `minWorkers` in the gang, up to `maxWorkers`; workers above the minimum are elastic.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use serde_json::Value;
+use serde::Deserialize;
 
+use super::framework::{
+    Count, PodTemplate, add_to_gang, label, lenient, pod_count, read_spec, spec_or_default,
+};
 use super::{
-    Adapter, ApplicationAdapter, DemandError, PodIdentity, add_to_gang, count, label,
-    template_requests,
+    ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
 };
 use crate::api::{PodSetSpec, QUEUE_LABEL, TASK_CLUSTER_LABEL};
 use crate::queue::resources::ResourceList;
+
+/// The fields of a TaskCluster's spec the gate reads (read leniently, like a foreign kind's: the
+/// demand errors name the field, as for the other integrations).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct TaskClusterSpec {
+    min_workers: Count,
+    max_workers: Count,
+    #[serde(deserialize_with = "lenient")]
+    template: Option<PodTemplate>,
+}
 
 pub struct TaskClusters;
 
@@ -21,7 +32,7 @@ pub fn workload_name(cluster: &str) -> String {
     format!("taskcluster-{cluster}")
 }
 
-impl Adapter for TaskClusters {
+impl Integration for TaskClusters {
     fn kind(&self) -> &'static str {
         "TaskCluster"
     }
@@ -33,6 +44,15 @@ impl Adapter for TaskClusters {
 
     fn pod_marker_labels(&self) -> &'static [&'static str] {
         &[TASK_CLUSTER_LABEL]
+    }
+
+    fn doc(&self) -> IntegrationDoc {
+        IntegrationDoc {
+            kind: "TaskCluster (`sluice.dev/v1alpha1`)",
+            gang: "`minWorkers` workers",
+            elastic: "workers above `minWorkers`, up to `maxWorkers`",
+            end: "its deletion (the DynamicWorkload is owned by it)",
+        }
     }
 
     fn identify_pod(&self, pod: &Pod) -> Option<PodIdentity> {
@@ -48,7 +68,7 @@ impl Adapter for TaskClusters {
     }
 }
 
-impl ApplicationAdapter for TaskClusters {
+impl ApplicationIntegration for TaskClusters {
     fn api_resource(&self) -> ApiResource {
         ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("sluice.dev", "v1alpha1", "TaskCluster"),
@@ -61,41 +81,37 @@ impl ApplicationAdapter for TaskClusters {
     }
 
     fn demand(&self, app: &DynamicObject) -> Result<Vec<PodSetSpec>, DemandError> {
-        let spec = app
-            .data
-            .get("spec")
-            .ok_or_else(|| DemandError::Invalid("TaskCluster has no spec".into()))?;
-        let min = count(spec, "minWorkers", "spec.minWorkers")?.unwrap_or(1);
-        let max = count(spec, "maxWorkers", "spec.maxWorkers")?
+        let spec: TaskClusterSpec = read_spec(app, "TaskCluster")?;
+        let min = spec.min_workers.get("spec.minWorkers")?.unwrap_or(1);
+        let max = spec
+            .max_workers
+            .get("spec.maxWorkers")?
             .unwrap_or(min)
             .max(min);
-        let template = spec.get("template").cloned().unwrap_or(Value::Null);
-        let requests = template_requests(&template, "spec.template")?;
+        let template = spec.template.unwrap_or_default();
+        let requests = template.requests("spec.template")?;
         add_to_gang(&mut ResourceList::new(), &requests, min, "spec.minWorkers")?;
         Ok(vec![PodSetSpec {
             name: "workers".into(),
             requests: requests.to_quantities(),
-            min_count: i32::try_from(min).unwrap_or(i32::MAX),
-            max_count: Some(i32::try_from(max).unwrap_or(i32::MAX)),
+            min_count: pod_count(min),
+            max_count: Some(pod_count(max)),
         }])
     }
 
-    fn pod_template_label_paths(
-        &self,
-        app: &DynamicObject,
-    ) -> Vec<(String, Option<BTreeMap<String, String>>)> {
-        let labels = app
-            .data
-            .pointer("/spec/template/metadata/labels")
-            .and_then(|l| serde_json::from_value(l.clone()).ok());
-        vec![("/spec/template/metadata".to_string(), labels)]
+    fn label_targets(&self, app: &DynamicObject) -> Vec<LabelTarget> {
+        let spec: TaskClusterSpec = spec_or_default(app);
+        vec![PodTemplate::label_target(
+            spec.template.as_ref(),
+            "/spec/template",
+        )]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn cluster(spec: Value) -> DynamicObject {
         serde_json::from_value(json!({
