@@ -45,6 +45,9 @@ pub const PROTECTED_LABEL_PREFIX: &str = "sluice.dev/";
 pub const MIN_COUNT_ANNOTATION: &str = "sluice.dev/min-count";
 /// Annotation sluice writes when it admits a pod (RFC 3339 time), for latency accounting.
 pub const ADMITTED_AT_ANNOTATION: &str = "sluice.dev/admitted-at";
+/// Annotation on a pod admitted at creation (`src/queue/at_creation.rs`): the token of the room
+/// held for it, until a pass sees the pod.
+pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// Label on a DynamicWorkload that sluice recorded from plain pods (value `pods`): it is deleted
 /// when its last pod is gone, as an application's workload goes with its application.
 pub const RECORDED_FROM_LABEL: &str = "sluice.dev/recorded-from";

@@ -26,17 +26,18 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::integrations::{Adapters, PodIdentity, workload_object_name};
+/// Its home is `crate::api` now; reachable here too for the callers of its first path.
+pub use crate::api::AT_CREATION_ANNOTATION;
 use crate::api::{ADMITTED_AT_ANNOTATION, QUEUE_LABEL};
+use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};
+use crate::queue::clock::now_rfc3339;
 use crate::queue::resources::{ResourceList, describe_quantity, pod_requests};
 use crate::queue::snapshot::Built;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-/// The annotation a pod admitted at creation carries: the token of the room held for it.
-pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// How long room held for a pod that has not appeared in the controller's cache stays held. Short:
 /// a forged review (or a creation that failed after the webhook) blocks room no longer than this;
 /// long enough for a created pod to reach the cache (milliseconds, seconds under a burst).
@@ -598,10 +599,7 @@ impl sluice_webhooks::PodClassifier for Classifier {
         let token = at_creation.try_admit(&binding, &identity, &requests)?;
         let mut annotations = BTreeMap::new();
         annotations.insert(AT_CREATION_ANNOTATION.to_string(), token);
-        annotations.insert(
-            ADMITTED_AT_ANNOTATION.to_string(),
-            crate::queue::controller::now_rfc3339(),
-        );
+        annotations.insert(ADMITTED_AT_ANNOTATION.to_string(), now_rfc3339());
         Some(annotations)
     }
 }

@@ -2,33 +2,39 @@
 //! decision whenever something changed, and applies it: one patch per admitted pod (the gate
 //! removed), DynamicWorkloads recorded for new workloads, and statuses written only when they change.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::integrations::Adapters;
 use crate::api::{
-    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AdmissionTiming, ApplicationEnd, CapacityQueue,
-    CapacityQueueStatus, Condition, ConditionStatus, DynamicWorkload, DynamicWorkloadStatus,
-    PodSetSpec, PodSetStatus, QUEUE_LABEL, RECORDED_FROM_LABEL, WorkloadPhase,
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AdmissionTiming, CapacityQueue, DynamicWorkload,
+    PodSetSpec, QUEUE_LABEL, RECORDED_FROM_LABEL,
 };
+use crate::integrations::Adapters;
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
-use crate::queue::admission::{Decisions, PodRef, PodState, QueueTally, WorkloadTally, decide};
-use crate::queue::at_creation::{AdmitAtCreation, VisibleToken};
+use crate::queue::admission::{Decisions, QueueTally, Snapshot, WorkloadKey, decide};
+use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
+use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
+use crate::queue::resources::ResourceList;
 use crate::queue::snapshot::{self, Built};
+use crate::queue::status::{self, WorkloadView};
 use crate::queue::writer::Writer;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,11 +42,6 @@ pub enum ControllerError {
     #[error("a watch ended before its first list completed: {0}")]
     Watch(String),
 }
-
-/// The default bound on every API call of the controller (an ungate patch, the read after a
-/// failed one, an event): a call that hangs must neither hold a write slot nor leave a pod's fate
-/// unknown forever.
-pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why no ungate patch could be built for a pod.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -101,7 +102,43 @@ struct Stores {
     queues: Store<CapacityQueue>,
     workloads: Store<DynamicWorkload>,
     pods: Store<Pod>,
-    namespaces: Store<kube::core::PartialObjectMeta<Namespace>>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+}
+
+impl Stores {
+    /// Waits for every first list: admitting before one is complete could miss admitted pods and
+    /// over-admit.
+    async fn wait_until_ready(&self) -> Result<(), ControllerError> {
+        let ready = async {
+            self.queues.wait_until_ready().await?;
+            self.workloads.wait_until_ready().await?;
+            self.pods.wait_until_ready().await?;
+            self.namespaces.wait_until_ready().await
+        };
+        ready
+            .await
+            .map_err(|e| ControllerError::Watch(e.to_string()))
+    }
+}
+
+/// What wakes the pass loop.
+#[derive(Default)]
+struct Wakers {
+    /// Any change seen by a watch.
+    changed: Arc<Notify>,
+    /// A pod seen behind the gate: a pass is wanted at once, even while passes are idle.
+    gated: Arc<Notify>,
+}
+
+/// Background tasks of one term, aborted however the term ends.
+struct AbortOnDrop(Vec<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// Runs the controller for one leadership term: until the term ends. Nothing is admitted (no
@@ -118,163 +155,107 @@ pub async fn run(
     let shutdown = term.cancelled().clone();
     // Whatever way this ends, the webhook stops admitting at creation from this controller's state.
     let _deactivate = at_creation.clone().map(Deactivate);
-    let changed = Arc::new(Notify::new());
-    // A pod seen behind the gate: a pass is wanted at once, even while passes are idle.
-    let gated = Arc::new(Notify::new());
-    let (queues, queue_writer) = reflector::store();
-    let (workloads, workload_writer) = reflector::store();
-    let (pods, pod_writer) = reflector::store();
-    let (namespaces, namespace_writer) = reflector::store();
-
-    // Lists are consistent reads (not "any" version from an API server's cache, which may lag):
-    // this term's first pass must see every pod a previous leader admitted.
-    let watch_config = watcher::Config::default();
-    let pod_config = watcher::Config::default().labels(QUEUE_LABEL);
-    let tasks = vec![
-        spawn_reflector(
-            reflector::reflector(
-                queue_writer,
-                watcher(
-                    Api::<CapacityQueue>::all(client.clone()),
-                    watch_config.clone(),
-                )
-                .default_backoff(),
-            ),
-            changed.clone(),
-            None,
-            "capacityqueues",
-        ),
-        spawn_reflector(
-            reflector::reflector(
-                workload_writer,
-                watcher(
-                    Api::<DynamicWorkload>::all(client.clone()),
-                    watch_config.clone(),
-                )
-                .default_backoff(),
-            ),
-            changed.clone(),
-            None,
-            "dynamicworkloads",
-        ),
-        spawn_reflector(
-            reflector::reflector(
-                pod_writer,
-                watcher(Api::<Pod>::all(client.clone()), pod_config)
-                    .default_backoff()
-                    // Only what admission reads is cached: a fraction of each pod's size.
-                    .modify(snapshot::trim_pod),
-            ),
-            changed.clone(),
-            Some((
-                gated.clone(),
-                shows_gated_pod as fn(&watcher::Event<Pod>) -> bool,
-            )),
-            "pods",
-        ),
-        spawn_reflector(
-            reflector::reflector(
-                namespace_writer,
-                watcher(
-                    Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
-                    watch_config,
-                )
-                .default_backoff(),
-            ),
-            changed.clone(),
-            None,
-            "namespaces",
-        ),
-    ];
-    let stores = Stores {
-        queues,
-        workloads,
-        pods,
-        namespaces,
-    };
-
-    // Admitting before every list is complete could miss admitted pods and over-admit.
+    let wakers = Wakers::default();
+    let (stores, watches) = start_watches(&client, &wakers);
+    let mut tasks = AbortOnDrop(watches);
     tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
-        ready = async {
-            stores.queues.wait_until_ready().await?;
-            stores.workloads.wait_until_ready().await?;
-            stores.pods.wait_until_ready().await?;
-            stores.namespaces.wait_until_ready().await
-        } => ready.map_err(|e| ControllerError::Watch(e.to_string()))?,
+        ready = stores.wait_until_ready() => ready?,
     }
     info!("caches synced; admitting");
 
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "sluice".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
-    let writer = Writer::new(
-        client.clone(),
-        metrics.clone(),
-        settings.max_concurrent_writes,
-        settings.status_interval,
-        settings.status_writes_per_second,
-    );
-    let writing = tokio::spawn(writer.clone().run(shutdown.clone()));
-    let mut controller = Controller {
-        ungater: Arc::new(Ungater {
-            client,
-            metrics: metrics.clone(),
-            in_flight: Mutex::new(InFlightPods::default()),
-            recorder,
-            slots: Semaphore::new(settings.max_concurrent_writes.max(1)),
-            term: term.clone(),
-            api_timeout: settings.api_timeout,
-            in_flight_max_age: settings.in_flight_max_age(),
-        }),
-        term,
+    let mut controller = Controller::new(
+        client,
         adapters,
         metrics,
         settings,
         stores,
-        writer,
         at_creation,
-        pod_memo: snapshot::PodMemo::default(),
-    };
+        term,
+    );
+    tasks.0.push(tokio::spawn(
+        controller.writer.clone().run(shutdown.clone()),
+    ));
     loop {
         let pass_started = Instant::now();
         let waiting = controller.pass();
         // A pass neither waits for the API server nor holds the CPU: the writes it asked for run
         // meanwhile, and passes take at most about a quarter of a core however busy the cluster.
         let pause = pass_started.elapsed() * 3;
-        let idle_interval = controller.settings.idle_interval;
-        if waiting || idle_interval.is_zero() {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = changed.notified() => {}
-                _ = tokio::time::sleep(controller.settings.resync_period) => {}
-            }
-        } else {
-            // Nothing waits behind the gate: a change only moves statuses (written at most once
-            // per status interval anyway) and the room for admission at creation, so passes keep
-            // a calmer pace until a pod is gated.
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = gated.notified() => {}
-                _ = async {
-                    tokio::time::sleep(idle_interval).await;
-                    changed.notified().await;
-                } => {}
-                _ = tokio::time::sleep(controller.settings.resync_period) => {}
-            }
+        if !controller
+            .wait_for_change(waiting, &wakers, &shutdown)
+            .await
+        {
+            break;
         }
         // Gather the rest of a burst into the same pass.
         tokio::time::sleep(controller.settings.batch_window.max(pause)).await;
     }
-    writing.abort();
-    for task in tasks {
-        task.abort();
-    }
     Ok(())
+}
+
+/// Starts the four watches the passes read, each feeding its store and waking the pass loop.
+fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()>>) {
+    // Lists are consistent reads (not "any" version from an API server's cache, which may lag):
+    // this term's first pass must see every pod a previous leader admitted.
+    let config = watcher::Config::default();
+    let changed = &wakers.changed;
+    let (queues, q) = watch(
+        Api::<CapacityQueue>::all(client.clone()),
+        config.clone(),
+        |_| {},
+        (changed, None),
+        "capacityqueues",
+    );
+    let (workloads, w) = watch(
+        Api::<DynamicWorkload>::all(client.clone()),
+        config.clone(),
+        |_| {},
+        (changed, None),
+        "dynamicworkloads",
+    );
+    let gated: Urgent<Pod> = (wakers.gated.clone(), shows_gated_pod);
+    let (pods, p) = watch(
+        Api::<Pod>::all(client.clone()),
+        config.clone().labels(QUEUE_LABEL),
+        // Only what admission reads is cached: a fraction of each pod's size.
+        snapshot::trim_pod,
+        (changed, Some(gated)),
+        "pods",
+    );
+    let (namespaces, n) = watch(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        config,
+        |_| {},
+        (changed, None),
+        "namespaces",
+    );
+    let stores = Stores {
+        queues,
+        workloads,
+        pods,
+        namespaces,
+    };
+    (stores, vec![q, w, p, n])
+}
+
+/// A store of `K` kept by a watch in the background: each object trimmed by `trim` before it is
+/// cached; every event notifies `wake.0`, and the events `wake.1` picks its own Notify too.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    wake: (&Arc<Notify>, Option<Urgent<K>>),
+    what: &'static str,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(trim));
+    let task = spawn_reflector(stream, wake.0.clone(), wake.1, what);
+    (store, task)
 }
 
 /// Whether a pod watch event shows a pod behind sluice's gate (one that may wait for a pass).
@@ -331,6 +312,8 @@ struct Controller {
     term: Arc<Term>,
     /// What each pod says about itself, read once per pod version.
     pod_memo: snapshot::PodMemo,
+    /// Passes run in this term, to tell their logs apart.
+    passes: u64,
 }
 
 /// Turns admission at creation off when dropped.
@@ -440,56 +423,129 @@ pub fn ungate_patch(pod: &Pod, admitted_at: &str) -> Result<json_patch::Patch, U
     })
 }
 
-/// One pod to ungate, with what its metrics and event need.
+/// One pod to ungate, with what its metrics, logs and event need.
 struct UngateItem {
     pod: Arc<Pod>,
     /// Its entry in flight.
     ticket: u64,
     queue: String,
+    key: WorkloadKey,
     created_at_ms: i64,
     workload: Option<ObjectReference>,
 }
 
-/// Now, as the API's timestamps are written (whole seconds, UTC).
-pub(crate) fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+/// Takes the room held for pods admitted at creation (not in the pod cache yet) off each queue's
+/// quota, so that the pass never gives it twice.
+fn subtract_holds(snapshot: &mut Snapshot, holds: &HashMap<String, ResourceList>) {
+    for queue in &mut snapshot.queues {
+        if let Some(held) = holds.get(&queue.name) {
+            for (name, limit) in queue.quota.0.iter_mut() {
+                *limit = limit.saturating_sub(held.get(name));
+            }
+        }
+    }
+}
+
+/// Whether the next change may admit something: a queue with something still gated, pods admitted
+/// now, or ungates still in flight from earlier passes. (The same per-queue test admission at
+/// creation uses; a gated pod of a queue that does not exist yet waits for the queue, whose
+/// creation starts a pass within the idle interval.)
+fn still_waiting(in_flight: &HashSet<String>, decisions: &Decisions) -> bool {
+    !in_flight.is_empty()
+        || !decisions.admit.is_empty()
+        || decisions.queues.values().any(QueueTally::has_waiting)
 }
 
 impl Controller {
+    fn new(
+        client: Client,
+        adapters: Adapters,
+        metrics: ControllerMetrics,
+        settings: ControllerSettings,
+        stores: Stores,
+        at_creation: Option<Arc<AdmitAtCreation>>,
+        term: Arc<Term>,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "sluice".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        let writer = Writer::new(
+            client.clone(),
+            metrics.clone(),
+            settings.max_concurrent_writes,
+            settings.status_interval,
+            settings.status_writes_per_second,
+        );
+        let ungater = Arc::new(Ungater {
+            client,
+            metrics: metrics.clone(),
+            in_flight: Mutex::new(InFlightPods::default()),
+            recorder,
+            slots: Semaphore::new(settings.max_concurrent_writes.max(1)),
+            term: term.clone(),
+            api_timeout: settings.api_timeout,
+            in_flight_max_age: settings.in_flight_max_age(),
+        });
+        Controller {
+            ungater,
+            term,
+            adapters,
+            metrics,
+            settings,
+            stores,
+            writer,
+            at_creation,
+            pod_memo: snapshot::PodMemo::default(),
+            passes: 0,
+        }
+    }
+
+    /// Waits for what should start the next pass (`waiting`: whether a pod waits behind the gate);
+    /// false once the term is over.
+    async fn wait_for_change(
+        &self,
+        waiting: bool,
+        wakers: &Wakers,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let idle_interval = self.settings.idle_interval;
+        let resync = tokio::time::sleep(self.settings.resync_period);
+        if waiting || idle_interval.is_zero() {
+            tokio::select! {
+                _ = shutdown.cancelled() => false,
+                _ = wakers.changed.notified() => true,
+                _ = resync => true,
+            }
+        } else {
+            // Nothing waits behind the gate: a change only moves statuses (written at most once
+            // per status interval anyway) and the room for admission at creation, so passes keep
+            // a calmer pace until a pod is gated.
+            tokio::select! {
+                _ = shutdown.cancelled() => false,
+                _ = wakers.gated.notified() => true,
+                _ = async {
+                    tokio::time::sleep(idle_interval).await;
+                    wakers.changed.notified().await;
+                } => true,
+                _ = resync => true,
+            }
+        }
+    }
+
     /// One admission pass; true when a pod still waits behind the gate afterwards (the next pass
     /// should follow the next change closely).
     fn pass(&mut self) -> bool {
         let started = Instant::now();
+        self.passes += 1;
+        let _pass = info_span!("pass", pass = self.passes).entered();
         let pods = self.stores.pods.state();
         let facts = self.pod_memo.refresh(&self.adapters, &pods);
-        // Room the webhook gave pods at creation that the pod cache does not show yet.
-        let (mark, holds) = match &self.at_creation {
-            Some(at_creation) => {
-                let visible = facts.iter().flatten().filter_map(|f| {
-                    Some(VisibleToken {
-                        token: f.at_creation_token.as_deref()?,
-                        namespace: &f.key.namespace,
-                        name: &f.name,
-                        queue: &f.queue,
-                    })
-                });
-                let (mark, holds) = at_creation.holds_for_pass(started.into_std(), visible);
-                (Some(mark), holds)
-            }
-            None => (None, HashMap::new()),
-        };
-        let in_flight: HashSet<String> = {
-            let mut guard = self.ungater.lock_in_flight();
-            let gated: HashSet<&str> = pods
-                .iter()
-                .filter(|p| snapshot::is_gated(p))
-                .filter_map(|p| p.metadata.uid.as_deref())
-                .collect();
-            prune_in_flight(&mut guard.pods, &gated, started);
-            guard.pods.keys().cloned().collect()
-        };
+        let (mark, holds) = self.holds_at_creation(&facts, started);
+        let in_flight = self.in_flight_now(&pods, started);
         let queues = self.stores.queues.state();
         let mut built = snapshot::build_from_facts(
             &queues,
@@ -502,33 +558,90 @@ impl Controller {
         for problem in &built.problems {
             warn!(problem, "object skipped in admission pass");
         }
-        for queue in &mut built.snapshot.queues {
-            if let Some(held) = holds.get(&queue.name) {
-                for (name, limit) in queue.quota.0.iter_mut() {
-                    *limit = limit.saturating_sub(held.get(name));
-                }
-            }
-        }
+        subtract_holds(&mut built.snapshot, &holds);
         let decisions = decide(&built.snapshot);
-        if let (Some(at_creation), Some(mark)) = (&self.at_creation, mark) {
-            let open: HashMap<String, bool> = queues
-                .iter()
-                .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
-                .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
-                .collect();
-            // Under the term's lock: a revocation cannot slip between its check and the publish.
-            let published = self.term.while_valid_until(|until| {
-                at_creation.publish(mark, &built, &decisions, &open, Some(until.into_std()))
-            });
-            if published.is_none() {
-                debug!("leadership term over: no room published for admission at creation");
-            }
+        if let Some(mark) = mark {
+            self.publish_room(mark, &queues, &built, &decisions);
         }
         self.start_ungates(&built, &decisions);
         let terminating = self.terminating_namespaces();
         self.record_workloads(&built, &terminating);
         self.want_workload_statuses(&built, &decisions, &terminating);
         self.want_queue_statuses(&decisions);
+        self.record_pass_metrics(&decisions, started);
+        let waiting = still_waiting(&in_flight, &decisions);
+        debug!(
+            admitted = decisions.admit.len(),
+            workloads = built.snapshot.workloads.len(),
+            waiting,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "admission pass"
+        );
+        waiting
+    }
+
+    /// Room the webhook gave pods at creation that the pod cache does not show yet, per queue, and
+    /// the mark the publication after this pass needs. Nothing without admission at creation.
+    fn holds_at_creation(
+        &self,
+        facts: &[Option<Arc<snapshot::PodFacts>>],
+        started: Instant,
+    ) -> (Option<PassMark>, HashMap<String, ResourceList>) {
+        let Some(at_creation) = &self.at_creation else {
+            return (None, HashMap::new());
+        };
+        let visible = facts.iter().flatten().filter_map(|f| {
+            Some(VisibleToken {
+                token: f.at_creation_token.as_deref()?,
+                namespace: &f.key.namespace,
+                name: &f.name,
+                queue: &f.queue,
+            })
+        });
+        let (mark, holds) = at_creation.holds_for_pass(started.into_std(), visible);
+        (Some(mark), holds)
+    }
+
+    /// The uids of pods whose ungate is in flight, once those the cache shows ungated or gone, and
+    /// those whose outcome stayed unknown too long, are forgotten.
+    fn in_flight_now(&self, pods: &[Arc<Pod>], now: Instant) -> HashSet<String> {
+        let mut guard = self.ungater.lock_in_flight();
+        let gated: HashSet<&str> = pods
+            .iter()
+            .filter(|p| snapshot::is_gated(p))
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        prune_in_flight(&mut guard.pods, &gated, now);
+        guard.pods.keys().cloned().collect()
+    }
+
+    /// Tells the webhook in this process the room each queue has left after this pass, for
+    /// admission at creation; nothing once the term is over.
+    fn publish_room(
+        &self,
+        mark: PassMark,
+        queues: &[Arc<CapacityQueue>],
+        built: &Built,
+        decisions: &Decisions,
+    ) {
+        let Some(at_creation) = &self.at_creation else {
+            return;
+        };
+        let open: HashMap<String, bool> = queues
+            .iter()
+            .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
+            .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
+            .collect();
+        // Under the term's lock: a revocation cannot slip between its check and the publish.
+        let published = self.term.while_valid_until(|until| {
+            at_creation.publish(mark, built, decisions, &open, Some(until.into_std()))
+        });
+        if published.is_none() {
+            debug!("leadership term over: no room published for admission at creation");
+        }
+    }
+
+    fn record_pass_metrics(&self, decisions: &Decisions, started: Instant) {
         self.metrics
             .pass_duration_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -545,21 +658,6 @@ impl Controller {
                 .get_or_create(&labels)
                 .set(i64::from(tally.pending_workloads));
         }
-        // A queue with something still gated, pods admitted now or ungates still in flight from
-        // earlier passes: the next change may admit something. (The same per-queue test admission
-        // at creation uses; a gated pod of a queue that does not exist yet waits for the queue,
-        // whose creation starts a pass within the idle interval.)
-        let waiting = !in_flight.is_empty()
-            || !decisions.admit.is_empty()
-            || decisions.queues.values().any(QueueTally::has_waiting);
-        debug!(
-            admitted = decisions.admit.len(),
-            workloads = built.snapshot.workloads.len(),
-            waiting,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "admission pass"
-        );
-        waiting
     }
 
     /// Counts the admitted pods as in flight now (so the next pass does not admit them again) and
@@ -568,6 +666,7 @@ impl Controller {
         if decisions.admit.is_empty() || !self.term.is_valid() {
             return;
         }
+        log_admissions(built, decisions);
         let mut items = Vec::with_capacity(decisions.admit.len());
         {
             let mut in_flight = self.ungater.lock_in_flight();
@@ -590,6 +689,7 @@ impl Controller {
                     pod,
                     ticket,
                     queue: workload.queue.clone(),
+                    key: workload.key.clone(),
                     created_at_ms: workload.pod_sets[r.pod_set].pods[r.pod].created_at,
                     workload: built.workloads[r.workload]
                         .as_ref()
@@ -686,9 +786,12 @@ impl Controller {
         terminating: &HashSet<String>,
     ) {
         let now = now_rfc3339();
-        let mut admitted: HashMap<usize, HashSet<PodRef>> = HashMap::new();
+        let mut admitted: HashMap<usize, HashSet<(usize, usize)>> = HashMap::new();
         for r in &decisions.admit {
-            admitted.entry(r.workload).or_default().insert(*r);
+            admitted
+                .entry(r.workload)
+                .or_default()
+                .insert((r.pod_set, r.pod));
         }
         let none = HashSet::new();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
@@ -704,9 +807,8 @@ impl Controller {
             };
             let newer = self.writer.newer_workload_status(&workload.key, seen);
             let old = newer.as_ref().or(seen);
-            let status = workload_status(
-                built,
-                w,
+            let status = status::workload_status(
+                &WorkloadView::of(built, w),
                 &decisions.workloads[w],
                 admitted.get(&w).unwrap_or(&none),
                 old,
@@ -725,45 +827,34 @@ impl Controller {
             let name = q.name_any();
             let seen = q.status.as_ref();
             let old = self.writer.queue_status(&name, seen);
-            let previous = old
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
-            let status = match decisions.queues.get(&name) {
-                Some(t) => CapacityQueueStatus {
-                    usage: t.usage.to_quantities(),
-                    reserved: t.reserved.to_quantities(),
-                    pending_workloads: t.pending_workloads as i32,
-                    admitted_workloads: t.admitted_workloads as i32,
-                    pending_pods: t.pending_pods as i32,
-                    admitted_pods: t.admitted_pods as i32,
-                    conditions: vec![Condition::updated(
-                        previous,
-                        "Active",
-                        ConditionStatus::True,
-                        "QuotaValid",
-                        "the queue admits pods".into(),
-                        &now,
-                    )],
-                    observed_generation: q.metadata.generation,
-                },
-                None => CapacityQueueStatus {
-                    conditions: vec![Condition::updated(
-                        previous,
-                        "Active",
-                        ConditionStatus::False,
-                        "InvalidQuota",
-                        "spec.quota holds a quantity sluice cannot read: nothing is admitted"
-                            .into(),
-                        &now,
-                    )],
-                    observed_generation: q.metadata.generation,
-                    ..CapacityQueueStatus::default()
-                },
-            };
+            let status = status::queue_status(
+                decisions.queues.get(&name),
+                old.as_ref(),
+                q.metadata.generation,
+                &now,
+            );
             if old.as_ref() != Some(&status) {
                 self.writer.want_queue_status(name, status, seen);
             }
         }
+    }
+}
+
+/// Logs, per workload, how many pods this pass admits, in a span naming its queue and workload
+/// (only when debug logs are on: a span per workload costs on a large pass).
+fn log_admissions(built: &Built, decisions: &Decisions) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let mut per_workload: BTreeMap<usize, usize> = BTreeMap::new();
+    for r in &decisions.admit {
+        *per_workload.entry(r.workload).or_default() += 1;
+    }
+    for (w, pods) in per_workload {
+        let workload = &built.snapshot.workloads[w];
+        let _admit =
+            info_span!("admit", queue = %workload.queue, workload = %workload.key).entered();
+        debug!(pods, "admitted; ungating");
     }
 }
 
@@ -784,6 +875,7 @@ impl Ungater {
         let results: Vec<(UngateItem, UngateOutcome)> = stream::iter(items)
             .map(|item| {
                 let now = &now;
+                let span = info_span!("ungate", queue = %item.queue, workload = %item.key);
                 async move {
                     let outcome = match self.slots.acquire().await {
                         Ok(_permit) => self.ungate_pod(&item.pod, item.ticket, now).await,
@@ -792,6 +884,7 @@ impl Ungater {
                     };
                     (item, outcome)
                 }
+                .instrument(span)
             })
             .buffer_unordered(concurrency)
             .collect()
@@ -824,8 +917,11 @@ impl Ungater {
                     .2 += 1;
             }
         }
-        for (_, (reference, queue, count)) in admitted_per_workload {
-            self.publish_admitted(reference, queue, count).await;
+        for (key, (reference, queue, count)) in admitted_per_workload {
+            let span = info_span!("admitted_event", queue = %queue, workload = %key);
+            self.publish_admitted(reference, queue, count)
+                .instrument(span)
+                .await;
         }
     }
 
@@ -930,174 +1026,49 @@ impl Ungater {
     }
 }
 
-/// The status a DynamicWorkload should have after this pass.
-fn workload_status(
-    built: &Built,
-    w: usize,
-    tally: &WorkloadTally,
-    admitted_now: &HashSet<PodRef>,
-    old: Option<&DynamicWorkloadStatus>,
-    now: &str,
-) -> DynamicWorkloadStatus {
-    let workload = &built.snapshot.workloads[w];
-    let mut pod_sets = Vec::with_capacity(workload.pod_sets.len());
-    let (mut running_total, mut finished_total, mut failed_total, mut total) = (0, 0, 0, 0);
-    for (s, set) in workload.pod_sets.iter().enumerate() {
-        let mut counts = PodSetStatus {
-            name: set.name.clone(),
-            ..PodSetStatus::default()
-        };
-        for (p, pod) in set.pods.iter().enumerate() {
-            total += 1;
-            let object = &built.pods[w][s][p];
-            let phase = object.status.as_ref().and_then(|st| st.phase.as_deref());
-            let state = if admitted_now.contains(&PodRef {
-                workload: w,
-                pod_set: s,
-                pod: p,
-            }) {
-                PodState::Admitted
-            } else {
-                pod.state
-            };
-            match state {
-                PodState::Gated => counts.pending += 1,
-                PodState::Ended => {
-                    counts.finished += 1;
-                    if phase == Some("Failed") {
-                        failed_total += 1;
-                    }
-                }
-                PodState::Admitted if phase == Some("Running") => counts.running += 1,
-                PodState::Admitted => counts.admitted += 1,
-            }
-        }
-        running_total += counts.running;
-        finished_total += counts.finished;
-        pod_sets.push(counts);
-    }
-    let admitted_pods = tally.admitted_pods as i32;
-    let left_behind = built.left_behind.get(w).copied().unwrap_or(0);
-    let pending_pods = tally.pending_pods as i32 + left_behind as i32;
-    let ended = built.workloads[w]
-        .as_ref()
-        .and_then(|d| d.spec.application_ended);
-    let phase = if let Some(end) = ended {
-        // The application's own word is final, whatever its pods still do.
-        match end {
-            ApplicationEnd::Succeeded => WorkloadPhase::Finished,
-            ApplicationEnd::Failed => WorkloadPhase::Failed,
-        }
-    } else if total > 0 && pending_pods == 0 && admitted_pods == 0 && finished_total > 0 {
-        if failed_total > 0 {
-            WorkloadPhase::Failed
-        } else {
-            WorkloadPhase::Finished
-        }
-    } else if running_total > 0 {
-        WorkloadPhase::Running
-    } else if admitted_pods > 0 || !tally.reserved.is_empty() {
-        WorkloadPhase::Admitted
-    } else {
-        WorkloadPhase::Pending
-    };
-    let message = match (&tally.waiting, phase) {
-        _ if ended.is_some() => {
-            let how = match phase {
-                WorkloadPhase::Failed => "failed",
-                _ => "succeeded",
-            };
-            if left_behind > 0 {
-                format!(
-                    "the application {how}; {left_behind} pod(s) left behind the gate are not admitted"
-                )
-            } else {
-                format!("the application {how}")
-            }
-        }
-        (Some(reason), _) => reason.to_string(),
-        (None, WorkloadPhase::Finished) => format!("all {finished_total} pod(s) ended"),
-        (None, WorkloadPhase::Failed) => {
-            format!("all {finished_total} pod(s) ended, {failed_total} failed")
-        }
-        (None, WorkloadPhase::Pending) => "no pods yet".to_string(),
-        (None, _) => format!(
-            "{admitted_pods} pod(s) admitted in queue {}",
-            workload.queue
-        ),
-    };
-    let old_condition = |t: &str| old.and_then(|s| s.conditions.iter().find(|c| c.type_ == t));
-    let holds = admitted_pods > 0 || !tally.reserved.is_empty();
-    let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
-    let conditions = vec![
-        Condition::updated(
-            old_condition("QuotaReserved"),
-            "QuotaReserved",
-            if holds {
-                ConditionStatus::True
-            } else {
-                ConditionStatus::False
-            },
-            if holds {
-                "Admitted"
-            } else if finished {
-                "Finished"
-            } else {
-                "Waiting"
-            },
-            message.clone(),
-            now,
-        ),
-        Condition::updated(
-            old_condition("Finished"),
-            "Finished",
-            if finished {
-                ConditionStatus::True
-            } else {
-                ConditionStatus::False
-            },
-            match (ended, phase) {
-                (Some(ApplicationEnd::Failed), _) => "ApplicationFailed",
-                (Some(ApplicationEnd::Succeeded), _) => "ApplicationSucceeded",
-                (None, WorkloadPhase::Failed) => "PodsFailed",
-                (None, WorkloadPhase::Finished) => "PodsSucceeded",
-                _ => "PodsActive",
-            },
-            String::new(),
-            now,
-        ),
-    ];
-    let pod_set_summary = pod_sets
-        .iter()
-        .map(|p| format!("{}={}/{}", p.name, p.admitted + p.running, p.pending))
-        .collect::<Vec<_>>()
-        .join(" ");
-    DynamicWorkloadStatus {
-        phase,
-        message,
-        conditions,
-        pod_set_summary,
-        pod_sets,
-        pending_pods,
-        admitted_pods,
-        used: tally.used.to_quantities(),
-        reserved: tally.reserved.to_quantities(),
-        interrupted_count: old.map(|s| s.interrupted_count).unwrap_or(0),
-        admitted_at: old
-            .and_then(|s| s.admitted_at.clone())
-            .or_else(|| holds.then(|| now.to_string())),
-        finished_at: if finished {
-            old.and_then(|s| s.finished_at.clone())
-                .or_else(|| Some(now.to_string()))
-        } else {
-            None
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::QueueingStrategy;
+    use crate::queue::admission::QueueSnapshot;
+
+    #[test]
+    fn room_held_at_creation_comes_off_its_queues_quota_only() {
+        let quota = |cpu: i64| {
+            let mut r = ResourceList::new();
+            r.add("cpu", cpu);
+            r
+        };
+        let queue = |name: &str| QueueSnapshot {
+            name: name.into(),
+            quota: quota(4000),
+            strategy: QueueingStrategy::BestEffortFIFO,
+        };
+        let mut snapshot = Snapshot {
+            queues: vec![queue("a"), queue("b")],
+            workloads: Vec::new(),
+        };
+        let mut held = quota(1500);
+        held.add("memory", 1); // not in the quota: nothing to take it from
+        subtract_holds(&mut snapshot, &HashMap::from([("a".to_string(), held)]));
+        assert_eq!(snapshot.queues[0].quota, quota(2500));
+        assert_eq!(snapshot.queues[1].quota, quota(4000));
+    }
+
+    #[test]
+    fn a_pass_still_waits_while_anything_is_gated_admitted_now_or_in_flight() {
+        let mut decisions = Decisions::default();
+        assert!(!still_waiting(&HashSet::new(), &decisions));
+        assert!(still_waiting(&HashSet::from(["uid".into()]), &decisions));
+        decisions.queues.insert(
+            "q".into(),
+            QueueTally {
+                pending_pods: 1,
+                ..QueueTally::default()
+            },
+        );
+        assert!(still_waiting(&HashSet::new(), &decisions));
+    }
 
     fn gated_pod(annotations: bool) -> Pod {
         serde_json::from_value(json!({

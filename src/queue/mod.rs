@@ -2,12 +2,16 @@
 
 pub mod admission;
 pub mod at_creation;
+pub mod clock;
 pub mod controller;
 pub mod resources;
 pub mod snapshot;
+pub mod status;
 mod writer;
 
-/// The admission pass before its rewrite, kept to check and measure the rewrite against.
+/// The admission pass before its rewrite, kept to check and measure the rewrite against: compiled
+/// only for the unit tests and (feature `reference`) the admission bench, never into the binary.
+#[cfg(any(test, feature = "reference"))]
 #[doc(hidden)]
 pub mod admission_reference;
 #[cfg(test)]

@@ -12,12 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
+use crate::api::{ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, DynamicWorkload};
 use crate::integrations::{Adapters, workload_object_name};
-use crate::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
 use crate::queue::admission::{
     PodSetSnapshot, PodSnapshot, PodState, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
 };
-use crate::queue::at_creation::AT_CREATION_ANNOTATION;
 use crate::queue::resources::{ResourceList, pod_requests};
 
 /// The snapshot plus what is needed to act on its decisions.

@@ -31,7 +31,7 @@ use crate::api::{
 };
 use crate::metrics::ControllerMetrics;
 use crate::queue::admission::WorkloadKey;
-use crate::queue::controller::API_CALL_TIMEOUT;
+use crate::queue::clock::API_CALL_TIMEOUT;
 
 /// How long a write this writer made is believed over an older value the watch still shows.
 /// Past it, the watch's value wins again (someone else may have written since).
@@ -415,27 +415,44 @@ impl Writer {
     /// One round: records first (a status needs its object), then deletions, then statuses.
     /// Returns whether lazy writes were left for a later round.
     async fn round(&self) -> bool {
-        let lazy_interval = self.inner.min_interval * LAZY_INTERVALS;
-        let (records, deletes, workload_statuses, queue_statuses) = {
-            let mut state = self.state();
-            state
-                .deleted
-                .retain(|_, at| at.elapsed() < TRUST_WRITTEN_FOR);
-            let budget = state.status_budget.available();
-            let workload_statuses = state.workload_statuses.take_due(lazy_interval, budget);
-            state.status_budget.spend(workload_statuses.len());
-            (
-                state.records.take_due(lazy_interval, usize::MAX),
-                std::mem::take(&mut state.deletes),
-                workload_statuses,
-                state.queue_statuses.take_due(lazy_interval, usize::MAX),
-            )
-        };
-        let concurrency = self.inner.concurrency;
-        let client = &self.inner.client;
+        let due = self.take_due();
+        self.write_records(due.records).await;
+        self.delete_workloads(due.deletes).await;
+        self.write_workload_statuses(due.workload_statuses).await;
+        self.write_queue_statuses(due.queue_statuses).await;
+        let state = self.state();
+        self.inner
+            .metrics
+            .status_writes_pending
+            .set(state.workload_statuses.pending.len() as i64);
+        !state.records.pending.is_empty()
+            || !state.workload_statuses.pending.is_empty()
+            || !state.queue_statuses.pending.is_empty()
+    }
 
+    /// Takes what this round sends, under the lock: workload statuses within the write budget,
+    /// everything else that is due.
+    fn take_due(&self) -> Due {
+        let lazy_interval = self.inner.min_interval * LAZY_INTERVALS;
+        let mut state = self.state();
+        state
+            .deleted
+            .retain(|_, at| at.elapsed() < TRUST_WRITTEN_FOR);
+        let budget = state.status_budget.available();
+        let workload_statuses = state.workload_statuses.take_due(lazy_interval, budget);
+        state.status_budget.spend(workload_statuses.len());
+        Due {
+            records: state.records.take_due(lazy_interval, usize::MAX),
+            deletes: std::mem::take(&mut state.deletes),
+            workload_statuses,
+            queue_statuses: state.queue_statuses.take_due(lazy_interval, usize::MAX),
+        }
+    }
+
+    async fn write_records(&self, records: Vec<(WorkloadKey, serde_json::Value)>) {
+        let client = &self.inner.client;
         stream::iter(records)
-            .for_each_concurrent(concurrency, |(key, body)| async move {
+            .for_each_concurrent(self.inner.concurrency, |(key, body)| async move {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 let result = bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await;
@@ -445,9 +462,12 @@ impl Writer {
                 self.state().records.sent(key, result.is_ok());
             })
             .await;
+    }
 
+    async fn delete_workloads(&self, deletes: HashMap<WorkloadKey, String>) {
+        let client = &self.inner.client;
         stream::iter(deletes)
-            .for_each_concurrent(concurrency, |(key, uid)| async move {
+            .for_each_concurrent(self.inner.concurrency, |(key, uid)| async move {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 // Only the object the pass saw: a workload re-created meanwhile stays.
                 let params = DeleteParams {
@@ -473,9 +493,12 @@ impl Writer {
                 }
             })
             .await;
+    }
 
-        stream::iter(workload_statuses)
-            .for_each_concurrent(concurrency, |(key, status)| async move {
+    async fn write_workload_statuses(&self, statuses: Vec<(WorkloadKey, DynamicWorkloadStatus)>) {
+        let client = &self.inner.client;
+        stream::iter(statuses)
+            .for_each_concurrent(self.inner.concurrency, |(key, status)| async move {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -489,9 +512,12 @@ impl Writer {
                 self.state().workload_statuses.sent(key, result.is_ok());
             })
             .await;
+    }
 
-        stream::iter(queue_statuses)
-            .for_each_concurrent(concurrency, |(name, status)| async move {
+    async fn write_queue_statuses(&self, statuses: Vec<(String, CapacityQueueStatus)>) {
+        let client = &self.inner.client;
+        stream::iter(statuses)
+            .for_each_concurrent(self.inner.concurrency, |(name, status)| async move {
                 let api: Api<CapacityQueue> = Api::all(client.clone());
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -505,16 +531,15 @@ impl Writer {
                 self.state().queue_statuses.sent(name, result.is_ok());
             })
             .await;
-
-        let state = self.state();
-        self.inner
-            .metrics
-            .status_writes_pending
-            .set(state.workload_statuses.pending.len() as i64);
-        !state.records.pending.is_empty()
-            || !state.workload_statuses.pending.is_empty()
-            || !state.queue_statuses.pending.is_empty()
     }
+}
+
+/// What one round sends.
+struct Due {
+    records: Vec<(WorkloadKey, serde_json::Value)>,
+    deletes: HashMap<WorkloadKey, String>,
+    workload_statuses: Vec<(WorkloadKey, DynamicWorkloadStatus)>,
+    queue_statuses: Vec<(String, CapacityQueueStatus)>,
 }
 
 /// Whether a status describes a moment expected to pass within seconds: admitted pods starting

@@ -1,0 +1,633 @@
+//! The statuses a pass writes, built from its decisions: pure functions of the snapshot, the
+//! decisions and the status known before (kept for transition times and first timestamps), with
+//! `now` passed in. The controller only compares and hands them to the writer.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::api::{
+    ApplicationEnd, CapacityQueueStatus, Condition, ConditionStatus, DynamicWorkloadStatus,
+    PodSetStatus, WorkloadPhase,
+};
+use crate::queue::admission::{PodState, QueueTally, WorkloadSnapshot, WorkloadTally};
+use crate::queue::snapshot::Built;
+
+/// What a pass knows of one workload, as its status needs it.
+pub struct WorkloadView<'a> {
+    pub workload: &'a WorkloadSnapshot,
+    /// The pod objects, indexed like `workload.pod_sets[s].pods` (their phases are read).
+    pub pods: &'a [Vec<Arc<Pod>>],
+    /// What the application object said of its end (`spec.applicationEnded`).
+    pub ended: Option<ApplicationEnd>,
+    /// Gated pods of an ended application, kept out of the pass.
+    pub left_behind: u32,
+}
+
+impl<'a> WorkloadView<'a> {
+    /// The view of `built.snapshot.workloads[w]`.
+    pub fn of(built: &'a Built, w: usize) -> Self {
+        WorkloadView {
+            workload: &built.snapshot.workloads[w],
+            pods: &built.pods[w],
+            ended: built.workloads[w]
+                .as_ref()
+                .and_then(|d| d.spec.application_ended),
+            left_behind: built.left_behind.get(w).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// The pods of a workload, counted per pod set and in all.
+#[derive(Debug, Default)]
+struct PodCounts {
+    pod_sets: Vec<PodSetStatus>,
+    total: i32,
+    running: i32,
+    finished: i32,
+    failed: i32,
+}
+
+/// Counts each pod set's pods by what they are after the pass: `admitted_now` holds the
+/// (pod set, pod) positions this pass admits, which the snapshot still shows gated.
+fn count_pods(view: &WorkloadView, admitted_now: &HashSet<(usize, usize)>) -> PodCounts {
+    let mut counts = PodCounts {
+        pod_sets: Vec::with_capacity(view.workload.pod_sets.len()),
+        ..PodCounts::default()
+    };
+    for (s, set) in view.workload.pod_sets.iter().enumerate() {
+        let mut set_counts = PodSetStatus {
+            name: set.name.clone(),
+            ..PodSetStatus::default()
+        };
+        for (p, pod) in set.pods.iter().enumerate() {
+            counts.total += 1;
+            let phase = view
+                .pods
+                .get(s)
+                .and_then(|pods| pods.get(p))
+                .and_then(|o| o.status.as_ref())
+                .and_then(|st| st.phase.as_deref());
+            let state = if admitted_now.contains(&(s, p)) {
+                PodState::Admitted
+            } else {
+                pod.state
+            };
+            match state {
+                PodState::Gated => set_counts.pending += 1,
+                PodState::Ended => {
+                    set_counts.finished += 1;
+                    if phase == Some("Failed") {
+                        counts.failed += 1;
+                    }
+                }
+                PodState::Admitted if phase == Some("Running") => set_counts.running += 1,
+                PodState::Admitted => set_counts.admitted += 1,
+            }
+        }
+        counts.running += set_counts.running;
+        counts.finished += set_counts.finished;
+        counts.pod_sets.push(set_counts);
+    }
+    counts
+}
+
+/// The workload's phase: the application's own word when it has ended, else what its pods say.
+fn phase_of(
+    ended: Option<ApplicationEnd>,
+    counts: &PodCounts,
+    tally: &WorkloadTally,
+    pending_pods: i32,
+) -> WorkloadPhase {
+    if let Some(end) = ended {
+        // The application's own word is final, whatever its pods still do.
+        return match end {
+            ApplicationEnd::Succeeded => WorkloadPhase::Finished,
+            ApplicationEnd::Failed => WorkloadPhase::Failed,
+        };
+    }
+    let admitted_pods = tally.admitted_pods as i32;
+    if counts.total > 0 && pending_pods == 0 && admitted_pods == 0 && counts.finished > 0 {
+        if counts.failed > 0 {
+            WorkloadPhase::Failed
+        } else {
+            WorkloadPhase::Finished
+        }
+    } else if counts.running > 0 {
+        WorkloadPhase::Running
+    } else if admitted_pods > 0 || !tally.reserved.is_empty() {
+        WorkloadPhase::Admitted
+    } else {
+        WorkloadPhase::Pending
+    }
+}
+
+/// The status message: why the workload waits, how it ended, or what it holds.
+fn message_of(
+    view: &WorkloadView,
+    tally: &WorkloadTally,
+    counts: &PodCounts,
+    phase: WorkloadPhase,
+) -> String {
+    let (finished, failed) = (counts.finished, counts.failed);
+    match (&tally.waiting, phase) {
+        _ if view.ended.is_some() => {
+            let how = match phase {
+                WorkloadPhase::Failed => "failed",
+                _ => "succeeded",
+            };
+            match view.left_behind {
+                0 => format!("the application {how}"),
+                n => format!(
+                    "the application {how}; {n} pod(s) left behind the gate are not admitted"
+                ),
+            }
+        }
+        (Some(reason), _) => reason.to_string(),
+        (None, WorkloadPhase::Finished) => format!("all {finished} pod(s) ended"),
+        (None, WorkloadPhase::Failed) => format!("all {finished} pod(s) ended, {failed} failed"),
+        (None, WorkloadPhase::Pending) => "no pods yet".to_string(),
+        (None, _) => format!(
+            "{} pod(s) admitted in queue {}",
+            tally.admitted_pods as i32, view.workload.queue
+        ),
+    }
+}
+
+/// The conditions `QuotaReserved` and `Finished`, keeping the old transition times of those whose
+/// status did not change.
+fn conditions_of(
+    old: Option<&DynamicWorkloadStatus>,
+    ended: Option<ApplicationEnd>,
+    phase: WorkloadPhase,
+    holds: bool,
+    message: &str,
+    now: &str,
+) -> Vec<Condition> {
+    let old_condition = |t: &str| old.and_then(|s| s.conditions.iter().find(|c| c.type_ == t));
+    let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
+    let status = |yes: bool| {
+        if yes {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    };
+    let reserved_reason = if holds {
+        "Admitted"
+    } else if finished {
+        "Finished"
+    } else {
+        "Waiting"
+    };
+    let finished_reason = match (ended, phase) {
+        (Some(ApplicationEnd::Failed), _) => "ApplicationFailed",
+        (Some(ApplicationEnd::Succeeded), _) => "ApplicationSucceeded",
+        (None, WorkloadPhase::Failed) => "PodsFailed",
+        (None, WorkloadPhase::Finished) => "PodsSucceeded",
+        _ => "PodsActive",
+    };
+    vec![
+        Condition::updated(
+            old_condition("QuotaReserved"),
+            "QuotaReserved",
+            status(holds),
+            reserved_reason,
+            message.to_string(),
+            now,
+        ),
+        Condition::updated(
+            old_condition("Finished"),
+            "Finished",
+            status(finished),
+            finished_reason,
+            String::new(),
+            now,
+        ),
+    ]
+}
+
+/// The status a DynamicWorkload should have after this pass. `admitted_now`: the (pod set, pod)
+/// positions of the workload this pass admits; `old`: the newest status known, whose transition
+/// times, interrupted count and first timestamps carry over.
+pub fn workload_status(
+    view: &WorkloadView,
+    tally: &WorkloadTally,
+    admitted_now: &HashSet<(usize, usize)>,
+    old: Option<&DynamicWorkloadStatus>,
+    now: &str,
+) -> DynamicWorkloadStatus {
+    let counts = count_pods(view, admitted_now);
+    let admitted_pods = tally.admitted_pods as i32;
+    let pending_pods = tally.pending_pods as i32 + view.left_behind as i32;
+    let phase = phase_of(view.ended, &counts, tally, pending_pods);
+    let message = message_of(view, tally, &counts, phase);
+    let holds = admitted_pods > 0 || !tally.reserved.is_empty();
+    let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
+    let conditions = conditions_of(old, view.ended, phase, holds, &message, now);
+    let pod_set_summary = counts
+        .pod_sets
+        .iter()
+        .map(|p| format!("{}={}/{}", p.name, p.admitted + p.running, p.pending))
+        .collect::<Vec<_>>()
+        .join(" ");
+    DynamicWorkloadStatus {
+        phase,
+        message,
+        conditions,
+        pod_set_summary,
+        pod_sets: counts.pod_sets,
+        pending_pods,
+        admitted_pods,
+        used: tally.used.to_quantities(),
+        reserved: tally.reserved.to_quantities(),
+        interrupted_count: old.map(|s| s.interrupted_count).unwrap_or(0),
+        admitted_at: old
+            .and_then(|s| s.admitted_at.clone())
+            .or_else(|| holds.then(|| now.to_string())),
+        finished_at: if finished {
+            old.and_then(|s| s.finished_at.clone())
+                .or_else(|| Some(now.to_string()))
+        } else {
+            None
+        },
+    }
+}
+
+/// The status a CapacityQueue should have after this pass: its tally, or (no tally: its quota
+/// could not be read, so the pass skipped it) inactive. `old`: the newest status known.
+pub fn queue_status(
+    tally: Option<&QueueTally>,
+    old: Option<&CapacityQueueStatus>,
+    generation: Option<i64>,
+    now: &str,
+) -> CapacityQueueStatus {
+    let previous = old.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
+    match tally {
+        Some(t) => CapacityQueueStatus {
+            usage: t.usage.to_quantities(),
+            reserved: t.reserved.to_quantities(),
+            pending_workloads: t.pending_workloads as i32,
+            admitted_workloads: t.admitted_workloads as i32,
+            pending_pods: t.pending_pods as i32,
+            admitted_pods: t.admitted_pods as i32,
+            conditions: vec![Condition::updated(
+                previous,
+                "Active",
+                ConditionStatus::True,
+                "QuotaValid",
+                "the queue admits pods".into(),
+                now,
+            )],
+            observed_generation: generation,
+        },
+        None => CapacityQueueStatus {
+            conditions: vec![Condition::updated(
+                previous,
+                "Active",
+                ConditionStatus::False,
+                "InvalidQuota",
+                "spec.quota holds a quantity sluice cannot read: nothing is admitted".into(),
+                now,
+            )],
+            observed_generation: generation,
+            ..CapacityQueueStatus::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::admission::{PodSetSnapshot, PodSnapshot, WaitReason, WorkloadKey};
+    use crate::queue::resources::ResourceList;
+    use k8s_openapi::api::core::v1::PodStatus;
+
+    const NOW: &str = "2026-01-01T00:00:00Z";
+    const LATER: &str = "2026-01-01T00:01:00Z";
+
+    fn cpu(cores: i64) -> ResourceList {
+        let mut r = ResourceList::new();
+        r.add("cpu", cores * 1000);
+        r
+    }
+
+    /// A workload of one pod set `exec` whose pods are in `states`, their objects in `phases`.
+    struct Fixture {
+        workload: WorkloadSnapshot,
+        pods: Vec<Vec<Arc<Pod>>>,
+    }
+
+    fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
+        let workload = WorkloadSnapshot {
+            key: WorkloadKey {
+                namespace: "ns".into(),
+                name: "w".into(),
+            },
+            queue: "q".into(),
+            namespace_allowed: true,
+            priority: 0,
+            interrupted_count: 0,
+            queued_at: 0,
+            pod_sets: vec![PodSetSnapshot {
+                name: "exec".into(),
+                per_pod: cpu(1),
+                min_count: 1,
+                pods: pods
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (state, _))| PodSnapshot {
+                        name: format!("p{i}"),
+                        requests: cpu(1),
+                        state: *state,
+                        created_at: i as i64,
+                    })
+                    .collect(),
+            }],
+        };
+        let objects = pods
+            .iter()
+            .map(|(_, phase)| {
+                Arc::new(Pod {
+                    status: Some(PodStatus {
+                        phase: phase.map(str::to_string),
+                        ..PodStatus::default()
+                    }),
+                    ..Pod::default()
+                })
+            })
+            .collect();
+        Fixture {
+            workload,
+            pods: vec![objects],
+        }
+    }
+
+    impl Fixture {
+        fn view(&self) -> WorkloadView<'_> {
+            WorkloadView {
+                workload: &self.workload,
+                pods: &self.pods,
+                ended: None,
+                left_behind: 0,
+            }
+        }
+    }
+
+    fn condition<'a>(status: &'a DynamicWorkloadStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no condition {type_} in {status:?}"))
+    }
+
+    #[test]
+    fn a_pending_workload_says_how_much_it_needs() {
+        let f = fixture(&[(PodState::Gated, Some("Pending"))]);
+        let tally = WorkloadTally {
+            pending_pods: 1,
+            waiting: Some(WaitReason::Quota {
+                queue: "q".into(),
+                resource: "cpu".into(),
+                missing: 1000,
+                used: 4000,
+                reserved: 0,
+                quota: 4000,
+            }),
+            ..WorkloadTally::default()
+        };
+        let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Pending);
+        assert_eq!(
+            status.message,
+            "needs 1 cpu more in queue q: 4/4 cpu used, 0 cpu reserved"
+        );
+        assert_eq!(status.pending_pods, 1);
+        assert_eq!(status.pod_set_summary, "exec=0/1");
+        let reserved = condition(&status, "QuotaReserved");
+        assert_eq!(
+            (reserved.status, reserved.reason.as_str()),
+            (ConditionStatus::False, "Waiting")
+        );
+        assert_eq!(reserved.message, status.message);
+        assert_eq!(status.admitted_at, None);
+        assert_eq!(status.finished_at, None);
+    }
+
+    #[test]
+    fn a_workload_without_pods_says_so() {
+        let f = fixture(&[]);
+        let status = workload_status(
+            &f.view(),
+            &WorkloadTally::default(),
+            &HashSet::new(),
+            None,
+            NOW,
+        );
+        assert_eq!(
+            (status.phase, status.message.as_str()),
+            (WorkloadPhase::Pending, "no pods yet")
+        );
+    }
+
+    #[test]
+    fn pods_admitted_by_this_pass_count_as_admitted_with_the_time() {
+        let f = fixture(&[
+            (PodState::Gated, Some("Pending")),
+            (PodState::Gated, Some("Pending")),
+        ]);
+        let tally = WorkloadTally {
+            used: cpu(1),
+            admitted_pods: 1,
+            pending_pods: 1,
+            ..WorkloadTally::default()
+        };
+        let admitted_now = HashSet::from([(0, 0)]);
+        let status = workload_status(&f.view(), &tally, &admitted_now, None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Admitted);
+        assert_eq!(status.message, "1 pod(s) admitted in queue q");
+        assert_eq!(status.pod_sets[0].admitted, 1);
+        assert_eq!(status.pod_sets[0].pending, 1);
+        assert_eq!(status.pod_set_summary, "exec=1/1");
+        assert_eq!(status.used, cpu(1).to_quantities());
+        assert_eq!(status.admitted_at.as_deref(), Some(NOW));
+        let reserved = condition(&status, "QuotaReserved");
+        assert_eq!(
+            (reserved.status, reserved.reason.as_str()),
+            (ConditionStatus::True, "Admitted")
+        );
+    }
+
+    #[test]
+    fn a_reservation_alone_makes_a_workload_admitted() {
+        let f = fixture(&[]);
+        let tally = WorkloadTally {
+            reserved: cpu(2),
+            ..WorkloadTally::default()
+        };
+        let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Admitted);
+        assert_eq!(status.reserved, cpu(2).to_quantities());
+    }
+
+    #[test]
+    fn a_running_workload_keeps_its_first_admission_time_and_transition_times() {
+        let f = fixture(&[(PodState::Admitted, Some("Running"))]);
+        let tally = WorkloadTally {
+            used: cpu(1),
+            admitted_pods: 1,
+            ..WorkloadTally::default()
+        };
+        let first = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+        assert_eq!(first.phase, WorkloadPhase::Running);
+        assert_eq!(first.pod_sets[0].running, 1);
+        let old = DynamicWorkloadStatus {
+            interrupted_count: 2,
+            ..first.clone()
+        };
+        let again = workload_status(&f.view(), &tally, &HashSet::new(), Some(&old), LATER);
+        assert_eq!(again.admitted_at.as_deref(), Some(NOW));
+        assert_eq!(again.interrupted_count, 2);
+        assert_eq!(condition(&again, "QuotaReserved").last_transition_time, NOW);
+        assert_eq!(
+            DynamicWorkloadStatus {
+                interrupted_count: 0,
+                ..again
+            },
+            first
+        );
+    }
+
+    #[test]
+    fn a_workload_whose_pods_all_ended_finished_or_failed() {
+        let f = fixture(&[
+            (PodState::Ended, Some("Succeeded")),
+            (PodState::Ended, Some("Succeeded")),
+        ]);
+        let done = workload_status(
+            &f.view(),
+            &WorkloadTally::default(),
+            &HashSet::new(),
+            None,
+            NOW,
+        );
+        assert_eq!(done.phase, WorkloadPhase::Finished);
+        assert_eq!(done.message, "all 2 pod(s) ended");
+        assert_eq!(done.finished_at.as_deref(), Some(NOW));
+        let finished = condition(&done, "Finished");
+        assert_eq!(
+            (finished.status, finished.reason.as_str()),
+            (ConditionStatus::True, "PodsSucceeded")
+        );
+        assert_eq!(condition(&done, "QuotaReserved").reason, "Finished");
+
+        let f = fixture(&[
+            (PodState::Ended, Some("Succeeded")),
+            (PodState::Ended, Some("Failed")),
+        ]);
+        let failed = workload_status(
+            &f.view(),
+            &WorkloadTally::default(),
+            &HashSet::new(),
+            Some(&done),
+            LATER,
+        );
+        assert_eq!(failed.phase, WorkloadPhase::Failed);
+        assert_eq!(failed.message, "all 2 pod(s) ended, 1 failed");
+        assert_eq!(failed.finished_at.as_deref(), Some(NOW), "kept from before");
+        assert_eq!(condition(&failed, "Finished").reason, "PodsFailed");
+    }
+
+    #[test]
+    fn an_ended_application_is_final_whatever_its_pods_do() {
+        let f = fixture(&[
+            (PodState::Admitted, Some("Running")),
+            (PodState::Gated, Some("Pending")),
+        ]);
+        let view = WorkloadView {
+            ended: Some(ApplicationEnd::Failed),
+            left_behind: 2,
+            ..f.view()
+        };
+        let tally = WorkloadTally {
+            admitted_pods: 1,
+            ..WorkloadTally::default()
+        };
+        let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Failed);
+        assert_eq!(
+            status.message,
+            "the application failed; 2 pod(s) left behind the gate are not admitted"
+        );
+        assert_eq!(
+            status.pending_pods, 2,
+            "the pods left behind count as pending"
+        );
+        assert_eq!(condition(&status, "Finished").reason, "ApplicationFailed");
+
+        let view = WorkloadView {
+            ended: Some(ApplicationEnd::Succeeded),
+            ..f.view()
+        };
+        let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+        assert_eq!(
+            (status.phase, status.message.as_str()),
+            (WorkloadPhase::Finished, "the application succeeded")
+        );
+        assert_eq!(
+            condition(&status, "Finished").reason,
+            "ApplicationSucceeded"
+        );
+    }
+
+    #[test]
+    fn a_queue_shows_its_usage_reservations_and_counts() {
+        let tally = QueueTally {
+            usage: cpu(3),
+            reserved: cpu(1),
+            pending_workloads: 2,
+            admitted_workloads: 1,
+            pending_pods: 5,
+            admitted_pods: 3,
+        };
+        let status = queue_status(Some(&tally), None, Some(4), NOW);
+        assert_eq!(status.usage, cpu(3).to_quantities());
+        assert_eq!(status.reserved, cpu(1).to_quantities());
+        assert_eq!(
+            (
+                status.pending_workloads,
+                status.admitted_workloads,
+                status.pending_pods,
+                status.admitted_pods
+            ),
+            (2, 1, 5, 3)
+        );
+        assert_eq!(status.observed_generation, Some(4));
+        let active = &status.conditions[0];
+        assert_eq!(
+            (active.type_.as_str(), active.status, active.reason.as_str()),
+            ("Active", ConditionStatus::True, "QuotaValid")
+        );
+        let again = queue_status(Some(&tally), Some(&status), Some(4), LATER);
+        assert_eq!(again, status, "nothing changed: the same status to write");
+    }
+
+    #[test]
+    fn a_queue_whose_quota_cannot_be_read_is_inactive() {
+        let active = queue_status(Some(&QueueTally::default()), None, Some(1), NOW);
+        let status = queue_status(None, Some(&active), Some(2), LATER);
+        assert_eq!(status.usage, Default::default());
+        assert_eq!(status.observed_generation, Some(2));
+        let condition = &status.conditions[0];
+        assert_eq!(
+            (
+                condition.status,
+                condition.reason.as_str(),
+                condition.last_transition_time.as_str()
+            ),
+            (ConditionStatus::False, "InvalidQuota", LATER)
+        );
+    }
+}
