@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Regenerates the manifests that come from Rust code: the CRDs and the in-cluster webhook
-# configurations. tests/manifests.rs fails when the checked-in copies are out of date.
+# Regenerates the manifests that come from Rust code: the CRDs, the in-cluster webhook
+# configurations and the RBAC (sluice's own rules plus each integration's). tests/manifests.rs
+# fails when the checked-in copies are out of date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/03-webhooks.yaml)"
+  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml)"
   exit 0
 fi
 cargo build --quiet --bin sluice
@@ -18,4 +19,6 @@ rm -f manifests/crds/*.yaml
   /^  name: / && !(n in names) { names[n] = $2 }
   END { for (i = 1; i <= n; i++) { f = "manifests/crds/" names[i] ".yaml"; printf "%s", docs[i] > f; close(f) } }'
 "$bin" manifests webhooks > manifests/install/03-webhooks.yaml
-ls manifests/crds manifests/install/03-webhooks.yaml
+"$bin" manifests rbac > manifests/install/01-rbac.yaml
+"$bin" manifests rbac-tasks > manifests/install/01-rbac-tasks.yaml
+ls manifests/crds manifests/install/01-rbac.yaml manifests/install/01-rbac-tasks.yaml manifests/install/03-webhooks.yaml

@@ -8,10 +8,11 @@ use kube::{Client, ResourceExt};
 
 use crate::api::{FIELD_MANAGER, crds_yaml};
 
+pub mod rbac;
+
+pub use rbac::{rbac_tasks_yaml, rbac_yaml};
+
 const NAMESPACE_YAML: &str = include_str!("../manifests/install/00-namespace.yaml");
-const RBAC_YAML: &str = include_str!("../manifests/install/01-rbac.yaml");
-/// The Task rights, bound in every namespace as shipped (the file says how to narrow them).
-const RBAC_TASKS_YAML: &str = include_str!("../manifests/install/01-rbac-tasks.yaml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
@@ -34,10 +35,13 @@ pub enum InstallError {
 pub fn manifests() -> Result<Vec<DynamicObject>, InstallError> {
     let mut docs = Vec::new();
     let crds: Vec<String> = crds_yaml()?.into_iter().map(|(_, y)| y).collect();
-    for text in crds
-        .iter()
-        .map(String::as_str)
-        .chain([NAMESPACE_YAML, RBAC_YAML, RBAC_TASKS_YAML])
+    // The RBAC as generated (the same as manifests/install/01-rbac*.yaml, which tests/manifests.rs
+    // checks); the Task rights bound in every namespace as shipped (the file says how to narrow them).
+    let (rbac, rbac_tasks) = (rbac_yaml()?, rbac_tasks_yaml()?);
+    for text in
+        crds.iter()
+            .map(String::as_str)
+            .chain([NAMESPACE_YAML, rbac.as_str(), rbac_tasks.as_str()])
     {
         for doc in serde_yaml::Deserializer::from_str(text) {
             let value = serde_yaml::Value::deserialize(doc)?;

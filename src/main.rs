@@ -39,6 +39,9 @@ enum Command {
         #[command(subcommand)]
         what: ManifestKind,
     },
+    /// Print the table of integrations (the kinds of application sluice governs: what is the
+    /// gang, what is elastic, what ends it) that README.md holds, in Markdown.
+    Integrations,
 }
 
 #[derive(Subcommand, Debug)]
@@ -46,6 +49,25 @@ enum ManifestKind {
     /// The webhook configurations for an in-cluster install (the Service `sluice-webhook` in
     /// `sluice-system`); sluice fills in the CA bundle when it starts.
     Webhooks,
+    /// sluice's ClusterRole, Role and bindings (`manifests/install/01-rbac.yaml`): its own rules
+    /// and each integration's.
+    Rbac,
+    /// The Task rights (`manifests/install/01-rbac-tasks.yaml`).
+    RbacTasks,
+}
+
+/// Prints a generated manifest, or the error naming `what`.
+fn print_manifest(what: &str, rendered: Result<String, serde_yaml::Error>) -> ExitCode {
+    match rendered {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: could not render {what}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -63,18 +85,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Manifests {
-            what: ManifestKind::Webhooks,
-        } => match sluice::serve::in_cluster_webhook_manifests() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: could not render the webhook configurations: {e}");
-                ExitCode::FAILURE
+        Command::Manifests { what } => match what {
+            ManifestKind::Webhooks => print_manifest(
+                "the webhook configurations",
+                sluice::serve::in_cluster_webhook_manifests(),
+            ),
+            ManifestKind::Rbac => print_manifest("the RBAC", sluice::install::rbac_yaml()),
+            ManifestKind::RbacTasks => {
+                print_manifest("the Task RBAC", sluice::install::rbac_tasks_yaml())
             }
         },
+        Command::Integrations => {
+            print!("{}", sluice::integrations::docs_table());
+            ExitCode::SUCCESS
+        }
         Command::Task(command) => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()

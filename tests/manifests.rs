@@ -1,5 +1,6 @@
 //! The checked-in manifests are generated from the Rust types: they must match what
-//! `sluice crds` and `sluice manifests webhooks` print. Regenerate with `hack/gen-manifests.sh`.
+//! `sluice crds` and `sluice manifests webhooks|rbac|rbac-tasks` print. Regenerate with
+//! `hack/gen-manifests.sh`. README.md's table of integrations is `sluice integrations`.
 
 use std::path::Path;
 
@@ -25,6 +26,29 @@ fn webhook_configurations_match_the_rust_code() {
     check(
         "manifests/install/03-webhooks.yaml",
         &sluice::serve::in_cluster_webhook_manifests().expect("render webhooks"),
+    );
+}
+
+#[test]
+fn rbac_matches_the_rust_code_and_the_integrations() {
+    check(
+        "manifests/install/01-rbac.yaml",
+        &sluice::install::rbac_yaml().expect("render RBAC"),
+    );
+    check(
+        "manifests/install/01-rbac-tasks.yaml",
+        &sluice::install::rbac_tasks_yaml().expect("render Task RBAC"),
+    );
+}
+
+#[test]
+fn the_readme_table_of_integrations_is_the_registrys() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let table = sluice::integrations::docs_table();
+    assert!(
+        readme.contains(&table),
+        "README.md's table of integrations is out of date: replace it with the output of `sluice integrations`:\n{table}"
     );
 }
 
