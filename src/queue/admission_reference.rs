@@ -129,6 +129,8 @@ fn tally_pods_only(workload: &WorkloadSnapshot, tally: &mut WorkloadTally) {
     }
 }
 
+// Long: the reference model stays as the pass was before its rewrite (one straightforward loop),
+// so that it remains a faithful yardstick for the property test and the bench; not run in sluice.
 fn decide_queue(
     snapshot: &Snapshot,
     queue: &QueueSnapshot,

@@ -256,72 +256,22 @@ pub fn build_from_facts(
     in_flight: &HashSet<String>,
 ) -> Built {
     let mut problems = Vec::new();
-    let mut queue_snapshots = Vec::with_capacity(queues.len());
-    let mut selectors: HashMap<String, Option<LabelSelector>> = HashMap::new();
-    for q in queues {
-        let name = q.name_any();
-        match ResourceList::from_quantities(&q.spec.quota) {
-            Ok(quota) => {
-                queue_snapshots.push(QueueSnapshot {
-                    name: name.clone(),
-                    quota,
-                    strategy: q.spec.queueing_strategy,
-                });
-                selectors.insert(name, q.spec.namespace_selector.clone());
-            }
-            Err(e) => problems.push(format!("CapacityQueue {name}: {e}")),
-        }
-    }
+    let (queue_snapshots, selectors) = queue_snapshots(queues, &mut problems);
     let namespace_labels: HashMap<String, BTreeMap<String, String>> = namespaces
         .iter()
         .map(|ns| (ns.name_any(), ns.labels().clone()))
         .collect();
-
-    let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();
-    for (pod, fact) in pods.iter().zip(facts) {
-        let Some(fact) = fact else {
-            continue;
-        };
-        if !groups.contains_key(&fact.key) {
-            groups.insert(
-                fact.key.clone(),
-                Group {
-                    queue: fact.queue.clone(),
-                    priority: i32::MIN,
-                    earliest: i64::MAX,
-                    ..Group::default()
-                },
-            );
-        }
-        let Some(group) = groups.get_mut(&fact.key) else {
-            continue; // inserted just above
-        };
-        group.priority = group.priority.max(fact.priority);
-        group.earliest = group.earliest.min(fact.created_at);
-        if !group.sets.contains_key(&fact.pod_set) {
-            group.sets.insert(fact.pod_set.clone(), (None, Vec::new()));
-        }
-        if let Some(set) = group.sets.get_mut(&fact.pod_set) {
-            if fact.min_count.is_some() {
-                set.0 = fact.min_count;
-            }
-            set.1.push((pod.clone(), fact.clone()));
-        }
-    }
-
+    let mut groups = group_pods(pods, facts);
     let by_key: HashMap<WorkloadKey, &Arc<DynamicWorkload>> = workloads
         .iter()
         .map(|w| {
-            (
-                WorkloadKey {
-                    namespace: w.namespace().unwrap_or_default(),
-                    name: w.name_any(),
-                },
-                w,
-            )
+            let key = WorkloadKey {
+                namespace: w.namespace().unwrap_or_default(),
+                name: w.name_any(),
+            };
+            (key, w)
         })
         .collect();
-
     let mut built = Built {
         snapshot: Snapshot {
             queues: queue_snapshots,
@@ -332,7 +282,6 @@ pub fn build_from_facts(
         problems,
         left_behind: Vec::with_capacity(groups.len()),
     };
-
     // Workloads recorded from an application but without pods yet still count (for status).
     let mut keys: Vec<WorkloadKey> = groups.keys().cloned().collect();
     for key in by_key.keys() {
@@ -340,103 +289,192 @@ pub fn build_from_facts(
             keys.push(key.clone());
         }
     }
-
     for key in keys {
         let dwl = by_key.get(&key).copied();
         let group = groups.remove(&key).unwrap_or_default();
         let queue = dwl
             .map(|d| d.spec.queue_name.clone())
-            .unwrap_or(group.queue);
-        // The pods' own priority (from their priorityClassName) counts for recorded applications
-        // too: the ledger's priority is a floor, since operators copy priority classes into pods.
-        let pods_priority = (group.priority != i32::MIN).then_some(group.priority);
-        let priority = match (dwl.map(|d| d.spec.priority), pods_priority) {
-            (Some(recorded), Some(pods)) => recorded.max(pods),
-            (Some(recorded), None) => recorded,
-            (None, pods) => pods.unwrap_or(0),
-        };
-        let queued_at = dwl
-            .map(|d| millis(d.metadata.creation_timestamp.as_ref()))
-            .filter(|t| *t > 0)
-            .map(|t| t.min(group.earliest))
-            .unwrap_or(group.earliest);
+            .unwrap_or_else(|| group.queue.clone());
         let namespace_allowed = match selectors.get(&queue) {
             Some(Some(selector)) => namespace_labels
                 .get(&key.namespace)
                 .is_some_and(|labels| selector_matches(selector, labels)),
             _ => true,
         };
-
-        // An application that has ended reserves nothing, and its pods still behind the gate stay
-        // there (its driver or operator cleans them up).
-        let ended = dwl.is_some_and(|d| d.spec.application_ended.is_some());
-        let mut left_behind = 0u32;
-        // Pod sets: those the DynamicWorkload declares, then any others the pods show.
-        let mut sets: Vec<PodSetSnapshot> = Vec::new();
-        let mut set_pods: Vec<Vec<Arc<Pod>>> = Vec::new();
-        let mut remaining = group.sets;
-        let declared = dwl.map(|d| d.spec.pod_sets.clone()).unwrap_or_default();
-        for spec in &declared {
-            let (_, pods) = remaining.remove(&spec.name).unwrap_or_default();
-            let per_pod = match ResourceList::from_quantities(&spec.requests) {
-                Ok(list) => list,
-                Err(e) => {
-                    built
-                        .problems
-                        .push(format!("DynamicWorkload {key} pod set {}: {e}", spec.name));
-                    ResourceList::new()
-                }
-            };
-            let min_count = if ended {
-                0
-            } else {
-                u32::try_from(spec.min_count).unwrap_or(0)
-            };
-            let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
-            let (snaps, kept) = drop_gated_if(ended, snaps, kept, &mut left_behind);
-            sets.push(PodSetSnapshot {
-                name: spec.name.clone(),
-                per_pod,
-                min_count,
-                pods: snaps,
-            });
-            set_pods.push(kept);
-        }
-        for (name, (min_count, pods)) in remaining {
-            let (snaps, kept) = snapshot_pods(&pods, in_flight, &mut built.problems);
-            let (snaps, kept) = drop_gated_if(ended, snaps, kept, &mut left_behind);
-            let min_count = if ended { Some(0) } else { min_count };
-            let per_pod = snaps
-                .iter()
-                .min_by_key(|p| p.created_at)
-                .map(|p| p.requests.clone())
-                .unwrap_or_default();
-            sets.push(PodSetSnapshot {
-                name,
-                per_pod,
-                min_count: min_count.unwrap_or(1),
-                pods: snaps,
-            });
-            set_pods.push(kept);
-        }
-
-        built.snapshot.workloads.push(WorkloadSnapshot {
+        add_workload(
+            &mut built,
             key,
             queue,
             namespace_allowed,
-            priority,
-            interrupted_count: dwl
-                .and_then(|d| d.status.as_ref())
-                .map(|s| s.interrupted_count)
-                .unwrap_or(0),
-            queued_at: if queued_at == i64::MAX { 0 } else { queued_at },
-            pod_sets: sets,
-        });
-        built.pods.push(set_pods);
-        built.workloads.push(dwl.cloned());
-        built.left_behind.push(left_behind);
+            dwl,
+            group,
+            in_flight,
+        );
     }
     built
+}
+
+/// The queues whose quota can be read, and each one's namespace selector; a queue whose quota
+/// cannot is a problem, left out.
+fn queue_snapshots(
+    queues: &[Arc<CapacityQueue>],
+    problems: &mut Vec<String>,
+) -> (Vec<QueueSnapshot>, HashMap<String, Option<LabelSelector>>) {
+    let mut snapshots = Vec::with_capacity(queues.len());
+    let mut selectors = HashMap::new();
+    for q in queues {
+        let name = q.name_any();
+        match ResourceList::from_quantities(&q.spec.quota) {
+            Ok(quota) => {
+                snapshots.push(QueueSnapshot {
+                    name: name.clone(),
+                    quota,
+                    strategy: q.spec.queueing_strategy,
+                });
+                selectors.insert(name, q.spec.namespace_selector.clone());
+            }
+            Err(e) => problems.push(format!("CapacityQueue {name}: {e}")),
+        }
+    }
+    (snapshots, selectors)
+}
+
+/// Groups the governed pods by workload, then pod set: each workload's queue (its first pod's),
+/// highest priority and earliest creation, each set's minimum (its pods' annotation) and pods.
+fn group_pods(pods: &[Arc<Pod>], facts: &[Option<Arc<PodFacts>>]) -> BTreeMap<WorkloadKey, Group> {
+    let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();
+    for (pod, fact) in pods.iter().zip(facts) {
+        let Some(fact) = fact else {
+            continue;
+        };
+        let group = groups.entry(fact.key.clone()).or_insert_with(|| Group {
+            queue: fact.queue.clone(),
+            priority: i32::MIN,
+            earliest: i64::MAX,
+            ..Group::default()
+        });
+        group.priority = group.priority.max(fact.priority);
+        group.earliest = group.earliest.min(fact.created_at);
+        let set = group
+            .sets
+            .entry(fact.pod_set.clone())
+            .or_insert_with(|| (None, Vec::new()));
+        if fact.min_count.is_some() {
+            set.0 = fact.min_count;
+        }
+        set.1.push((pod.clone(), fact.clone()));
+    }
+    groups
+}
+
+/// Adds one workload to `built`: what its DynamicWorkload (`dwl`, if recorded) and its pods
+/// (`group`) say together.
+fn add_workload(
+    built: &mut Built,
+    key: WorkloadKey,
+    queue: String,
+    namespace_allowed: bool,
+    dwl: Option<&Arc<DynamicWorkload>>,
+    group: Group,
+    in_flight: &HashSet<String>,
+) {
+    // The pods' own priority (from their priorityClassName) counts for recorded applications
+    // too: the ledger's priority is a floor, since operators copy priority classes into pods.
+    let pods_priority = (group.priority != i32::MIN).then_some(group.priority);
+    let priority = match (dwl.map(|d| d.spec.priority), pods_priority) {
+        (Some(recorded), Some(pods)) => recorded.max(pods),
+        (Some(recorded), None) => recorded,
+        (None, pods) => pods.unwrap_or(0),
+    };
+    let queued_at = dwl
+        .map(|d| millis(d.metadata.creation_timestamp.as_ref()))
+        .filter(|t| *t > 0)
+        .map(|t| t.min(group.earliest))
+        .unwrap_or(group.earliest);
+    let sets = pod_sets(&key, dwl, group.sets, in_flight, &mut built.problems);
+    built.snapshot.workloads.push(WorkloadSnapshot {
+        key,
+        queue,
+        namespace_allowed,
+        priority,
+        interrupted_count: dwl
+            .and_then(|d| d.status.as_ref())
+            .map(|s| s.interrupted_count)
+            .unwrap_or(0),
+        queued_at: if queued_at == i64::MAX { 0 } else { queued_at },
+        pod_sets: sets.snapshots,
+    });
+    built.pods.push(sets.pods);
+    built.workloads.push(dwl.cloned());
+    built.left_behind.push(sets.left_behind);
+}
+
+/// A workload's pod sets, as the snapshot and the pass's actions see them.
+struct PodSets {
+    snapshots: Vec<PodSetSnapshot>,
+    /// The pod objects, indexed like `snapshots[s].pods`.
+    pods: Vec<Vec<Arc<Pod>>>,
+    /// Gated pods of an ended application, kept out.
+    left_behind: u32,
+}
+
+/// The pod sets the DynamicWorkload declares (its size per pod and minimum), then any others the
+/// pods show (sized by their oldest pod, minimum from the annotation). An application that has
+/// ended reserves nothing, and its pods still behind the gate stay there (its driver or operator
+/// cleans them up).
+fn pod_sets(
+    key: &WorkloadKey,
+    dwl: Option<&Arc<DynamicWorkload>>,
+    mut remaining: BTreeMap<String, (Option<u32>, Vec<FactfulPod>)>,
+    in_flight: &HashSet<String>,
+    problems: &mut Vec<String>,
+) -> PodSets {
+    let ended = dwl.is_some_and(|d| d.spec.application_ended.is_some());
+    let mut sets = PodSets {
+        snapshots: Vec::new(),
+        pods: Vec::new(),
+        left_behind: 0,
+    };
+    let declared = dwl.map(|d| d.spec.pod_sets.as_slice()).unwrap_or_default();
+    for spec in declared {
+        let (_, pods) = remaining.remove(&spec.name).unwrap_or_default();
+        let per_pod = ResourceList::from_quantities(&spec.requests).unwrap_or_else(|e| {
+            problems.push(format!("DynamicWorkload {key} pod set {}: {e}", spec.name));
+            ResourceList::new()
+        });
+        let min_count = if ended {
+            0
+        } else {
+            u32::try_from(spec.min_count).unwrap_or(0)
+        };
+        let (snaps, kept) = snapshot_pods(&pods, in_flight, problems);
+        let (snaps, kept) = drop_gated_if(ended, snaps, kept, &mut sets.left_behind);
+        sets.snapshots.push(PodSetSnapshot {
+            name: spec.name.clone(),
+            per_pod,
+            min_count,
+            pods: snaps,
+        });
+        sets.pods.push(kept);
+    }
+    for (name, (min_count, pods)) in remaining {
+        let (snaps, kept) = snapshot_pods(&pods, in_flight, problems);
+        let (snaps, kept) = drop_gated_if(ended, snaps, kept, &mut sets.left_behind);
+        let min_count = if ended { Some(0) } else { min_count };
+        let per_pod = snaps
+            .iter()
+            .min_by_key(|p| p.created_at)
+            .map(|p| p.requests.clone())
+            .unwrap_or_default();
+        sets.snapshots.push(PodSetSnapshot {
+            name,
+            per_pod,
+            min_count: min_count.unwrap_or(1),
+            pods: snaps,
+        });
+        sets.pods.push(kept);
+    }
+    sets
 }
 
 /// With `drop`, keeps only the pods that are not gated and counts the others in `dropped`.
