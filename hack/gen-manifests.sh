@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml)"
+  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, and README.md's table of integrations)"
   exit 0
 fi
 cargo build --quiet --bin sluice
@@ -21,4 +21,13 @@ rm -f manifests/crds/*.yaml
 "$bin" manifests webhooks > manifests/install/03-webhooks.yaml
 "$bin" manifests rbac > manifests/install/01-rbac.yaml
 "$bin" manifests rbac-tasks > manifests/install/01-rbac-tasks.yaml
-ls manifests/crds manifests/install/01-rbac.yaml manifests/install/01-rbac-tasks.yaml manifests/install/03-webhooks.yaml
+# README.md's table of integrations (the lines from its header row to the next blank line).
+table=$(mktemp) readme=$(mktemp)
+trap 'rm -f "$table" "$readme"' EXIT
+"$bin" integrations > "$table"
+awk -v table="$table" '
+  /^\| integration \| / { while ((getline line < table) > 0) print line; skipping = 1; next }
+  skipping && /^$/ { skipping = 0 }
+  !skipping { print }' README.md > "$readme"
+cat "$readme" > README.md
+ls manifests/crds manifests/install/01-rbac.yaml manifests/install/01-rbac-tasks.yaml manifests/install/03-webhooks.yaml README.md

@@ -119,7 +119,8 @@ fn pod_rule(operations: &[&str]) -> RuleWithOperations {
     }
 }
 
-/// The application kinds sluice records (RayCluster, ...), for the application webhooks.
+/// The application kinds sluice records (RayCluster, ...: the registry's), for the application
+/// webhooks.
 fn application_rules() -> Vec<RuleWithOperations> {
     application_rules_for(&["CREATE", "UPDATE"])
 }
@@ -184,8 +185,9 @@ pub fn mutating(
                     own_namespace,
                 ))),
             },
-            // In a namespace with a default queue, Spark's and Ray's pods and applications that
-            // name no queue get the default; every other unlabelled object never reaches sluice.
+            // In a namespace with a default queue, the pods of the integrations that follow it
+            // (Spark's, Ray's: their marker labels, from the registry) and applications that name
+            // no queue get the default; every other unlabelled object never reaches sluice.
             MutatingWebhook {
                 name: "default-queue-pods.sluice.dev".into(),
                 admission_review_versions: vec!["v1".into()],
@@ -199,7 +201,7 @@ pub fn mutating(
                 side_effects: "None".into(),
                 timeout_seconds: Some(5),
                 match_conditions: Some(vec![MatchCondition {
-                    name: "spark-or-ray-pod".into(),
+                    name: "pod-of-a-kind-following-the-default-queue".into(),
                     expression: crate::integrations::default_queue_pod_condition(),
                 }]),
             },
