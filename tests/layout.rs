@@ -569,3 +569,143 @@ fn no_import_circle_between_sibling_modules() {
         found.join("\n  ")
     );
 }
+
+/// The blocks of a Markdown page (paragraphs, list items, table rows), each with the line it starts on.
+fn markdown_blocks(text: &str) -> Vec<(usize, String)> {
+    let mut blocks: Vec<(usize, String)> = Vec::new();
+    let mut open = false;
+    for (i, line) in text.lines().enumerate() {
+        let item = line.trim_start();
+        let starts = item.starts_with("- ")
+            || item.starts_with('|')
+            || item.starts_with('#')
+            || item
+                .split_once(". ")
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if item.is_empty() {
+            open = false;
+            continue;
+        }
+        if starts || !open {
+            blocks.push((i + 1, String::new()));
+        }
+        open = !item.starts_with('|') && !item.starts_with('#');
+        if let Some((_, block)) = blocks.last_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    blocks
+}
+
+/// What a page names in backticks: paths of the repository (`src/serve.rs`, `src/queue/`) and
+/// functions (`serve()`, `Controller::pass()`).
+fn backticked(block: &str) -> (Vec<String>, Vec<String>) {
+    let (mut paths, mut functions) = (Vec::new(), Vec::new());
+    for (i, token) in block.split('`').enumerate() {
+        let token = token.trim();
+        if i % 2 == 0 || token.is_empty() || token.contains([' ', '<', '*', '\n']) {
+            continue;
+        }
+        if let Some(call) = token.strip_suffix("()") {
+            let name = call.rsplit("::").next().unwrap_or(call);
+            if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                functions.push(name.to_string());
+            }
+        } else if token.contains('/')
+            && (token.ends_with(".rs") || token.ends_with('/'))
+            && !token.contains("://")
+        {
+            paths.push(token.to_string());
+        }
+    }
+    (paths, functions)
+}
+
+/// Whether one of `paths` (files or folders under the workspace root) defines `fn name`.
+fn defines(paths: &[PathBuf], name: &str) -> bool {
+    paths
+        .iter()
+        .flat_map(|p| {
+            if p.is_dir() {
+                rust_files(p)
+            } else {
+                vec![p.clone()]
+            }
+        })
+        .any(|file| {
+            let code = code_only(&read(&file));
+            code.match_indices(&format!("fn {name}"))
+                .any(|(at, found)| {
+                    let before = code[..at].chars().next_back();
+                    let after = code[at + found.len()..].chars().next();
+                    !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                        && matches!(after, Some('(' | '<'))
+                })
+        })
+}
+
+/// docs/architecture.md names a file and a function at every step: each file exists, and each
+/// function is defined in a file or folder named in the same paragraph or list item (or, when it
+/// names none, anywhere in the workspace's sources).
+#[test]
+fn the_architecture_page_names_files_and_functions_that_exist() {
+    let page = root().join("docs/architecture.md");
+    let text = read(&page);
+    let everywhere: Vec<PathBuf> = ["src", "webhooks/src", "certs/src", "tools/src"]
+        .iter()
+        .map(|d| root().join(d))
+        .collect();
+    let mut wrong = Vec::new();
+    for (line, block) in markdown_blocks(&text) {
+        let (paths, functions) = backticked(&block);
+        let mut named = Vec::new();
+        for path in &paths {
+            let full = root().join(path);
+            if full.exists() {
+                named.push(full);
+            } else {
+                wrong.push(format!("line {line}: `{path}` does not exist"));
+            }
+        }
+        let search = if named.is_empty() {
+            &everywhere
+        } else {
+            &named
+        };
+        for function in functions {
+            if !defines(search, &function) {
+                wrong.push(format!(
+                    "line {line}: `{function}()` is not defined in {}",
+                    if named.is_empty() {
+                        "the workspace's sources".to_string()
+                    } else {
+                        paths.join(", ")
+                    }
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md does not match the code:\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+#[test]
+fn the_page_checker_reads_blocks_paths_and_functions() {
+    let page =
+        "# T\n\n1. `a()` in\n   `src/x.rs`, then\n2. `B::c()` (`src/`)\n\n| `d/` | `e()` |\n";
+    let blocks = markdown_blocks(page);
+    let starts: Vec<usize> = blocks.iter().map(|(line, _)| *line).collect();
+    assert_eq!(starts, [1, 3, 5, 7]);
+    assert_eq!(
+        backticked(&blocks[1].1),
+        (vec!["src/x.rs".to_string()], vec!["a".to_string()])
+    );
+    assert_eq!(
+        backticked(&blocks[2].1),
+        (vec!["src/".to_string()], vec!["c".to_string()])
+    );
+}
