@@ -4,7 +4,7 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use sluice::api::QueueingStrategy;
 use sluice::queue::admission::*;
-use sluice::queue::resources::ResourceList;
+use sluice::resources::ResourceList;
 
 fn resources(cpu: i64, memory_mib: i64) -> ResourceList {
     let mut r = ResourceList::new();

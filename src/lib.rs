@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod queue;
 pub mod recorder;
+pub mod resources;
 pub mod serve;
 pub mod tasks;
 pub mod webhook_config;

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::QueueingStrategy;
-use crate::queue::resources::{ResourceList, describe_quantity};
+use crate::resources::{ResourceList, describe_quantity};
 
 /// Identifies a workload: its namespace and DynamicWorkload name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::api::QueueingStrategy;
 use crate::queue::admission::*;
-use crate::queue::resources::ResourceList;
+use crate::resources::ResourceList;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum ItemKind {

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::admission::*;
-use super::resources::ResourceList;
+use crate::resources::ResourceList;
 use crate::api::QueueingStrategy;
 
 const CPU: i64 = 1000;

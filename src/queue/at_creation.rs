@@ -33,8 +33,8 @@ use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};
 use crate::queue::clock::now_rfc3339;
-use crate::queue::resources::{ResourceList, describe_quantity, pod_requests};
 use crate::queue::snapshot::Built;
+use crate::resources::{ResourceList, describe_quantity, pod_requests};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 

@@ -32,10 +32,10 @@ use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, QueueTally, Snapshot, WorkloadKey, decide};
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
-use crate::queue::resources::ResourceList;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self, WorkloadView};
 use crate::queue::writer::Writer;
+use crate::resources::ResourceList;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {

@@ -17,7 +17,7 @@ use crate::integrations::{Adapters, workload_object_name};
 use crate::queue::admission::{
     PodSetSnapshot, PodSnapshot, PodState, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
 };
-use crate::queue::resources::{ResourceList, pod_requests};
+use crate::resources::{ResourceList, pod_requests};
 
 /// The snapshot plus what is needed to act on its decisions.
 pub struct Built {

@@ -301,7 +301,7 @@ pub fn queue_status(
 mod tests {
     use super::*;
     use crate::queue::admission::{PodSetSnapshot, PodSnapshot, WaitReason, WorkloadKey};
-    use crate::queue::resources::ResourceList;
+    use crate::resources::ResourceList;
     use k8s_openapi::api::core::v1::PodStatus;
 
     const NOW: &str = "2026-01-01T00:00:00Z";
