@@ -543,7 +543,7 @@ async fn certificates(
     let (_reloader, ca_updates, published) = sluice_certs::CertReloader::spawn_with_client_auth(
         client.clone(),
         settings.certs.clone(),
-        settings.rotation.clone(),
+        settings.rotation,
         tls.clone(),
         client_auth,
         shutdown.clone(),
