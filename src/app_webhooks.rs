@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use crate::api::{CapacityQueue, QUEUE_LABEL};
 use crate::integrations::{ApplicationIntegration, queue_label_patch};
 use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
-use crate::queue::resources::{ResourceList, describe_quantity};
 use crate::queue::snapshot::selector_matches;
+use crate::resources::{ResourceList, describe_quantity};
 
 fn adapter_for<'a>(
     adapters: &'a [Arc<dyn ApplicationIntegration>],

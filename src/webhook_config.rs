@@ -311,7 +311,7 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
 
 /// The annotations that record a pod's admission at creation (see `queue::at_creation`).
 const ADMISSION_ANNOTATIONS: [&str; 2] = [
-    crate::queue::at_creation::AT_CREATION_ANNOTATION,
+    crate::api::AT_CREATION_ANNOTATION,
     crate::api::ADMITTED_AT_ANNOTATION,
 ];
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use crate::api::{MIN_COUNT_ANNOTATION, QUEUE_LABEL};
-use crate::queue::resources::ResourceList;
+use crate::resources::ResourceList;
 
 /// An application's declared demand could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,7 @@ impl PodTemplate {
             .0
             .as_ref()
             .map_err(|e| DemandError::Invalid(format!("{path}.spec: not a pod spec: {e}")))?;
-        crate::queue::resources::pod_requests(spec)
+        crate::resources::pod_requests(spec)
             .map_err(|e| DemandError::Invalid(format!("{path}.{e}")))
     }
 
@@ -180,8 +180,7 @@ pub fn crd_name(resource: &ApiResource) -> String {
 
 /// Reads the amount at `field` (a quantity, not negative), or Err naming the field.
 pub fn amount(text: &str, field: &str) -> Result<i64, DemandError> {
-    crate::queue::resources::parse_amount(text)
-        .map_err(|e| DemandError::Invalid(format!("{field}: {e}")))
+    crate::resources::parse_amount(text).map_err(|e| DemandError::Invalid(format!("{field}: {e}")))
 }
 
 /// Adds `count` pods of `per_pod` to `gang`, or Err naming `field` (the count's path) when the

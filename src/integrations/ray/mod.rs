@@ -20,7 +20,7 @@ use super::{
     ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
 };
 use crate::api::{PodSetSpec, QUEUE_LABEL};
-use crate::queue::resources::ResourceList;
+use crate::resources::ResourceList;
 
 pub const CLUSTER_LABEL: &str = "ray.io/cluster";
 pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";

@@ -26,7 +26,7 @@ use super::{
     ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
 };
 use crate::api::{ApplicationEnd, PodSetSpec, QUEUE_LABEL};
-use crate::queue::resources::ResourceList;
+use crate::resources::ResourceList;
 
 pub const APP_SELECTOR_LABEL: &str = "spark-app-selector";
 pub const ROLE_LABEL: &str = "spark-role";

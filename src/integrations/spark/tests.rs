@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::queue::resources::parse_quantity;
+use crate::resources::parse_quantity;
 
 fn app(spec: Value) -> DynamicObject {
     serde_json::from_value(json!({"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",

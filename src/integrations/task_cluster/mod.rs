@@ -13,7 +13,7 @@ use super::{
     ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
 };
 use crate::api::{PodSetSpec, QUEUE_LABEL, TASK_CLUSTER_LABEL};
-use crate::queue::resources::ResourceList;
+use crate::resources::ResourceList;
 
 /// The fields of a TaskCluster's spec the gate reads (read leniently, like a foreign kind's: the
 /// demand errors name the field, as for the other integrations).
