@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
-use sluice::integrations::Adapters;
 use sluice::api::{CapacityQueue, DynamicWorkload};
+use sluice::integrations::Adapters;
 use sluice::queue::{admission, snapshot};
 
 struct Args {
