@@ -4,11 +4,11 @@
 //! Webhooks put a scheduling gate on every pod of a governed application; the queue controller
 //! removes it once the application's CapacityQueue has room, in priority order and with gangs.
 
-pub mod integrations;
 pub mod api;
 pub mod app_webhooks;
 pub mod duration;
 pub mod install;
+pub mod integrations;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;

@@ -639,7 +639,7 @@ fn gate_settings(controller_user: &str) -> sluice_webhooks::GateSettings {
         governed_label: QUEUE_LABEL.into(),
         controller_usernames: vec![controller_user.to_string()],
         admission_annotations: vec![
-            crate::queue::at_creation::AT_CREATION_ANNOTATION.into(),
+            crate::api::AT_CREATION_ANNOTATION.into(),
             crate::api::ADMITTED_AT_ANNOTATION.into(),
         ],
     }

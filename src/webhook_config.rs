@@ -141,11 +141,32 @@ fn application_rules_for(operations: &[&str]) -> Vec<RuleWithOperations> {
         .collect()
 }
 
+/// A mutating webhook of sluice's with the settings they all share: fail closed (a governed pod
+/// or application that escaped sluice would escape its quota), five seconds, no side effects.
+fn mutating_webhook(
+    name: &str,
+    path: &str,
+    endpoint: &Endpoint,
+    ca_bundle: Option<&[u8]>,
+) -> MutatingWebhook {
+    MutatingWebhook {
+        name: name.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: endpoint.client_config(path, ca_bundle),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        side_effects: "None".into(),
+        timeout_seconds: Some(5),
+        ..MutatingWebhook::default()
+    }
+}
+
 pub fn mutating(
     endpoint: &Endpoint,
     own_namespace: &str,
     ca_bundle: Option<&[u8]>,
 ) -> MutatingWebhookConfiguration {
+    let webhook = |name: &str, path: &str| mutating_webhook(name, path, endpoint, ca_bundle);
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(CONFIGURATION_NAME.into()),
@@ -154,70 +175,46 @@ pub fn mutating(
         },
         webhooks: Some(vec![
             MutatingWebhook {
-                name: "pods.sluice.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: endpoint.client_config("/mutate-pods", ca_bundle),
-                // A governed pod that could not be gated would escape its quota: fail closed.
-                failure_policy: Some("Fail".into()),
-                match_policy: Some("Equivalent".into()),
                 namespace_selector: Some(namespace_selector(own_namespace)),
                 object_selector: Some(governed_pods()),
                 reinvocation_policy: Some("IfNeeded".into()),
                 rules: Some(vec![pod_rule(&["CREATE"])]),
-                side_effects: "None".into(),
-                timeout_seconds: Some(5),
-                match_conditions: None,
+                ..webhook("pods.sluice.dev", "/mutate-pods")
             },
+            // Without the queue label in its templates, an application's pods would escape the gate.
             MutatingWebhook {
-                name: "applications.sluice.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: endpoint.client_config("/mutate-applications", ca_bundle),
-                // Without the queue label in its templates, an application's pods would escape the gate.
-                failure_policy: Some("Fail".into()),
-                match_policy: Some("Equivalent".into()),
                 namespace_selector: Some(namespace_selector(own_namespace)),
                 object_selector: Some(governed_pods()),
                 reinvocation_policy: Some("Never".into()),
                 rules: Some(application_rules()),
-                side_effects: "None".into(),
-                timeout_seconds: Some(5),
                 match_conditions: Some(application_conditions(&service_account_user(
                     own_namespace,
                 ))),
+                ..webhook("applications.sluice.dev", "/mutate-applications")
             },
             // In a namespace with a default queue, the pods of the integrations that follow it
             // (Spark's, Ray's: their marker labels, from the registry) and applications that name
             // no queue get the default; every other unlabelled object never reaches sluice.
             MutatingWebhook {
-                name: "default-queue-pods.sluice.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: endpoint.client_config("/mutate-pods", ca_bundle),
-                failure_policy: Some("Fail".into()),
-                match_policy: Some("Equivalent".into()),
                 namespace_selector: Some(default_queue_namespaces(own_namespace)),
                 object_selector: Some(without_queue_label()),
                 reinvocation_policy: Some("IfNeeded".into()),
                 rules: Some(vec![pod_rule(&["CREATE"])]),
-                side_effects: "None".into(),
-                timeout_seconds: Some(5),
                 match_conditions: Some(vec![MatchCondition {
                     name: "pod-of-a-kind-following-the-default-queue".into(),
                     expression: crate::integrations::default_queue_pod_condition(),
                 }]),
+                ..webhook("default-queue-pods.sluice.dev", "/mutate-pods")
             },
             MutatingWebhook {
-                name: "default-queue-applications.sluice.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: endpoint.client_config("/mutate-applications", ca_bundle),
-                failure_policy: Some("Fail".into()),
-                match_policy: Some("Equivalent".into()),
                 namespace_selector: Some(default_queue_namespaces(own_namespace)),
                 object_selector: Some(without_queue_label()),
                 reinvocation_policy: Some("Never".into()),
                 rules: Some(application_rules_for(&["CREATE"])),
-                side_effects: "None".into(),
-                timeout_seconds: Some(5),
-                match_conditions: None,
+                ..webhook(
+                    "default-queue-applications.sluice.dev",
+                    "/mutate-applications",
+                )
             },
         ]),
     }
@@ -453,6 +450,7 @@ mod tests {
         }
     }
 
+    // Long: a table of cases, one per kind of edit, read top to bottom.
     #[test]
     fn application_webhooks_see_creations_spec_and_queue_changes_only() {
         let user = "alice";

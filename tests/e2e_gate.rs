@@ -304,7 +304,7 @@ async fn an_ungoverned_pod_is_untouched() {
 
 fn admitted_at_creation(pod: &Pod) -> bool {
     pod.annotations()
-        .contains_key(sluice::queue::at_creation::AT_CREATION_ANNOTATION)
+        .contains_key(sluice::api::AT_CREATION_ANNOTATION)
 }
 
 #[tokio::test]

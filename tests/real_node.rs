@@ -358,7 +358,7 @@ async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() 
     let first = env.create_pod(pod("first", &queue, "1")).await;
     let at_creation = first
         .annotations()
-        .contains_key(sluice::queue::at_creation::AT_CREATION_ANNOTATION);
+        .contains_key(sluice::api::AT_CREATION_ANNOTATION);
     assert!(
         is_gated(&first) != at_creation,
         "the webhook ran: either gated or admitted at creation, not both, not neither: {:?}",

@@ -1,8 +1,8 @@
 use proptest::prelude::*;
 
 use super::admission::*;
-use crate::resources::ResourceList;
 use crate::api::QueueingStrategy;
+use crate::resources::ResourceList;
 
 const CPU: i64 = 1000;
 

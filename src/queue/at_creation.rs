@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-/// Its home is `crate::api` now; reachable here too for the callers of its first path.
-pub use crate::api::AT_CREATION_ANNOTATION;
-use crate::api::{ADMITTED_AT_ANNOTATION, QUEUE_LABEL};
+use crate::api::{ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, QUEUE_LABEL};
 use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};

@@ -4,9 +4,6 @@ pub mod admission;
 pub mod at_creation;
 pub mod clock;
 pub mod controller;
-/// Resource quantities live in `crate::resources` (the integrations read them too: kept out of the
-/// queue, no import circle); reachable here too for the callers of their first path.
-pub use crate::resources;
 pub mod snapshot;
 pub mod status;
 mod writer;

@@ -323,7 +323,7 @@ pub fn cpu_millis(pod: &Pod) -> i64 {
     pod.spec
         .as_ref()
         .map(|s| {
-            sluice::queue::resources::pod_requests(s)
+            sluice::resources::pod_requests(s)
                 .map(|r| r.get("cpu"))
                 .unwrap_or(0)
         })

@@ -5,7 +5,7 @@
 //
 //	export GOMODCACHE=$HOME/.cache/sluice/go/mod GOCACHE=$HOME/.cache/sluice/go/build \
 //	  GOPATH=$HOME/.cache/sluice/go GOFLAGS=-mod=mod GOTOOLCHAIN=local
-//	(cd hack/tools/quantity-vectors && /usr/local/go/bin/go run .) > src/queue/testdata/quantity_vectors.json
+//	(cd hack/tools/quantity-vectors && /usr/local/go/bin/go run .) > src/resources/testdata/quantity_vectors.json
 //
 // k8s.io/apimachinery is pinned in go.mod to the cluster's Kubernetes (hack/versions.sh).
 //

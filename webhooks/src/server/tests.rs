@@ -189,6 +189,7 @@ async fn removing_the_gate_is_denied_with_403_and_a_message() {
     );
 }
 
+// Long: a table of malformed requests, each with the answer it must get.
 #[tokio::test]
 async fn unreadable_requests_get_a_plain_text_4xx_saying_what_is_wrong() {
     // (case, Content-Type, body, expected status, expected text)
