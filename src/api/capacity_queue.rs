@@ -47,6 +47,20 @@ use super::Condition;
         description = "Workloads holding quota"
     ),
     printcolumn(
+        name = "Preemption",
+        type_ = "string",
+        json_path = ".spec.preemption.withinQueue",
+        description = "Whether higher priority may evict lower priority in the queue (empty: LowerPriority)",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Max-Priority",
+        type_ = "integer",
+        json_path = ".spec.preemption.maxPriority",
+        description = "The highest pod priority the queue accepts (empty: no cap)",
+        priority = 1
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -73,6 +87,49 @@ pub struct CapacityQueueSpec {
     /// behind the gate. InPass: every pod is gated and admitted by the controller's next pass.
     #[serde(default)]
     pub admission: AdmissionTiming,
+
+    /// Whether waiting work of higher priority may take quota back from admitted work of lower
+    /// priority in this queue, and the highest priority a pod of this queue may have. Absent: the
+    /// defaults (withinQueue LowerPriority, no cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<QueuePreemption>,
+}
+
+impl CapacityQueueSpec {
+    /// The queue's preemption settings, defaults filled in when it names none.
+    pub fn preemption(&self) -> QueuePreemption {
+        self.preemption.clone().unwrap_or_default()
+    }
+}
+
+/// How a queue's waiting work may take quota back from its admitted work.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePreemption {
+    /// LowerPriority (the default): a waiting workload that does not fit may evict admitted
+    /// workloads of lower priority in this queue (elastic pods above a workload's minimum first,
+    /// then whole workloads, lowest priority and newest first, never more than needed, through
+    /// the Eviction API so PodDisruptionBudgets hold). Equal priority never preempts. Never:
+    /// higher priority only goes first in line; nothing admitted is ever evicted.
+    #[serde(default)]
+    pub within_queue: WithinQueuePreemption,
+
+    /// The highest `spec.priority` (from its PriorityClass) a pod of this queue may have: a pod
+    /// above it is refused when it is created, with a message. A pod's PriorityClass is its
+    /// owner's choice, and priority decides who may evict whom: this caps it. Absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<i32>,
+}
+
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum WithinQueuePreemption {
+    /// Nothing admitted in the queue is ever evicted for waiting work.
+    Never,
+    /// Waiting work may evict admitted work of strictly lower priority in the same queue.
+    #[default]
+    LowerPriority,
 }
 
 #[derive(
@@ -123,4 +180,42 @@ pub struct CapacityQueueStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> CapacityQueueSpec {
+        serde_json::from_value(json).expect("spec")
+    }
+
+    #[test]
+    fn a_queue_without_preemption_lets_lower_priority_be_preempted_and_caps_nothing() {
+        let old = spec(serde_json::json!({"quota": {"cpu": "4"}}));
+        assert_eq!(old.preemption, None);
+        assert_eq!(
+            old.preemption(),
+            QueuePreemption {
+                within_queue: WithinQueuePreemption::LowerPriority,
+                max_priority: None,
+            }
+        );
+        let empty = spec(serde_json::json!({"quota": {"cpu": "4"}, "preemption": {}}));
+        assert_eq!(empty.preemption(), old.preemption());
+        let set = spec(serde_json::json!({"quota": {"cpu": "4"},
+            "preemption": {"withinQueue": "Never", "maxPriority": 1000}}));
+        assert_eq!(
+            set.preemption(),
+            QueuePreemption {
+                within_queue: WithinQueuePreemption::Never,
+                max_priority: Some(1000),
+            }
+        );
+        assert!(
+            serde_json::from_value::<CapacityQueueSpec>(serde_json::json!({"quota": {"cpu": "4"},
+                "preemption": {"withinQueue": "Always"}}))
+            .is_err()
+        );
+    }
 }

@@ -9,7 +9,8 @@ mod task_cluster;
 mod task_object;
 
 pub use capacity_queue::{
-    AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueueingStrategy,
+    AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueuePreemption,
+    QueueingStrategy, WithinQueuePreemption,
 };
 pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{
