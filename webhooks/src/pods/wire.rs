@@ -1,7 +1,8 @@
 //! The pod as the pod webhooks read it off the wire: only what they judge (name, generateName,
 //! namespace, labels, annotations, `spec.schedulingGates`, and what makes a pod's requests:
 //! containers' and init containers' resources and restart policy, `spec.overhead`, pod-level
-//! `spec.resources`, the names of `spec.resourceClaims`). Every other
+//! `spec.resources`, the names of `spec.resourceClaims`; `spec.priority` and
+//! `spec.priorityClassName`, for a queue's `maxPriority`). Every other
 //! field is skipped without being built, which is most of a pod's 5-10 KB: env, volumes, probes,
 //! managedFields.
 //! The result is an ordinary [`Pod`] carrying just those fields, so the handlers and the
@@ -91,6 +92,11 @@ struct WireSpec {
     /// Dynamic resource allocation claims: sluice cannot count them, so it needs to see them.
     #[serde(default)]
     resource_claims: Option<Vec<WireClaim>>,
+    /// Set from the PriorityClass by the API server's Priority admission, before the webhooks.
+    #[serde(default)]
+    priority: Option<i32>,
+    #[serde(default)]
+    priority_class_name: Option<String>,
 }
 
 /// A pod's resource claim: its name is all sluice reads.
@@ -200,6 +206,8 @@ impl<'de> Deserialize<'de> for PartialPod {
                     })
                     .collect()
             }),
+            priority: s.priority,
+            priority_class_name: s.priority_class_name,
             ..PodSpec::default()
         });
         Ok(PartialPod(Box::new(Pod {
@@ -285,6 +293,8 @@ mod tests {
                 "resourceClaims": s.resource_claims.as_ref().map(|c| c.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),
                 "containers": requests_of(&s.containers),
                 "initContainers": s.init_containers.as_deref().map(requests_of),
+                "priority": s.priority,
+                "priorityClassName": s.priority_class_name,
             })),
         })
     }
@@ -319,7 +329,8 @@ mod tests {
                      "overhead": {"cpu": "10m"},
                      "resources": {"requests": {"cpu": "8"}, "limits": {"memory": "4Gi"}},
                      "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                     "schedulingGates": [{"name": "other"}, {"name": "sluice.dev/admission"}]},
+                     "schedulingGates": [{"name": "other"}, {"name": "sluice.dev/admission"}],
+                     "priority": 1000, "priorityClassName": "high", "preemptionPolicy": "Never"},
             "status": {"phase": "Pending"},
         });
         let pods = [
@@ -332,6 +343,8 @@ mod tests {
             json!({"metadata": {"generateName": "w-", "labels": {}}}),
             json!({"spec": {"containers": [{"name": "c", "resources": {}}], "initContainers": []}}),
             json!({"spec": {"containers": [{"name": "c", "resources": {"requests": null}}]}}),
+            json!({"spec": {"priority": -5, "priorityClassName": null}}),
+            json!({"spec": {"priority": null, "priorityClassName": "low"}}),
         ];
         for pod in pods {
             let body = serde_json::to_vec(&review(pod.clone(), pod.clone())).unwrap_or_default();
@@ -368,6 +381,9 @@ mod tests {
             json!({"spec": {"schedulingGates": [{"name": 1}]}}),
             json!({"spec": {"containers": [{"name": "c", "resources": {"requests": ["cpu"]}}]}}),
             json!({"spec": {"containers": {"name": "c"}}}),
+            json!({"spec": {"priority": "high"}}),
+            json!({"spec": {"priority": 4294967296u64}}),
+            json!({"spec": {"priorityClassName": 7}}),
             json!("a pod"),
         ];
         for pod in cases {
