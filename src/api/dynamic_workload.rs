@@ -50,6 +50,13 @@ use super::Condition;
         description = "memory requested by admitted pods"
     ),
     printcolumn(
+        name = "Interrupted",
+        type_ = "integer",
+        json_path = ".status.interruptedCount",
+        description = "how often the workload was preempted",
+        priority = 1
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.message",
@@ -129,7 +136,8 @@ pub enum WorkloadPhase {
     Admitted,
     /// Its admitted pods run.
     Running,
-    /// Its pods were taken back to make room for others.
+    /// Its pods were taken back to make room for others (condition `Preempted`), and it holds
+    /// no quota now: it waits to be admitted again.
     Preempted,
     /// Every pod ended and none failed.
     Finished,
@@ -165,9 +173,16 @@ pub struct DynamicWorkloadStatus {
     /// Quota held for gang members that are not admitted yet (not created, or just created).
     #[serde(default)]
     pub reserved: BTreeMap<String, Quantity>,
-    /// How often the workload's pods were taken back.
+    /// How often the workload's pods were taken back (preempted: evicted to make room for a
+    /// workload of higher priority). Its pods queue again ahead of fresh ones of the same priority.
     #[serde(default)]
     pub interrupted_count: i32,
+    /// The workload (`namespace/name`) whose admission last preempted this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_preempted_by: Option<String>,
+    /// When the workload was last preempted (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_at: Option<String>,
     /// When the workload's minimum gang was first admitted (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admitted_at: Option<String>,

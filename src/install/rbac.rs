@@ -88,6 +88,9 @@ fn gate_rules() -> Vec<PolicyRule> {
         // Watch governed pods (the queue controller, Tasks' pods and workers); patch = remove the
         // admission gate (a JSON patch that tests the pod's uid and the gate first).
         rule("", &["pods"], &["get", "list", "watch", "patch"]),
+        // Preemption inside a queue: victims are evicted through the Eviction API (so that
+        // PodDisruptionBudgets are honoured), never deleted.
+        rule("", &["pods/eviction"], &["create"]),
         // Namespace labels, for default queues and CapacityQueue namespaceSelectors (metadata watch).
         rule("", &["namespaces"], &["list", "watch"]),
         rule("sluice.dev", &["capacityqueues"], &["get", "list", "watch"]),

@@ -23,6 +23,45 @@ pub struct WorkloadView<'a> {
     pub ended: Option<ApplicationEnd>,
     /// Gated pods of an ended application, kept out of the pass.
     pub left_behind: u32,
+    /// Its newest preemption, when the status known may not record it yet.
+    pub preempted: Option<&'a Preemption>,
+    /// Why it waits to preempt, when a PodDisruptionBudget holds its victims (replaces the
+    /// message of its wait).
+    pub held: Option<&'a str>,
+}
+
+/// One preemption of a workload: some of its pods were evicted to make room for `by`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preemption {
+    /// The preemptor, `namespace/name`.
+    pub by: String,
+    /// Why the preemptor could take quota back (`InQueuePriority`).
+    pub reason: String,
+    pub queue: String,
+    /// What the preemptor needed, described (e.g. `2 cpu, 4Gi memory`).
+    pub needed: String,
+    /// Pods of this workload evicted for it.
+    pub pods: u32,
+    /// When (RFC 3339): with `by`, what tells this preemption from an earlier one.
+    pub at: String,
+}
+
+impl Preemption {
+    /// The message of the `Preempted` condition and of the victim's event.
+    pub fn message(&self) -> String {
+        format!(
+            "{} pod(s) evicted to make room for {} in queue {} ({}), which needed {}",
+            self.pods, self.by, self.queue, self.reason, self.needed
+        )
+    }
+
+    /// Whether `status` already counts this preemption.
+    fn recorded_in(&self, status: Option<&DynamicWorkloadStatus>) -> bool {
+        status.is_some_and(|s| {
+            s.preempted_at.as_deref() == Some(self.at.as_str())
+                && s.last_preempted_by.as_deref() == Some(self.by.as_str())
+        })
+    }
 }
 
 impl<'a> WorkloadView<'a> {
@@ -35,6 +74,8 @@ impl<'a> WorkloadView<'a> {
                 .as_ref()
                 .and_then(|d| d.spec.application_ended),
             left_behind: built.left_behind.get(w).copied().unwrap_or(0),
+            preempted: None,
+            held: None,
         }
     }
 }
@@ -144,10 +185,12 @@ fn message_of(
                 ),
             }
         }
+        (Some(_), _) if view.held.is_some() => view.held.unwrap_or_default().to_string(),
         (Some(reason), _) => reason.to_string(),
         (None, WorkloadPhase::Finished) => format!("all {finished} pod(s) ended"),
         (None, WorkloadPhase::Failed) => format!("all {finished} pod(s) ended, {failed} failed"),
         (None, WorkloadPhase::Pending) => "no pods yet".to_string(),
+        (None, WorkloadPhase::Preempted) => "preempted: no pod of it waits yet".to_string(),
         (None, _) => format!(
             "{} pod(s) admitted in queue {}",
             tally.admitted_pods as i32, view.workload.queue
@@ -208,6 +251,48 @@ fn conditions_of(
     ]
 }
 
+/// What a status says of the workload's preemptions.
+struct PreemptionFields {
+    interrupted_count: i32,
+    last_preempted_by: Option<String>,
+    preempted_at: Option<String>,
+    /// `Preempted`: True since the newest preemption, its message naming the preemptor and what
+    /// it needed.
+    condition: Option<Condition>,
+}
+
+/// The preemption fields after this pass: the old status's, plus one interruption when `newest`
+/// is a preemption the old status does not count yet (so building the status again, or from a
+/// status that already counts it, never counts it twice).
+fn preemption_fields(
+    old: Option<&DynamicWorkloadStatus>,
+    newest: Option<&Preemption>,
+) -> PreemptionFields {
+    match newest.filter(|p| !p.recorded_in(old)) {
+        Some(p) => PreemptionFields {
+            interrupted_count: old.map_or(0, |s| s.interrupted_count).saturating_add(1),
+            last_preempted_by: Some(p.by.clone()),
+            preempted_at: Some(p.at.clone()),
+            condition: Some(Condition {
+                type_: "Preempted".into(),
+                status: ConditionStatus::True,
+                reason: p.reason.clone(),
+                message: p.message(),
+                last_transition_time: p.at.clone(),
+                observed_generation: None,
+            }),
+        },
+        None => PreemptionFields {
+            interrupted_count: old.map_or(0, |s| s.interrupted_count),
+            last_preempted_by: old.and_then(|s| s.last_preempted_by.clone()),
+            preempted_at: old.and_then(|s| s.preempted_at.clone()),
+            condition: old
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Preempted"))
+                .cloned(),
+        },
+    }
+}
+
 /// The status a DynamicWorkload should have after this pass. `admitted_now`: the (pod set, pod)
 /// positions of the workload this pass admits; `old`: the newest status known, whose transition
 /// times, interrupted count and first timestamps carry over.
@@ -221,11 +306,17 @@ pub fn workload_status(
     let counts = count_pods(view, admitted_now);
     let admitted_pods = tally.admitted_pods as i32;
     let pending_pods = tally.pending_pods as i32 + view.left_behind as i32;
-    let phase = phase_of(view.ended, &counts, tally, pending_pods);
+    let preempted = preemption_fields(old, view.preempted);
+    let phase = match phase_of(view.ended, &counts, tally, pending_pods) {
+        // Taken back and holding nothing: it waits to be admitted again.
+        WorkloadPhase::Pending if preempted.condition.is_some() => WorkloadPhase::Preempted,
+        phase => phase,
+    };
     let message = message_of(view, tally, &counts, phase);
     let holds = admitted_pods > 0 || !tally.reserved.is_empty();
     let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
-    let conditions = conditions_of(old, view.ended, phase, holds, &message, now);
+    let mut conditions = conditions_of(old, view.ended, phase, holds, &message, now);
+    conditions.extend(preempted.condition);
     let pod_set_summary = counts
         .pod_sets
         .iter()
@@ -242,7 +333,9 @@ pub fn workload_status(
         admitted_pods,
         used: tally.used.to_quantities(),
         reserved: tally.reserved.to_quantities(),
-        interrupted_count: old.map(|s| s.interrupted_count).unwrap_or(0),
+        interrupted_count: preempted.interrupted_count,
+        last_preempted_by: preempted.last_preempted_by,
+        preempted_at: preempted.preempted_at,
         admitted_at: old
             .and_then(|s| s.admitted_at.clone())
             .or_else(|| holds.then(|| now.to_string())),
@@ -371,6 +464,8 @@ mod tests {
                 pods: &self.pods,
                 ended: None,
                 left_behind: 0,
+                preempted: None,
+                held: None,
             }
         }
     }
@@ -580,6 +675,141 @@ mod tests {
             condition(&status, "Finished").reason,
             "ApplicationSucceeded"
         );
+    }
+
+    fn preemption(at: &str) -> Preemption {
+        Preemption {
+            by: "ns/urgent".into(),
+            reason: "InQueuePriority".into(),
+            queue: "q".into(),
+            needed: "2 cpu".into(),
+            pods: 1,
+            at: at.into(),
+        }
+    }
+
+    #[test]
+    fn a_preemption_is_counted_once_and_recorded_with_who_when_and_why() {
+        let f = fixture(&[
+            (PodState::Admitted, Some("Running")),
+            (PodState::Admitted, Some("Running")),
+        ]);
+        let tally = WorkloadTally {
+            used: cpu(2),
+            admitted_pods: 2,
+            ..WorkloadTally::default()
+        };
+        let before = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+        let old = DynamicWorkloadStatus {
+            interrupted_count: 1,
+            ..before
+        };
+        let first = preemption(LATER);
+        let view = WorkloadView {
+            preempted: Some(&first),
+            ..f.view()
+        };
+        let status = workload_status(&view, &tally, &HashSet::new(), Some(&old), LATER);
+        assert_eq!(status.interrupted_count, 2);
+        assert_eq!(status.last_preempted_by.as_deref(), Some("ns/urgent"));
+        assert_eq!(status.preempted_at.as_deref(), Some(LATER));
+        let preempted = condition(&status, "Preempted");
+        assert_eq!(
+            (
+                preempted.status,
+                preempted.reason.as_str(),
+                preempted.last_transition_time.as_str()
+            ),
+            (ConditionStatus::True, "InQueuePriority", LATER)
+        );
+        assert_eq!(
+            preempted.message,
+            "1 pod(s) evicted to make room for ns/urgent in queue q (InQueuePriority), which needed 2 cpu"
+        );
+        // Still holding quota (an executor above the minimum was taken): still running.
+        assert_eq!(status.phase, WorkloadPhase::Running);
+        // Built again from a status that counts it (the next pass): not counted twice.
+        let again = workload_status(&view, &tally, &HashSet::new(), Some(&status), LATER);
+        assert_eq!(again, status);
+        // Without the preemption at hand (the watch shows it recorded): carried forward.
+        let later = workload_status(&f.view(), &tally, &HashSet::new(), Some(&status), LATER);
+        assert_eq!(later, status);
+        // Another preemption, by the same preemptor later: counted again.
+        let second = preemption("2026-01-01T00:02:00Z");
+        let view = WorkloadView {
+            preempted: Some(&second),
+            ..f.view()
+        };
+        let third = workload_status(&view, &tally, &HashSet::new(), Some(&status), LATER);
+        assert_eq!(third.interrupted_count, 3);
+        assert_eq!(
+            condition(&third, "Preempted").last_transition_time,
+            "2026-01-01T00:02:00Z"
+        );
+    }
+
+    #[test]
+    fn a_workload_preempted_whole_waits_as_preempted() {
+        let f = fixture(&[(PodState::Gated, Some("Pending"))]);
+        let tally = WorkloadTally {
+            pending_pods: 1,
+            waiting: Some(WaitReason::Quota {
+                queue: "q".into(),
+                resource: "cpu".into(),
+                missing: 1000,
+                used: 4000,
+                reserved: 0,
+                quota: 4000,
+            }),
+            ..WorkloadTally::default()
+        };
+        let p = preemption(NOW);
+        let view = WorkloadView {
+            preempted: Some(&p),
+            ..f.view()
+        };
+        let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Preempted);
+        assert_eq!(status.interrupted_count, 1);
+        assert!(status.message.starts_with("needs 1 cpu more"), "{status:?}");
+        // Admitted again: the phase follows its pods, the record stays.
+        let f = fixture(&[(PodState::Admitted, Some("Running"))]);
+        let tally = WorkloadTally {
+            used: cpu(1),
+            admitted_pods: 1,
+            ..WorkloadTally::default()
+        };
+        let back = workload_status(&f.view(), &tally, &HashSet::new(), Some(&status), LATER);
+        assert_eq!(back.phase, WorkloadPhase::Running);
+        assert_eq!(back.interrupted_count, 1);
+        assert_eq!(condition(&back, "Preempted").last_transition_time, NOW);
+    }
+
+    #[test]
+    fn a_preemptor_held_by_a_disruption_budget_says_so() {
+        let f = fixture(&[(PodState::Gated, Some("Pending"))]);
+        let tally = WorkloadTally {
+            pending_pods: 1,
+            waiting: Some(WaitReason::Quota {
+                queue: "q".into(),
+                resource: "cpu".into(),
+                missing: 1000,
+                used: 4000,
+                reserved: 0,
+                quota: 4000,
+            }),
+            ..WorkloadTally::default()
+        };
+        let view = WorkloadView {
+            held: Some("waits to preempt: a PodDisruptionBudget blocks the eviction of pod ns/p"),
+            ..f.view()
+        };
+        let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+        assert_eq!(
+            status.message,
+            "waits to preempt: a PodDisruptionBudget blocks the eviction of pod ns/p"
+        );
+        assert_eq!(status.phase, WorkloadPhase::Pending);
     }
 
     #[test]

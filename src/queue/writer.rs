@@ -581,6 +581,8 @@ fn same_but_for_wording(old: &DynamicWorkloadStatus, new: &DynamicWorkloadStatus
         && old.pending_pods == new.pending_pods
         && old.admitted_pods == new.admitted_pods
         && old.interrupted_count == new.interrupted_count
+        && old.last_preempted_by == new.last_preempted_by
+        && old.preempted_at == new.preempted_at
         && old.admitted_at == new.admitted_at
         && old.finished_at == new.finished_at
         && old.pod_set_summary == new.pod_set_summary
@@ -764,6 +766,22 @@ mod tests {
         let mut ended = status(WorkloadPhase::Running, 2, 1, 0);
         ended.pod_sets[0].finished = 1;
         assert!(!settling(&ended));
+    }
+
+    #[test]
+    fn a_preemption_is_never_a_change_of_wording_only() {
+        let old = status(WorkloadPhase::Running, 0, 2, 0);
+        let mut reworded = old.clone();
+        reworded.message = "other words".into();
+        assert!(same_but_for_wording(&old, &reworded));
+        let mut preempted = old.clone();
+        preempted.interrupted_count = 1;
+        preempted.last_preempted_by = Some("ns/urgent".into());
+        preempted.preempted_at = Some("2026-01-01T00:00:00Z".into());
+        assert!(!same_but_for_wording(&old, &preempted));
+        let mut by_another = preempted.clone();
+        by_another.last_preempted_by = Some("ns/other".into());
+        assert!(!same_but_for_wording(&preempted, &by_another));
     }
 
     #[test]
