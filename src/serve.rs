@@ -558,7 +558,7 @@ async fn certificates(
 
 /// What the webhooks judge from, kept in memory by watches: no API call on their hot path.
 struct WebhookState {
-    /// The queues, for the application validator.
+    /// The queues, for the application validator and the pod classifier (`maxPriority`).
     queues: Store<crate::api::CapacityQueue>,
     /// The namespaces' labels: default queues and namespaceSelectors.
     namespaces: crate::namespaces::Namespaces,
@@ -621,6 +621,7 @@ fn start_webhook_server(
         .classifier(Arc::new(crate::queue::at_creation::Classifier {
             adapters: Adapters::with_namespaces(state.namespaces.clone()),
             at_creation: Some(state.at_creation.clone()),
+            queues: Some(state.queues.clone()),
         }))
         .readiness(state.ready.clone())
         .metrics(metrics)
@@ -646,7 +647,7 @@ fn gate_settings(controller_user: &str) -> sluice_webhooks::GateSettings {
 }
 
 /// Registers the webhook configurations with the first CA bundle, then says ready once the
-/// namespaces are listed.
+/// namespaces and the queues are listed.
 async fn publish_webhooks(
     client: &Client,
     settings: &Settings,
@@ -669,6 +670,12 @@ async fn publish_webhooks(
         .wait_until_ready()
         .await
         .context("watching namespaces for their default queues")?;
+    // Until the queues are listed, no queue's maxPriority would be known to the pod webhook.
+    state
+        .queues
+        .wait_until_ready()
+        .await
+        .context("watching CapacityQueues")?;
     state.ready.store(true, Ordering::SeqCst);
     Ok(())
 }

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, QUEUE_LABEL};
+use crate::api::{ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, CapacityQueue, QUEUE_LABEL};
 use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};
@@ -500,6 +501,43 @@ fn fits_within(pod: &ResourceList, place: &ResourceList) -> bool {
 pub struct Classifier {
     pub adapters: Adapters,
     pub at_creation: Option<Arc<AdmitAtCreation>>,
+    /// The queues, for their `spec.preemption.maxPriority` (None: no cap is checked).
+    pub queues: Option<Store<CapacityQueue>>,
+}
+
+impl Classifier {
+    /// Refuses a pod of `queue` whose priority is above the queue's `maxPriority`. The API
+    /// server's Priority admission has set `spec.priority` from the pod's PriorityClass before the
+    /// webhooks run; a pod without one counts as 0, as the controller counts it. A queue not known
+    /// (yet) caps nothing here: the controller counts no pod above its queue's cap.
+    fn refuse_above_max_priority(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        queue: &str,
+    ) -> Result<(), String> {
+        let Some(cap) = self
+            .queues
+            .as_ref()
+            .and_then(|queues| queues.get(&ObjectRef::new(queue)))
+            .and_then(|q| q.spec.preemption().max_priority)
+        else {
+            return Ok(());
+        };
+        let spec = pod.spec.as_ref();
+        let priority = spec.and_then(|s| s.priority).unwrap_or(0);
+        if priority <= cap {
+            return Ok(());
+        }
+        let class = match spec.and_then(|s| s.priority_class_name.as_deref()) {
+            Some(class) if !class.is_empty() => format!("PriorityClass {class:?}"),
+            _ => "the cluster's default PriorityClass".to_string(),
+        };
+        Err(format!(
+            "sluice: pod {namespace}/{name} has priority {priority} ({class}) but CapacityQueue {queue:?} accepts pods of priority {cap} at most (spec.preemption.maxPriority): a higher priority could evict the queue's other workloads. Give the pod (or its application's pod templates) a priorityClassName whose value is at most {cap} (kubectl get priorityclasses lists them), or ask the queue's owner to raise its maxPriority",
+            name = pod_display_name(pod),
+        ))
+    }
 }
 
 impl sluice_webhooks::PodClassifier for Classifier {
@@ -513,6 +551,9 @@ impl sluice_webhooks::PodClassifier for Classifier {
         pod: &Pod,
     ) -> Result<Option<BTreeMap<String, String>>, String> {
         let labels = self.adapters.classify_in(namespace, pod)?;
+        if let Some(queue) = labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)) {
+            self.refuse_above_max_priority(namespace, pod, queue)?;
+        }
         // The API server validates the pod only after this webhook: a governed pod's requests are
         // judged here, or a negative request would count as room.
         if labels.is_some()

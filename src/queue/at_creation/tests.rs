@@ -211,6 +211,7 @@ mod token_replay {
         Classifier {
             adapters: Adapters::default(),
             at_creation: Some(Arc::new(open_with_room(room_cpu))),
+            queues: None,
         }
     }
 
@@ -417,6 +418,7 @@ fn a_governed_pod_claiming_dra_devices_is_refused_naming_the_field() {
     let c = Classifier {
         adapters: Adapters::default(),
         at_creation: None,
+        queues: None,
     };
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "dra", "labels": {QUEUE_LABEL: "q"}},
@@ -445,4 +447,110 @@ fn nothing_is_admitted_at_creation_past_the_terms_deadline() {
     assert!(a.try_admit(&pod_at("ns"), &one, &list(1)).is_some());
     a.lock().admit_until = Some(Instant::now());
     assert_eq!(a.try_admit(&pod_at("ns"), &one, &list(1)), None);
+}
+
+/// Issue 18: priority is a user's input (any PriorityClass the cluster has), and priority decides
+/// who may evict whom in a queue; `spec.preemption.maxPriority` caps it at creation.
+mod max_priority {
+    use super::*;
+    use kube::core::admission::{AdmissionRequest, AdmissionReview};
+    use serde_json::{Value, json};
+    use sluice_webhooks::{GateSettings, PodClassifier, mutate_pod};
+
+    /// A classifier that knows the queue "q", capped at `max_priority` when Some.
+    fn classifier(max_priority: Option<i32>) -> Classifier {
+        let (queues, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
+        let mut spec = json!({"quota": {"cpu": "8"}});
+        if let Some(cap) = max_priority {
+            spec["preemption"] = json!({"maxPriority": cap});
+        }
+        let queue: CapacityQueue = serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": "q"}, "spec": spec}))
+        .expect("queue");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(queue));
+        Classifier {
+            adapters: Adapters::default(),
+            at_creation: Some(Arc::new(open_with_room(8))),
+            queues: Some(queues),
+        }
+    }
+
+    /// A plain pod of `queue` with the priority the API server's Priority admission gave it.
+    fn pod(queue: &str, priority: Option<i32>, class: Option<&str>) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {QUEUE_LABEL: queue}},
+            "spec": {"priority": priority, "priorityClassName": class,
+                "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]},
+        })
+    }
+
+    /// The pod webhook's answer to the creation of `pod`.
+    fn create(classifier: &Classifier, pod: Value) -> kube::core::admission::AdmissionResponse {
+        let review: AdmissionReview<Pod> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": "p", "namespace": "ns", "operation": "CREATE",
+                "userInfo": {"username": "alice"}, "object": pod,
+            }
+        }))
+        .expect("review");
+        let request: AdmissionRequest<Pod> = review.try_into().expect("request");
+        mutate_pod(&request, classifier, &GateSettings::default())
+    }
+
+    #[test]
+    fn a_pod_above_its_queues_max_priority_is_refused_at_creation() {
+        let capped = classifier(Some(1000));
+        let refused = create(&capped, pod("q", Some(1_000_000), Some("urgent")));
+        assert!(!refused.allowed, "a priority above the cap is refused");
+        let message = &refused.result.message;
+        for part in [
+            "pod ns/p",
+            "priority 1000000",
+            "PriorityClass \"urgent\"",
+            "CapacityQueue \"q\"",
+            "priority 1000 at most",
+            "spec.preemption.maxPriority",
+            "kubectl get priorityclasses",
+        ] {
+            assert!(message.contains(part), "{part:?} missing from: {message}");
+        }
+        let nothing_held = capped.at_creation.as_ref().map(|a| a.lock().holds.len());
+        assert_eq!(nothing_held, Some(0), "a refused pod holds no room");
+    }
+
+    #[test]
+    fn a_pod_at_or_below_the_cap_or_in_an_uncapped_queue_is_judged_as_before() {
+        let capped = classifier(Some(1000));
+        for priority in [Some(1000), Some(-5), None] {
+            let answer = create(&capped, pod("q", priority, Some("normal")));
+            assert!(answer.allowed, "{priority:?}: {}", answer.result.message);
+        }
+        let uncapped = classifier(None);
+        assert!(create(&uncapped, pod("q", Some(i32::MAX), Some("top"))).allowed);
+        // A queue the webhook does not know yet caps nothing here (the controller judges the pod).
+        assert!(create(&capped, pod("other", Some(i32::MAX), Some("top"))).allowed);
+        // A pod sluice does not govern is not its business, whatever its priority.
+        let mut ungoverned = pod("q", Some(i32::MAX), Some("top"));
+        ungoverned["metadata"]["labels"] = json!({});
+        assert!(create(&capped, ungoverned).allowed);
+    }
+
+    #[test]
+    fn a_pod_without_a_priority_counts_as_zero_against_a_negative_cap() {
+        let refused = classifier(Some(-1))
+            .classify_in(
+                "ns",
+                &serde_json::from_value(pod("q", None, None)).expect("pod"),
+            )
+            .expect_err("0 is above -1");
+        assert!(
+            refused.contains("priority 0 (the cluster's default PriorityClass)"),
+            "{refused}"
+        );
+    }
 }
