@@ -30,6 +30,7 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
                 } else {
                     QueueingStrategy::StrictFIFO
                 },
+                preemption: PreemptionPolicy::default(),
             }
         })
         .collect();
@@ -55,6 +56,7 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
                         PodState::Gated
                     },
                     created_at: (next() % 100_000) as i64,
+                    terminating: false,
                 })
                 .collect();
             WorkloadSnapshot {

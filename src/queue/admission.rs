@@ -43,6 +43,23 @@ pub struct QueueSnapshot {
     pub name: String,
     pub quota: ResourceList,
     pub strategy: QueueingStrategy,
+    pub preemption: PreemptionPolicy,
+}
+
+/// Whether a waiting item may take quota back from admitted pods of its own queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WithinQueue {
+    /// Nothing admitted is ever taken back: higher priority only goes first in the line.
+    Never,
+    /// A waiting item may preempt admitted pods of lower-priority workloads of the queue.
+    #[default]
+    LowerPriority,
+}
+
+/// A queue's preemption settings (`spec.preemption`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreemptionPolicy {
+    pub within_queue: WithinQueue,
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +101,10 @@ pub struct PodSnapshot {
     pub state: PodState,
     /// When the pod was created (milliseconds since the epoch).
     pub created_at: i64,
+    /// An Admitted pod with a deletionTimestamp: it still holds quota (usage counts it until it
+    /// is gone or ended), but it is already being freed: preemption plans count it as freed room
+    /// and never pick it again.
+    pub terminating: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -130,6 +151,12 @@ pub enum WaitReason {
         queue: String,
         blocker: WorkloadKey,
     },
+    /// The item preempts: it waits for `victims` pods of lower-priority workloads to go (chosen by
+    /// this pass, or already terminating), and is admitted by a later pass once they are gone.
+    Preempting {
+        queue: String,
+        victims: u32,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -172,6 +199,10 @@ impl std::fmt::Display for WaitReason {
             WaitReason::BehindInStrictFifo { queue, blocker } => {
                 write!(f, "waits behind {blocker} in StrictFIFO queue {queue}")
             }
+            WaitReason::Preempting { queue, victims } => write!(
+                f,
+                "waits for {victims} lower-priority pods to be preempted in queue {queue}"
+            ),
         }
     }
 }
@@ -209,9 +240,27 @@ pub struct WorkloadTally {
 pub struct Decisions {
     /// Pods to ungate, in the order they were admitted.
     pub admit: Vec<PodRef>,
+    /// Admitted pods to evict (through the Eviction API), so that a preemptor can be admitted by
+    /// a later pass once they are gone.
+    pub evict: Vec<Eviction>,
     /// Indexed like `Snapshot::workloads`.
     pub workloads: Vec<WorkloadTally>,
     pub queues: BTreeMap<String, QueueTally>,
+}
+
+/// An admitted pod to take quota back from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    pub victim: PodRef,
+    /// The workload that needs the room: an index into `Snapshot::workloads`.
+    pub preemptor: usize,
+    pub reason: EvictionReason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionReason {
+    /// A higher-priority item of the same queue (`spec.preemption.withinQueue: LowerPriority`).
+    InQueuePriority,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -390,6 +439,7 @@ fn add_into(target: &mut [i64], values: &[i64]) {
 pub fn decide(snapshot: &Snapshot) -> Decisions {
     let mut decisions = Decisions {
         admit: Vec::new(),
+        evict: Vec::new(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };

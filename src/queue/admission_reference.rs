@@ -79,6 +79,7 @@ fn add_into(target: &mut [i64], values: &[i64]) {
 pub fn decide(snapshot: &Snapshot) -> Decisions {
     let mut decisions = Decisions {
         admit: Vec::new(),
+        evict: Vec::new(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };

@@ -20,6 +20,7 @@ fn queue(name: &str, cpu: i64, strategy: QueueingStrategy) -> QueueSnapshot {
         name: name.into(),
         quota,
         strategy,
+        preemption: PreemptionPolicy::default(),
     }
 }
 
@@ -29,6 +30,7 @@ fn pod(name: &str, cpu: i64, state: PodState, created_at: i64) -> PodSnapshot {
         requests: res(cpu),
         state,
         created_at,
+        terminating: false,
     }
 }
 

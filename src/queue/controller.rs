@@ -1043,6 +1043,7 @@ mod tests {
             name: name.into(),
             quota: quota(4000),
             strategy: QueueingStrategy::BestEffortFIFO,
+            preemption: Default::default(),
         };
         let mut snapshot = Snapshot {
             queues: vec![queue("a"), queue("b")],

@@ -435,6 +435,7 @@ mod tests {
                         requests: cpu(1),
                         state: *state,
                         created_at: i as i64,
+                        terminating: false,
                     })
                     .collect(),
             }],
