@@ -12,10 +12,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
-use crate::api::{ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, DynamicWorkload};
+use crate::api::{
+    ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, DynamicWorkload, QueuePreemption,
+    WithinQueuePreemption,
+};
 use crate::integrations::{Adapters, workload_object_name};
 use crate::queue::admission::{
-    PodSetSnapshot, PodSnapshot, PodState, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
+    PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot, Snapshot, WithinQueue,
+    WorkloadKey, WorkloadSnapshot,
 };
 use crate::resources::{ResourceList, pod_requests};
 
@@ -90,6 +94,22 @@ pub fn trim_pod(pod: &mut Pod) {
         status.init_container_statuses = None;
         status.ephemeral_container_statuses = None;
         status.conditions = None;
+    }
+}
+
+/// Whether an admitted pod is on its way out (it has a deletionTimestamp): it still holds its
+/// quota until it is gone or ended, but its room is already being freed.
+pub fn is_terminating(pod: &Pod, state: PodState) -> bool {
+    state == PodState::Admitted && pod.metadata.deletion_timestamp.is_some()
+}
+
+/// A queue's preemption settings as the admission function reads them (absent: the defaults).
+pub fn preemption_policy(preemption: &QueuePreemption) -> PreemptionPolicy {
+    PreemptionPolicy {
+        within_queue: match preemption.within_queue {
+            WithinQueuePreemption::Never => WithinQueue::Never,
+            WithinQueuePreemption::LowerPriority => WithinQueue::LowerPriority,
+        },
     }
 }
 
@@ -256,7 +276,7 @@ pub fn build_from_facts(
     in_flight: &HashSet<String>,
 ) -> Built {
     let mut problems = Vec::new();
-    let (queue_snapshots, selectors) = queue_snapshots(queues, &mut problems);
+    let (queue_snapshots, rules) = queue_snapshots(queues, &mut problems);
     let namespace_labels: HashMap<String, BTreeMap<String, String>> = namespaces
         .iter()
         .map(|ns| (ns.name_any(), ns.labels().clone()))
@@ -295,12 +315,14 @@ pub fn build_from_facts(
         let queue = dwl
             .map(|d| d.spec.queue_name.clone())
             .unwrap_or_else(|| group.queue.clone());
-        let namespace_allowed = match selectors.get(&queue) {
-            Some(Some(selector)) => namespace_labels
+        let rule = rules.get(&queue);
+        let namespace_allowed = match rule.and_then(|r| r.selector.as_ref()) {
+            Some(selector) => namespace_labels
                 .get(&key.namespace)
                 .is_some_and(|labels| selector_matches(selector, labels)),
-            _ => true,
+            None => true,
         };
+        let max_priority = rule.and_then(|r| r.max_priority);
         add_workload(
             &mut built,
             key,
@@ -310,33 +332,53 @@ pub fn build_from_facts(
             group,
             in_flight,
         );
+        // No workload counts above its queue's cap (a pod created before the cap was set, a
+        // ledger's priority): it can neither overtake nor preempt with more than the cap.
+        if let (Some(cap), Some(workload)) = (max_priority, built.snapshot.workloads.last_mut()) {
+            workload.priority = workload.priority.min(cap);
+        }
     }
     built
 }
 
-/// The queues whose quota can be read, and each one's namespace selector; a queue whose quota
-/// cannot is a problem, left out.
+/// What the snapshot needs of a queue besides its [`QueueSnapshot`]: which namespaces it admits
+/// and the highest priority it counts.
+struct QueueRules {
+    selector: Option<LabelSelector>,
+    max_priority: Option<i32>,
+}
+
+/// The queues whose quota can be read, and each one's namespace selector and priority cap; a
+/// queue whose quota cannot is a problem, left out.
 fn queue_snapshots(
     queues: &[Arc<CapacityQueue>],
     problems: &mut Vec<String>,
-) -> (Vec<QueueSnapshot>, HashMap<String, Option<LabelSelector>>) {
+) -> (Vec<QueueSnapshot>, HashMap<String, QueueRules>) {
     let mut snapshots = Vec::with_capacity(queues.len());
-    let mut selectors = HashMap::new();
+    let mut rules = HashMap::new();
     for q in queues {
         let name = q.name_any();
         match ResourceList::from_quantities(&q.spec.quota) {
             Ok(quota) => {
+                let preemption = q.spec.preemption();
                 snapshots.push(QueueSnapshot {
                     name: name.clone(),
                     quota,
                     strategy: q.spec.queueing_strategy,
+                    preemption: preemption_policy(&preemption),
                 });
-                selectors.insert(name, q.spec.namespace_selector.clone());
+                rules.insert(
+                    name,
+                    QueueRules {
+                        selector: q.spec.namespace_selector.clone(),
+                        max_priority: preemption.max_priority,
+                    },
+                );
             }
             Err(e) => problems.push(format!("CapacityQueue {name}: {e}")),
         }
     }
-    (snapshots, selectors)
+    (snapshots, rules)
 }
 
 /// Groups the governed pods by workload, then pod set: each workload's queue (its first pod's),
@@ -516,11 +558,13 @@ fn snapshot_pods(
                 continue;
             }
         };
+        let state = pod_state(pod, in_flight);
         snaps.push(PodSnapshot {
             name: fact.name.clone(),
             requests,
-            state: pod_state(pod, in_flight),
+            state,
             created_at: fact.created_at,
+            terminating: is_terminating(pod, state),
         });
         kept.push(pod.clone());
     }
@@ -656,6 +700,117 @@ mod tests {
         assert_eq!(
             built.snapshot.workloads[0].priority, 0,
             "no pods yet: the ledger's own"
+        );
+    }
+
+    fn queue_with(spec: serde_json::Value) -> Arc<CapacityQueue> {
+        Arc::new(
+            serde_json::from_value(
+                json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+                "metadata": {"name": "q"}, "spec": spec}),
+            )
+            .expect("queue"),
+        )
+    }
+
+    #[test]
+    fn a_queue_snapshot_carries_its_preemption_policy_lower_priority_by_default() {
+        let within = |queue: Arc<CapacityQueue>| {
+            build(
+                &Adapters::default(),
+                &[queue],
+                &[],
+                &[],
+                &[],
+                &HashSet::new(),
+            )
+            .snapshot
+            .queues[0]
+                .preemption
+                .within_queue
+        };
+        assert_eq!(within(queue()), WithinQueue::LowerPriority, "no field");
+        assert_eq!(
+            within(queue_with(
+                json!({"quota": {"cpu": "10"}, "preemption": {"maxPriority": 5}})
+            )),
+            WithinQueue::LowerPriority
+        );
+        assert_eq!(
+            within(queue_with(
+                json!({"quota": {"cpu": "10"}, "preemption": {"withinQueue": "Never"}})
+            )),
+            WithinQueue::Never
+        );
+    }
+
+    #[test]
+    fn an_admitted_pod_being_deleted_still_counts_and_is_marked_terminating() {
+        let deleting = |pod: Arc<Pod>| {
+            let mut pod = (*pod).clone();
+            pod.metadata.deletion_timestamp =
+                Some(serde_json::from_value(json!("2026-11-23T00:01:00Z")).expect("time"));
+            Arc::new(pod)
+        };
+        let pods = vec![
+            pod("driver", "driver", false, "Running"),
+            deleting(pod("exec-1", "executor", false, "Running")),
+            deleting(pod("exec-2", "executor", true, "Pending")),
+        ];
+        let built = build(
+            &Adapters::default(),
+            &[queue()],
+            &[workload(None)],
+            &pods,
+            &[],
+            &HashSet::new(),
+        );
+        let seen: Vec<(&str, PodState, bool)> = built.snapshot.workloads[0]
+            .pod_sets
+            .iter()
+            .flat_map(|s| &s.pods)
+            .map(|p| (p.name.as_str(), p.state, p.terminating))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("driver", PodState::Admitted, false),
+                ("exec-1", PodState::Admitted, true),
+                ("exec-2", PodState::Ended, false),
+            ],
+            "an admitted pod on its way out holds its quota until it is gone; a gated one held none"
+        );
+        let decisions = decide(&built.snapshot);
+        assert_eq!(decisions.workloads[0].used.get("cpu"), 2000);
+    }
+
+    #[test]
+    fn no_workload_counts_above_its_queues_max_priority() {
+        let mut driver = (*pod("driver", "driver", false, "Running")).clone();
+        if let Some(spec) = driver.spec.as_mut() {
+            spec.priority = Some(1_000_000);
+        }
+        let pods = [Arc::new(driver)];
+        let priority = |queue: Arc<CapacityQueue>| {
+            build(
+                &Adapters::default(),
+                &[queue],
+                &[workload(None)],
+                &pods,
+                &[],
+                &HashSet::new(),
+            )
+            .snapshot
+            .workloads[0]
+                .priority
+        };
+        assert_eq!(priority(queue()), 1_000_000, "no cap");
+        assert_eq!(
+            priority(queue_with(
+                json!({"quota": {"cpu": "10"}, "preemption": {"maxPriority": 100}})
+            )),
+            100,
+            "a pod created before the cap was set counts as the cap"
         );
     }
 
