@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::QueueingStrategy;
+use crate::queue::preemption::{self, HeldPod, HeldSet, Holder, Need, Plan};
 use crate::resources::{ResourceList, describe_quantity};
 
 /// Identifies a workload: its namespace and DynamicWorkload name.
@@ -417,6 +418,12 @@ impl Dimensions {
         }
     }
 
+    fn project(&self, list: &ResourceList) -> Vec<i64> {
+        let mut out = vec![0i64; self.width()];
+        self.add_projected(list, &mut out);
+        out
+    }
+
     fn to_list(&self, values: &[i64]) -> ResourceList {
         ResourceList(
             self.names
@@ -432,6 +439,12 @@ impl Dimensions {
 fn add_into(target: &mut [i64], values: &[i64]) {
     for (t, v) in target.iter_mut().zip(values) {
         *t = t.saturating_add(*v);
+    }
+}
+
+fn sub_from(target: &mut [i64], values: &[i64]) {
+    for (t, v) in target.iter_mut().zip(values) {
+        *t = t.saturating_sub(*v);
     }
 }
 
@@ -506,6 +519,8 @@ struct MemberState {
     gated: u32,
     admitted_before: u32,
     admitted_now: u32,
+    /// Admitted pods being deleted (counted in `admitted_before` too).
+    terminating: u32,
 }
 
 /// One queue's pass, phase by phase: gather the demand (what each member holds, the reservations
@@ -523,7 +538,7 @@ fn decide_queue(
         pass.gather_member(m);
     }
     pass.order_demand();
-    let waiting = pass.admit_in_order(&mut decisions.admit);
+    let waiting = pass.admit_in_order(&mut decisions.admit, &mut decisions.evict);
     pass.tally(&mut decisions.workloads, waiting)
 }
 
@@ -549,6 +564,20 @@ struct QueuePass<'a> {
     usage_at: u32,
     reserved_at: u32,
     reserve_at: u32,
+}
+
+/// At most this many items of a queue look for victims in one pass (the first ones in admission
+/// order that do not fit); the first that finds them is the pass's only preemptor in the queue.
+const MAX_PREEMPTION_ATTEMPTS: u32 = 8;
+
+/// A preemption plan in force for the rest of a queue's pass.
+struct InForce {
+    /// Room promised to the preemptor, held from the items after it (added to the reservations).
+    hold: Vec<i64>,
+    /// Per member: admits nothing more in this pass (it loses pods, or has pods terminating).
+    frozen: Vec<bool>,
+    /// The preemptor's reason to wait, when it waits on lower-priority pods.
+    reason: Option<WaitReason>,
 }
 
 /// The minimum gang of a workload that has not started, built set by set.
@@ -653,11 +682,12 @@ impl<'a> QueuePass<'a> {
         let width = self.width;
         let used = &mut self.member_used[m * width..(m + 1) * width];
         self.gated.clear();
-        let mut admitted = 0u32;
+        let (mut admitted, mut terminating) = (0u32, 0u32);
         for (p, pod) in set.pods.iter().enumerate() {
             match pod.state {
                 PodState::Admitted => {
                     admitted += 1;
+                    terminating += u32::from(pod.terminating);
                     self.dims.add_projected(&pod.requests, used);
                 }
                 PodState::Gated => self.gated.push(p),
@@ -667,6 +697,7 @@ impl<'a> QueuePass<'a> {
         let state = &mut self.states[m];
         state.gated += to_u32(self.gated.len());
         state.admitted_before += admitted;
+        state.terminating += terminating;
         admitted
     }
 
@@ -808,11 +839,20 @@ impl<'a> QueuePass<'a> {
     }
 
     /// Admits the ordered items one by one while they fit. BestEffortFIFO goes on past an item
-    /// that does not fit; StrictFIFO keeps everything after it waiting. Returns, per member, the
+    /// that does not fit; StrictFIFO keeps everything after it waiting. An item that does not fit
+    /// may preempt (see [`Self::try_preemption`]): from then on the room it is promised is held
+    /// and the workloads losing pods admit nothing more in this pass. Returns, per member, the
     /// first reason it was kept waiting.
-    fn admit_in_order(&mut self, admit: &mut Vec<PodRef>) -> Vec<Option<WaitReason>> {
+    fn admit_in_order(
+        &mut self,
+        admit: &mut Vec<PodRef>,
+        evict: &mut Vec<Eviction>,
+    ) -> Vec<Option<WaitReason>> {
+        let first_admit = admit.len();
         let mut waiting: Vec<Option<WaitReason>> = vec![None; self.members.len()];
         let mut blocker: Option<usize> = None;
+        let mut in_force: Option<InForce> = None;
+        let mut attempts = 0u32;
         for i in 0..self.items.len() {
             let item = self.items[i];
             let m = item.member as usize;
@@ -826,11 +866,20 @@ impl<'a> QueuePass<'a> {
                 continue;
             }
             let credit = self.load_reserve(&item);
+            let frozen = in_force.as_ref().is_some_and(|f| f.frozen[m]);
             match self.misfit(&item) {
-                None => self.take(&item, credit, admit),
+                None if !frozen => self.take(&item, credit, admit),
+                None => {}
                 Some(misfit) => {
                     if waiting[m].is_none() {
                         waiting[m] = Some(misfit.reason(&self.queue.name, &self.dims));
+                    }
+                    if in_force.is_none() && self.may_preempt(&item, &misfit, attempts) {
+                        attempts += 1;
+                        in_force = self.try_preemption(&item, &admit[first_admit..], evict);
+                        if let Some(reason) = in_force.as_mut().and_then(|f| f.reason.take()) {
+                            waiting[m] = Some(reason);
+                        }
                     }
                     if self.queue.strategy == QueueingStrategy::StrictFIFO {
                         blocker = Some(self.members[m]);
@@ -838,7 +887,154 @@ impl<'a> QueuePass<'a> {
                 }
             }
         }
+        if let Some(in_force) = in_force {
+            let reserved_at = self.reserved_at;
+            sub_from(
+                self.arena.slice_mut(reserved_at, self.width),
+                &in_force.hold,
+            );
+        }
         waiting
+    }
+
+    /// Whether an item that does not fit looks for victims: the queue allows it, the item is a
+    /// gang or an elastic pod (not a fill, already paid for) that could fit the quota at all, few
+    /// enough items have tried in this pass, and some workload of lower priority holds pods or
+    /// some pod is being freed.
+    fn may_preempt(&self, item: &Item, misfit: &Misfit, attempts: u32) -> bool {
+        self.queue.preemption.within_queue == WithinQueue::LowerPriority
+            && item.kind == ItemKind::Ordered
+            && misfit.needed <= misfit.limit
+            && attempts < MAX_PREEMPTION_ATTEMPTS
+            && self.members.iter().enumerate().any(|(m, &w)| {
+                let state = &self.states[m];
+                state.terminating > 0
+                    || (state.admitted_before > 0
+                        && self.snapshot.workloads[w].priority < item.priority)
+            })
+    }
+
+    /// Looks for victims for an item that does not fit ([`preemption::plan`]). With a plan, its
+    /// evictions are recorded (the item stays waiting: a later pass admits it once the victims
+    /// are gone), the room it is promised is held from the items after it (added to the queue's
+    /// reservations until the end of the pass), and the workloads that lose pods or have pods
+    /// terminating are frozen for the rest of the pass.
+    fn try_preemption(
+        &mut self,
+        item: &Item,
+        admitted_now: &[PodRef],
+        evict: &mut Vec<Eviction>,
+    ) -> Option<InForce> {
+        let width = self.width;
+        let mut load = self.arena.slice(self.usage_at, width).to_vec();
+        add_into(&mut load, self.arena.slice(self.reserved_at, width));
+        let mut need = self.arena.slice(item.usage, width).to_vec();
+        add_into(&mut need, self.arena.slice(self.reserve_at, width));
+        let (holders, owners) = self.holders(item.priority, admitted_now);
+        let need = Need {
+            limits: &self.dims.limits,
+            load: &load,
+            item: &need,
+        };
+        let plan = preemption::plan(&need, &holders)?;
+        let in_force = self.in_force(item, &plan, &owners, &load, evict);
+        let reserved_at = self.reserved_at;
+        add_into(self.arena.slice_mut(reserved_at, width), &in_force.hold);
+        Some(in_force)
+    }
+
+    /// The members that hold admitted pods, as the planner sees them, and each one's member index.
+    fn holders(&self, priority: i32, admitted_now: &[PodRef]) -> (Vec<Holder>, Vec<usize>) {
+        let (mut holders, mut owners) = (Vec::new(), Vec::new());
+        for (m, &w) in self.members.iter().enumerate() {
+            let state = self.states[m];
+            if state.admitted_before == 0 {
+                continue;
+            }
+            let workload = &self.snapshot.workloads[w];
+            let sets = workload
+                .pod_sets
+                .iter()
+                .enumerate()
+                .map(|(s, set)| HeldSet {
+                    min_count: set.min_count,
+                    per_pod: self.dims.project(&set.per_pod),
+                    admitted_now: to_u32(
+                        admitted_now
+                            .iter()
+                            .filter(|r| state.admitted_now > 0 && r.workload == w && r.pod_set == s)
+                            .count(),
+                    ),
+                    pods: self.held_pods(set),
+                })
+                .collect();
+            holders.push(Holder {
+                priority: workload.priority,
+                queued_at: workload.queued_at,
+                may_be_victim: workload.priority < priority && state.admitted_now == 0,
+                sets,
+            });
+            owners.push(m);
+        }
+        (holders, owners)
+    }
+
+    fn held_pods(&self, set: &PodSetSnapshot) -> Vec<HeldPod> {
+        set.pods
+            .iter()
+            .enumerate()
+            .filter(|(_, pod)| pod.state == PodState::Admitted)
+            .map(|(index, pod)| HeldPod {
+                index,
+                requests: self.dims.project(&pod.requests),
+                created_at: pod.created_at,
+                terminating: pod.terminating,
+            })
+            .collect()
+    }
+
+    /// A plan put in force: its evictions, the room held for the preemptor (what it will take
+    /// beyond what the queue holds now), the frozen members and the preemptor's reason to wait
+    /// (the victims chosen now and the lower-priority pods already terminating; none when only
+    /// other pods being freed make its room).
+    fn in_force(
+        &self,
+        item: &Item,
+        plan: &Plan,
+        owners: &[usize],
+        load: &[i64],
+        evict: &mut Vec<Eviction>,
+    ) -> InForce {
+        let preemptor = self.members[item.member as usize];
+        let mut frozen: Vec<bool> = self.states.iter().map(|s| s.terminating > 0).collect();
+        for victim in &plan.victims {
+            let m = owners[victim.holder];
+            frozen[m] = true;
+            evict.push(Eviction {
+                victim: PodRef {
+                    workload: self.members[m],
+                    pod_set: victim.set,
+                    pod: victim.pod,
+                },
+                preemptor,
+                reason: EvictionReason::InQueuePriority,
+            });
+        }
+        let terminating: u32 = (self.members.iter().zip(&self.states))
+            .filter(|(w, _)| self.snapshot.workloads[**w].priority < item.priority)
+            .map(|(_, s)| s.terminating)
+            .sum();
+        let victims = to_u32(plan.victims.len()).saturating_add(terminating);
+        InForce {
+            hold: (plan.after.iter().zip(load))
+                .map(|(after, now)| after.saturating_sub(*now).max(0))
+                .collect(),
+            frozen,
+            reason: (victims > 0).then(|| WaitReason::Preempting {
+                queue: self.queue.name.clone(),
+                victims,
+            }),
+        }
     }
 
     /// Loads the item's reservation into the vector at `reserve_at`, less the unfilled gang member

@@ -4,6 +4,7 @@ pub mod admission;
 pub mod at_creation;
 pub mod clock;
 pub mod controller;
+pub mod preemption;
 pub mod snapshot;
 pub mod status;
 mod writer;
