@@ -75,6 +75,13 @@ impl ControllerMetrics {
                 Histogram::new(exponential_buckets(0.25, 2.0, 14))
             }),
         };
+        m.register_admission(registry);
+        m.register_preemption(registry);
+        m
+    }
+
+    fn register_admission(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "sluice_admitted_pods",
             "Pods admitted by a pass (ungated) per queue",
@@ -130,6 +137,10 @@ impl ControllerMetrics {
             "1 while this replica runs the controller",
             m.leader.clone(),
         );
+    }
+
+    fn register_preemption(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "sluice_preemptions",
             "Preemptors whose evictions were sent, per queue and reason",
@@ -145,7 +156,6 @@ impl ControllerMetrics {
             "Time from a preemptor's first eviction decision to its admission",
             m.preemption_admission_seconds.clone(),
         );
-        m
     }
 }
 

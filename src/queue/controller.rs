@@ -2,7 +2,7 @@
 //! decision whenever something changed, and applies it: one patch per admitted pod (the gate
 //! removed), DynamicWorkloads recorded for new workloads, and statuses written only when they change.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,13 +29,16 @@ use crate::api::{
 use crate::integrations::Adapters;
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
-use crate::queue::admission::{Decisions, QueueTally, Snapshot, WorkloadKey, decide};
+use crate::queue::admission::{
+    Decisions, PodState, QueueTally, Snapshot, WorkloadKey, WorkloadSnapshot, decide,
+};
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
+use crate::queue::evictor::{self, Evictor};
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self, WorkloadView};
 use crate::queue::writer::Writer;
-use crate::resources::ResourceList;
+use crate::resources::{ResourceList, describe_quantity};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -307,6 +310,8 @@ struct Controller {
     settings: ControllerSettings,
     stores: Stores,
     ungater: Arc<Ungater>,
+    /// Applies the evictions passes decide (preemption).
+    evictor: Arc<Evictor>,
     writer: Writer,
     at_creation: Option<Arc<AdmitAtCreation>>,
     term: Arc<Term>,
@@ -480,6 +485,15 @@ impl Controller {
             settings.status_interval,
             settings.status_writes_per_second,
         );
+        let evictor = Arc::new(Evictor::new(
+            client.clone(),
+            metrics.clone(),
+            recorder.clone(),
+            term.clone(),
+            settings.max_concurrent_writes,
+            settings.api_timeout,
+            settings.in_flight_max_age(),
+        ));
         let ungater = Arc::new(Ungater {
             client,
             metrics: metrics.clone(),
@@ -492,6 +506,7 @@ impl Controller {
         });
         Controller {
             ungater,
+            evictor,
             term,
             adapters,
             metrics,
@@ -546,6 +561,7 @@ impl Controller {
         let facts = self.pod_memo.refresh(&self.adapters, &pods);
         let (mark, holds) = self.holds_at_creation(&facts, started);
         let in_flight = self.in_flight_now(&pods, started);
+        self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
         let mut built = snapshot::build_from_facts(
             &queues,
@@ -564,6 +580,7 @@ impl Controller {
             self.publish_room(mark, &queues, &built, &decisions);
         }
         self.start_ungates(&built, &decisions);
+        self.start_evictions(&built, &decisions, started);
         let terminating = self.terminating_namespaces();
         self.record_workloads(&built, &terminating);
         self.want_workload_statuses(&built, &decisions, &terminating);
@@ -703,6 +720,15 @@ impl Controller {
         tokio::spawn(async move { ungater.ungate_all(items, concurrency).await });
     }
 
+    /// Sends this pass's evictions ([`Evictor::start`], while the term is valid) and notes the
+    /// preemptors it admits.
+    fn start_evictions(&self, built: &Built, decisions: &Decisions, now: Instant) {
+        let admitted: BTreeSet<usize> = decisions.admit.iter().map(|r| r.workload).collect();
+        self.evictor
+            .admitted(admitted.iter().map(|w| &built.snapshot.workloads[*w].key));
+        self.evictor.start(eviction_orders(built, decisions), now);
+    }
+
     /// Namespaces being deleted: their DynamicWorkloads go with them, so writing their records or
     /// statuses would only race the namespace's own clean-up (one failed write per workload).
     fn terminating_namespaces(&self) -> HashSet<String> {
@@ -794,6 +820,7 @@ impl Controller {
                 .insert((r.pod_set, r.pod));
         }
         let none = HashSet::new();
+        let preemptions = self.evictor.for_statuses();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
             if terminating.contains(&workload.key.namespace) {
                 continue;
@@ -805,10 +832,21 @@ impl Controller {
                 None if workload.pod_sets.iter().any(|s| !s.pods.is_empty()) => None,
                 None => continue,
             };
+            let preempted = preemptions.preempted.get(&workload.key);
+            if preempted.is_some() {
+                let seen_by = seen.and_then(|s| s.last_preempted_by.as_deref());
+                let seen_at = seen.and_then(|s| s.preempted_at.as_deref());
+                self.evictor.recorded(&workload.key, seen_by, seen_at);
+            }
             let newer = self.writer.newer_workload_status(&workload.key, seen);
             let old = newer.as_ref().or(seen);
+            let view = WorkloadView {
+                preempted,
+                held: preemptions.held.get(&workload.key).map(String::as_str),
+                ..WorkloadView::of(built, w)
+            };
             let status = status::workload_status(
-                &WorkloadView::of(built, w),
+                &view,
                 &decisions.workloads[w],
                 admitted.get(&w).unwrap_or(&none),
                 old,
@@ -837,6 +875,60 @@ impl Controller {
                 self.writer.want_queue_status(name, status, seen);
             }
         }
+    }
+}
+
+/// This pass's evictions per preemptor (in the order decided), with what sending them, their
+/// events and metrics need.
+fn eviction_orders(built: &Built, decisions: &Decisions) -> Vec<evictor::Order> {
+    let reference = |w: usize| built.workloads[w].as_ref().map(|d| d.object_ref(&()));
+    let mut orders: Vec<evictor::Order> = Vec::new();
+    let mut position: HashMap<usize, usize> = HashMap::new();
+    for eviction in &decisions.evict {
+        let r = eviction.victim;
+        let pod = built.pods[r.workload][r.pod_set][r.pod].clone();
+        let Some(uid) = pod.metadata.uid.clone() else {
+            continue;
+        };
+        let o = *position.entry(eviction.preemptor).or_insert_with(|| {
+            let preemptor = &built.snapshot.workloads[eviction.preemptor];
+            orders.push(evictor::Order {
+                preemptor: preemptor.key.clone(),
+                preemptor_ref: reference(eviction.preemptor),
+                queue: preemptor.queue.clone(),
+                reason: format!("{:?}", eviction.reason),
+                needed: pending_requests(preemptor),
+                victims: Vec::new(),
+            });
+            orders.len() - 1
+        });
+        orders[o].victims.push(evictor::Victim {
+            pod,
+            uid,
+            workload: built.snapshot.workloads[r.workload].key.clone(),
+            workload_ref: reference(r.workload),
+        });
+    }
+    orders
+}
+
+/// What a preemptor waits for, described for people: the requests of its pods behind the gate.
+fn pending_requests(workload: &WorkloadSnapshot) -> String {
+    let mut total = ResourceList::new();
+    let gated = workload.pod_sets.iter().flat_map(|s| &s.pods);
+    for pod in gated.filter(|p| p.state == PodState::Gated) {
+        total.add_all(&pod.requests);
+    }
+    let parts: Vec<String> = total
+        .0
+        .iter()
+        .filter(|(name, amount)| name.as_str() != "pods" && **amount > 0)
+        .map(|(name, amount)| format!("{} {name}", describe_quantity(name, *amount)))
+        .collect();
+    if parts.is_empty() {
+        "room for its pods".into()
+    } else {
+        parts.join(", ")
     }
 }
 
@@ -1030,7 +1122,9 @@ impl Ungater {
 mod tests {
     use super::*;
     use crate::api::QueueingStrategy;
-    use crate::queue::admission::QueueSnapshot;
+    use crate::queue::admission::{
+        Eviction, EvictionReason, PodRef, PodSetSnapshot, PodSnapshot, QueueSnapshot,
+    };
 
     #[test]
     fn room_held_at_creation_comes_off_its_queues_quota_only() {
@@ -1054,6 +1148,124 @@ mod tests {
         subtract_holds(&mut snapshot, &HashMap::from([("a".to_string(), held)]));
         assert_eq!(snapshot.queues[0].quota, quota(2500));
         assert_eq!(snapshot.queues[1].quota, quota(4000));
+    }
+
+    fn workload(name: &str, pods: &[(&str, PodState, i64)]) -> (WorkloadSnapshot, Vec<Arc<Pod>>) {
+        let snapshots = pods
+            .iter()
+            .map(|(pod, state, cpu)| {
+                let mut requests = ResourceList::new();
+                requests.add("cpu", *cpu);
+                requests.add("pods", 1000);
+                PodSnapshot {
+                    name: pod.to_string(),
+                    requests,
+                    state: *state,
+                    created_at: 0,
+                    terminating: false,
+                }
+            })
+            .collect();
+        let objects = pods
+            .iter()
+            .map(|(pod, _, _)| {
+                let uid = (!pod.starts_with("no-uid")).then(|| format!("uid-{pod}"));
+                Arc::new(Pod {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(pod.to_string()),
+                        namespace: Some("ns".into()),
+                        uid,
+                        ..Default::default()
+                    },
+                    ..Pod::default()
+                })
+            })
+            .collect();
+        let snapshot = WorkloadSnapshot {
+            key: WorkloadKey {
+                namespace: "ns".into(),
+                name: name.into(),
+            },
+            queue: "q".into(),
+            namespace_allowed: true,
+            priority: 0,
+            interrupted_count: 0,
+            queued_at: 0,
+            pod_sets: vec![PodSetSnapshot {
+                name: "main".into(),
+                per_pod: ResourceList::new(),
+                min_count: 1,
+                pods: snapshots,
+            }],
+        };
+        (snapshot, objects)
+    }
+
+    #[test]
+    fn evictions_are_grouped_per_preemptor_with_what_it_needs() {
+        let parts = [
+            workload(
+                "low-a",
+                &[
+                    ("a0", PodState::Admitted, 1000),
+                    ("no-uid", PodState::Admitted, 1000),
+                ],
+            ),
+            workload("low-b", &[("b0", PodState::Admitted, 1000)]),
+            workload(
+                "urgent",
+                &[
+                    ("u0", PodState::Gated, 1500),
+                    ("u1", PodState::Gated, 500),
+                    ("u2", PodState::Admitted, 8000),
+                ],
+            ),
+        ];
+        let built = Built {
+            snapshot: Snapshot {
+                queues: Vec::new(),
+                workloads: parts.iter().map(|(w, _)| w.clone()).collect(),
+            },
+            pods: parts.iter().map(|(_, p)| vec![p.clone()]).collect(),
+            workloads: vec![None, None, None],
+            problems: Vec::new(),
+            left_behind: vec![0, 0, 0],
+        };
+        let evict = |workload: usize, pod: usize| Eviction {
+            victim: PodRef {
+                workload,
+                pod_set: 0,
+                pod,
+            },
+            preemptor: 2,
+            reason: EvictionReason::InQueuePriority,
+        };
+        let decisions = Decisions {
+            evict: vec![evict(0, 0), evict(0, 1), evict(1, 0)],
+            ..Decisions::default()
+        };
+        let orders = eviction_orders(&built, &decisions);
+        assert_eq!(orders.len(), 1);
+        let order = &orders[0];
+        assert_eq!(order.preemptor.to_string(), "ns/urgent");
+        assert_eq!(
+            (
+                order.queue.as_str(),
+                order.reason.as_str(),
+                order.needed.as_str()
+            ),
+            ("q", "InQueuePriority", "2 cpu")
+        );
+        let victims: Vec<(String, &str)> = order
+            .victims
+            .iter()
+            .map(|v| (v.workload.to_string(), v.uid.as_str()))
+            .collect();
+        // A pod without uid cannot be evicted safely: left out.
+        assert_eq!(
+            victims,
+            vec![("ns/low-a".into(), "uid-a0"), ("ns/low-b".into(), "uid-b0")]
+        );
     }
 
     #[test]

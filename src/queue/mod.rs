@@ -5,6 +5,7 @@ pub mod at_creation;
 pub mod clock;
 pub mod controller;
 pub mod preemption;
+mod evictor;
 pub mod snapshot;
 pub mod status;
 mod writer;

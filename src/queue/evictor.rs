@@ -1,0 +1,762 @@
+//! Applies the evictions an admission pass decides (preemption inside a queue), off the admission
+//! path: each victim pod evicted through the Eviction API, so that PodDisruptionBudgets are
+//! honoured, with a precondition on its uid (a pod recreated under the same name is never
+//! evicted); at most once while the eviction is in flight; only while the leadership term is
+//! valid; every call bounded by the API timeout.
+//!
+//! What it learns feeds the next passes: pods being evicted (never evicted twice), pods a
+//! PodDisruptionBudget protects (not evicted again for [`BLOCKED_FOR`]; their preemptor waits and
+//! says so), and the preemptions each victim workload's status must record. A preemptor with more
+//! than one victim first asks the API server whether every eviction would be allowed (a dry run):
+//! when a budget protects one of them, none is evicted, so no victim is ever lost for a preemptor
+//! that still could not be admitted.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::policy::v1::Eviction as EvictionBody;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::{Api, PostParams};
+use kube::core::Status;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::leader::Term;
+use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
+use crate::queue::admission::WorkloadKey;
+use crate::queue::clock::now_rfc3339;
+use crate::queue::status::Preemption;
+
+/// How long a pod whose eviction a PodDisruptionBudget refused is left alone before it may be
+/// chosen again.
+pub const BLOCKED_FOR: Duration = Duration::from_secs(15);
+/// How long a preemption is kept for its victim's status when the watch never shows it recorded
+/// (the status write keeps failing, the workload is gone).
+const PREEMPTION_KEPT_FOR: Duration = Duration::from_secs(600);
+/// How long a preemptor's first eviction is remembered when it is never admitted.
+const PREEMPTOR_KEPT_FOR: Duration = Duration::from_secs(3600);
+
+/// One victim pod of one pass's decision, with what its eviction, events and metrics need.
+#[derive(Clone)]
+pub(crate) struct Victim {
+    pub pod: Arc<Pod>,
+    pub uid: String,
+    /// Its workload, and the workload's DynamicWorkload when recorded.
+    pub workload: WorkloadKey,
+    pub workload_ref: Option<ObjectReference>,
+}
+
+/// The evictions one pass decided for one preemptor.
+#[derive(Clone)]
+pub(crate) struct Order {
+    pub preemptor: WorkloadKey,
+    pub preemptor_ref: Option<ObjectReference>,
+    pub queue: String,
+    /// Why (`InQueuePriority`): the reason label of the metrics and conditions.
+    pub reason: String,
+    /// What the preemptor needs, described for people (e.g. `2 cpu, 4Gi memory`).
+    pub needed: String,
+    pub victims: Vec<Victim>,
+}
+
+/// What [`plan`] makes of one pass's orders.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Per order (its position in the input), the victims (positions) to evict now: those not
+    /// already being evicted.
+    pub send: BTreeMap<usize, Vec<usize>>,
+    /// Per preemptor (its position in the input), why it is held back: a victim a budget protects.
+    pub held: BTreeMap<usize, String>,
+}
+
+/// Which evictions to send (pure): an order any of whose victims a PodDisruptionBudget protects
+/// (`blocked`, by uid, until when) sends nothing and is held (evicting the others would free room
+/// the preemptor still could not use); otherwise its victims not already being evicted
+/// (`evicting`, by uid) go.
+pub(crate) fn plan(
+    orders: &[Order],
+    evicting: &HashSet<String>,
+    blocked: &HashMap<String, (Instant, String)>,
+    now: Instant,
+) -> Plan {
+    let mut out = Plan::default();
+    for (o, order) in orders.iter().enumerate() {
+        let protected = order.victims.iter().find_map(|v| {
+            blocked
+                .get(&v.uid)
+                .filter(|(until, _)| now < *until)
+                .map(|(_, why)| why.clone())
+        });
+        if let Some(why) = protected {
+            out.held.insert(o, why);
+            continue;
+        }
+        let new: Vec<usize> = (0..order.victims.len())
+            .filter(|v| !evicting.contains(&order.victims[*v].uid))
+            .collect();
+        if !new.is_empty() {
+            out.send.insert(o, new);
+        }
+    }
+    out
+}
+
+/// The message a preemptor held back by a budget shows.
+pub(crate) fn held_message(pod: &str, why: &str) -> String {
+    format!(
+        "waits to preempt: a PodDisruptionBudget blocks the eviction of pod {pod} ({why}); \
+         tried again within {}s",
+        BLOCKED_FOR.as_secs()
+    )
+}
+
+/// What became of one eviction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    Evicted,
+    /// A PodDisruptionBudget refused it (429), with the API server's message.
+    Blocked(String),
+    /// The pod is gone, or another pod has its name: nothing to evict.
+    Gone,
+    /// No answer, or another error: counted in flight until its entry expires.
+    Unknown(String),
+}
+
+fn outcome_of(result: Result<Result<Status, kube::Error>, tokio::time::error::Elapsed>) -> Outcome {
+    match result {
+        Ok(Ok(_)) => Outcome::Evicted,
+        Ok(Err(kube::Error::Api(s))) if s.code == 429 => Outcome::Blocked(s.message.clone()),
+        // 404: gone already; 409: the uid precondition failed (another pod under its name).
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Outcome::Gone,
+        Ok(Err(e)) => Outcome::Unknown(e.to_string()),
+        Err(_) => Outcome::Unknown("no answer in time".into()),
+    }
+}
+
+/// The Eviction of `pod` guarded by its uid. (kube's `Api::evict` sends the delete options under
+/// `delete_options`, which the API server does not read: its uid precondition would be lost.)
+fn eviction_body(pod: &Pod, uid: &str) -> EvictionBody {
+    EvictionBody {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        }),
+    }
+}
+
+/// See [`Evictor::for_statuses`].
+#[derive(Default)]
+pub(crate) struct ForStatuses {
+    pub preempted: HashMap<WorkloadKey, Preemption>,
+    pub held: HashMap<WorkloadKey, String>,
+}
+
+/// What the evictor remembers between passes.
+#[derive(Default)]
+struct Ledger {
+    /// Pods being evicted, or evicted and not yet shown terminating by the cache: uid → expiry.
+    evicting: HashMap<String, Instant>,
+    /// Pods a PodDisruptionBudget protects: uid → (until, why).
+    blocked: HashMap<String, (Instant, String)>,
+    /// The newest preemption of each victim workload, until its status shows it.
+    preempted: HashMap<WorkloadKey, (Preemption, Instant)>,
+    /// Preemptors: when their first eviction was decided, and their queue.
+    preempting_since: HashMap<WorkloadKey, (Instant, String)>,
+    /// Preemptors held back by a budget in the last pass, with their message.
+    held: HashMap<WorkloadKey, String>,
+}
+
+/// Evicts in the background, at most `slots` calls at once.
+pub(crate) struct Evictor {
+    client: Client,
+    metrics: ControllerMetrics,
+    recorder: Recorder,
+    term: Arc<Term>,
+    slots: Semaphore,
+    api_timeout: Duration,
+    /// How long an eviction counts as in flight without the cache showing the pod terminating.
+    max_age: Duration,
+    ledger: Mutex<Ledger>,
+}
+
+impl Evictor {
+    pub(crate) fn new(
+        client: Client,
+        metrics: ControllerMetrics,
+        recorder: Recorder,
+        term: Arc<Term>,
+        concurrency: usize,
+        api_timeout: Duration,
+        max_age: Duration,
+    ) -> Self {
+        Evictor {
+            client,
+            metrics,
+            recorder,
+            term,
+            slots: Semaphore::new(concurrency.max(1)),
+            api_timeout,
+            max_age,
+            ledger: Mutex::new(Ledger::default()),
+        }
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Before a pass: forgets evictions the cache shows done (the pod terminating or gone) or
+    /// whose outcome stayed unknown too long, and budgets' refusals that have run out.
+    pub(crate) fn prune(&self, pods: &[Arc<Pod>], now: Instant) {
+        let live: HashSet<&str> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        let mut ledger = self.ledger();
+        prune_evicting(&mut ledger.evicting, &live, now);
+        ledger.blocked.retain(|_, (until, _)| now < *until);
+        ledger
+            .preempted
+            .retain(|_, (_, at)| at.elapsed() < PREEMPTION_KEPT_FOR);
+        ledger
+            .preempting_since
+            .retain(|_, (at, _)| at.elapsed() < PREEMPTOR_KEPT_FOR);
+    }
+
+    /// What this pass's statuses need: the preemptions not yet shown recorded by the watch, and
+    /// the preemptors held back by a budget (both empty but while preemptions happen).
+    pub(crate) fn for_statuses(&self) -> ForStatuses {
+        let ledger = self.ledger();
+        ForStatuses {
+            preempted: ledger
+                .preempted
+                .iter()
+                .map(|(k, (p, _))| (k.clone(), p.clone()))
+                .collect(),
+            held: ledger.held.clone(),
+        }
+    }
+
+    /// The watch shows the workload's status recording `recorded` (its `preemptedAt` and
+    /// `lastPreemptedBy`): the preemption need not be kept any more.
+    pub(crate) fn recorded(&self, workload: &WorkloadKey, by: Option<&str>, at: Option<&str>) {
+        let mut ledger = self.ledger();
+        if let Some((p, _)) = ledger.preempted.get(workload)
+            && Some(p.by.as_str()) == by
+            && Some(p.at.as_str()) == at
+        {
+            ledger.preempted.remove(workload);
+        }
+    }
+
+    /// This pass admits pods of these workloads: for the preemptors among them, the time since
+    /// their first eviction was decided.
+    pub(crate) fn admitted<'a>(&self, workloads: impl Iterator<Item = &'a WorkloadKey>) {
+        let mut since = Vec::new();
+        {
+            let mut ledger = self.ledger();
+            if ledger.preempting_since.is_empty() {
+                return;
+            }
+            since.extend(workloads.filter_map(|k| ledger.preempting_since.remove(k)));
+        }
+        for (at, queue) in since {
+            self.metrics
+                .preemption_admission_seconds
+                .get_or_create(&QueueLabels { queue })
+                .observe(at.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Starts one pass's evictions (while the term is valid): counts the new ones in flight,
+    /// notes which preemptors wait on a budget, and sends the rest in the background.
+    pub(crate) fn start(self: &Arc<Self>, orders: Vec<Order>, now: Instant) {
+        let mut batches = Vec::new();
+        {
+            let mut ledger = self.ledger();
+            let evicting: HashSet<String> = ledger.evicting.keys().cloned().collect();
+            let plan = plan(&orders, &evicting, &ledger.blocked, now);
+            ledger.held = plan
+                .held
+                .iter()
+                .map(|(o, why)| (orders[*o].preemptor.clone(), why.clone()))
+                .collect();
+            if !self.term.is_valid() {
+                return;
+            }
+            for (o, victims) in plan.send {
+                let mut order = orders[o].clone();
+                order.victims = victims
+                    .into_iter()
+                    .map(|v| orders[o].victims[v].clone())
+                    .collect();
+                for victim in &order.victims {
+                    ledger
+                        .evicting
+                        .insert(victim.uid.clone(), now + self.max_age);
+                }
+                ledger
+                    .preempting_since
+                    .entry(order.preemptor.clone())
+                    .or_insert_with(|| (now, order.queue.clone()));
+                batches.push(order);
+            }
+        }
+        for order in batches {
+            let labels = PreemptionLabels {
+                queue: order.queue.clone(),
+                reason: order.reason.clone(),
+            };
+            self.metrics.preemptions.get_or_create(&labels).inc();
+            let evictor = self.clone();
+            let span = info_span!("preempt", queue = %order.queue, preemptor = %order.preemptor);
+            tokio::spawn(async move { evictor.preempt(order).await }.instrument(span));
+        }
+    }
+
+    /// Evicts one preemptor's victims: all of them only if a dry run says no budget refuses any
+    /// (when there is more than one), then records what happened.
+    async fn preempt(&self, order: Order) {
+        info!(
+            victims = order.victims.len(),
+            needed = %order.needed,
+            "preempting: evicting lower-priority pods"
+        );
+        if order.victims.len() > 1 {
+            let dry = self.evict_all(&order, true).await;
+            if let Some((victim, why)) = first_blocked(&order, &dry) {
+                self.blocked(&order, victim, why).await;
+                // A refusal before anything was evicted: none of them is in flight any more.
+                self.forget(&order.victims);
+                return;
+            }
+        }
+        let outcomes = self.evict_all(&order, false).await;
+        self.record(&order, &outcomes).await;
+    }
+
+    /// Evicts (or, `dry_run`, asks whether it may evict) each victim, at most `slots` at once.
+    async fn evict_all(&self, order: &Order, dry_run: bool) -> Vec<Outcome> {
+        stream::iter(order.victims.clone())
+            .map(|victim| async move {
+                match self.slots.acquire().await {
+                    Ok(_permit) => self.evict(&victim, dry_run).await,
+                    Err(_) => Outcome::Unknown("closed".into()),
+                }
+            })
+            .buffered(order.victims.len().max(1))
+            .collect()
+            .await
+    }
+
+    /// One eviction of this very pod (its uid), while the term is valid.
+    async fn evict(&self, victim: &Victim, dry_run: bool) -> Outcome {
+        let (Some(namespace), name) = (victim.pod.namespace(), victim.pod.name_any()) else {
+            return Outcome::Gone;
+        };
+        if !self.term.is_valid() {
+            return Outcome::Unknown("the leadership term is over".into());
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let params = PostParams {
+            dry_run,
+            ..PostParams::default()
+        };
+        let body = eviction_body(&victim.pod, &victim.uid);
+        let call = api.create_subresource::<_, Status>("eviction", &name, &params, &body);
+        outcome_of(tokio::time::timeout(self.api_timeout, call).await)
+    }
+
+    fn forget(&self, victims: &[Victim]) {
+        let mut ledger = self.ledger();
+        for victim in victims {
+            ledger.evicting.remove(&victim.uid);
+        }
+    }
+
+    /// After the evictions: pods gone or refused leave the in-flight set (an unknown outcome stays
+    /// until it expires), metrics and events say what was evicted, and each victim workload's
+    /// preemption is kept for its status.
+    async fn record(&self, order: &Order, outcomes: &[Outcome]) {
+        let now = now_rfc3339();
+        let mut per_workload: BTreeMap<WorkloadKey, (Option<ObjectReference>, u32)> =
+            BTreeMap::new();
+        let labels = PreemptionLabels {
+            queue: order.queue.clone(),
+            reason: order.reason.clone(),
+        };
+        for (victim, outcome) in order.victims.iter().zip(outcomes) {
+            match outcome {
+                Outcome::Evicted => {
+                    self.metrics.evicted_pods.get_or_create(&labels).inc();
+                    let note = format!(
+                        "evicted to make room for {} in queue {} ({})",
+                        order.preemptor, order.queue, order.reason
+                    );
+                    self.publish(
+                        &victim.pod.object_ref(&()),
+                        "Preempted",
+                        note,
+                        EventType::Normal,
+                    )
+                    .await;
+                    per_workload
+                        .entry(victim.workload.clone())
+                        .or_insert((victim.workload_ref.clone(), 0))
+                        .1 += 1;
+                }
+                Outcome::Blocked(why) => {
+                    self.blocked(order, victim, why).await;
+                }
+                Outcome::Gone => self.forget(std::slice::from_ref(victim)),
+                Outcome::Unknown(e) => {
+                    warn!(error = %e, pod = %pod_name(&victim.pod), "eviction failed; retried once it expires")
+                }
+            }
+        }
+        self.record_preemptions(order, per_workload, &now).await;
+    }
+
+    /// Keeps each victim workload's preemption for its status and tells it and the preemptor.
+    async fn record_preemptions(
+        &self,
+        order: &Order,
+        per_workload: BTreeMap<WorkloadKey, (Option<ObjectReference>, u32)>,
+        now: &str,
+    ) {
+        let evicted: u32 = per_workload.values().map(|(_, n)| n).sum();
+        if evicted == 0 {
+            return;
+        }
+        let victims: Vec<String> = per_workload.keys().map(|k| k.to_string()).collect();
+        for (workload, (reference, pods)) in per_workload {
+            let preemption = Preemption {
+                by: order.preemptor.to_string(),
+                reason: order.reason.clone(),
+                queue: order.queue.clone(),
+                needed: order.needed.clone(),
+                pods,
+                at: now.to_string(),
+            };
+            let note = preemption.message();
+            self.ledger()
+                .preempted
+                .insert(workload, (preemption, Instant::now()));
+            if let Some(reference) = reference {
+                self.publish(&reference, "Preempted", note, EventType::Normal)
+                    .await;
+            }
+        }
+        if let Some(reference) = &order.preemptor_ref {
+            let note = format!(
+                "evicted {evicted} pod(s) of {} in queue {} ({}) to make room for {}",
+                victims.join(", "),
+                order.queue,
+                order.reason,
+                order.needed
+            );
+            self.publish(reference, "Preempting", note, EventType::Normal)
+                .await;
+        }
+    }
+
+    /// A budget refused a victim's eviction: it is left alone for a while, and the pod and the
+    /// preemptor say so.
+    async fn blocked(&self, order: &Order, victim: &Victim, why: &str) {
+        let pod = pod_name(&victim.pod);
+        warn!(%pod, why, "a PodDisruptionBudget blocks the eviction; the preemptor waits or another victim is chosen");
+        {
+            let mut ledger = self.ledger();
+            ledger.evicting.remove(&victim.uid);
+            ledger.blocked.insert(
+                victim.uid.clone(),
+                (Instant::now() + BLOCKED_FOR, held_message(&pod, why)),
+            );
+        }
+        let note = format!(
+            "not evicted for {} in queue {}: a PodDisruptionBudget blocks it ({why})",
+            order.preemptor, order.queue
+        );
+        self.publish(
+            &victim.pod.object_ref(&()),
+            "EvictionBlocked",
+            note,
+            EventType::Warning,
+        )
+        .await;
+        if let Some(reference) = &order.preemptor_ref {
+            self.publish(
+                reference,
+                "EvictionBlocked",
+                held_message(&pod, why),
+                EventType::Warning,
+            )
+            .await;
+        }
+    }
+
+    async fn publish(
+        &self,
+        reference: &ObjectReference,
+        reason: &str,
+        note: String,
+        type_: EventType,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Preempt".into(),
+            secondary: None,
+        };
+        match tokio::time::timeout(self.api_timeout, self.recorder.publish(&event, reference)).await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => debug!(%e, "event not recorded"),
+            Err(_) => debug!(timeout = ?self.api_timeout, "event not recorded in time"),
+        }
+    }
+}
+
+/// The first victim a (dry-run) eviction found protected by a budget.
+fn first_blocked<'a>(order: &'a Order, outcomes: &'a [Outcome]) -> Option<(&'a Victim, &'a str)> {
+    order
+        .victims
+        .iter()
+        .zip(outcomes)
+        .find_map(|(v, o)| match o {
+            Outcome::Blocked(why) => Some((v, why.as_str())),
+            _ => None,
+        })
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Forgets evictions of pods the cache shows terminating or gone (not in `live`), and those whose
+/// outcome stayed unknown past their expiry: the next pass judges them by the cache again.
+fn prune_evicting(evicting: &mut HashMap<String, Instant>, live: &HashSet<&str>, now: Instant) {
+    evicting.retain(|uid, expires| live.contains(uid.as_str()) && now < *expires);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, uid: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": uid},
+                "spec": {"containers": []},
+            }))
+            .expect("pod"),
+        )
+    }
+
+    fn victim(name: &str) -> Victim {
+        Victim {
+            pod: pod(name, &format!("uid-{name}")),
+            uid: format!("uid-{name}"),
+            workload: WorkloadKey {
+                namespace: "ns".into(),
+                name: format!("w-{name}"),
+            },
+            workload_ref: None,
+        }
+    }
+
+    fn order(index: usize, victims: &[&str]) -> Order {
+        Order {
+            preemptor: WorkloadKey {
+                namespace: "ns".into(),
+                name: format!("urgent-{index}"),
+            },
+            preemptor_ref: None,
+            queue: "q".into(),
+            reason: "InQueuePriority".into(),
+            needed: "2 cpu".into(),
+            victims: victims.iter().map(|v| victim(v)).collect(),
+        }
+    }
+
+    #[test]
+    fn only_victims_not_already_being_evicted_are_sent() {
+        let now = Instant::now();
+        let orders = [order(3, &["a", "b"]), order(5, &["c"])];
+        let evicting = HashSet::from(["uid-a".to_string(), "uid-c".to_string()]);
+        let plan = plan(&orders, &evicting, &HashMap::new(), now);
+        assert_eq!(plan.send, BTreeMap::from([(0, vec![1])]));
+        assert!(plan.held.is_empty());
+    }
+
+    #[test]
+    fn a_preemptor_with_a_victim_a_budget_protects_sends_nothing_and_says_why() {
+        let now = Instant::now();
+        let orders = [order(3, &["a", "b"]), order(5, &["c"])];
+        let blocked = HashMap::from([(
+            "uid-b".to_string(),
+            (now + BLOCKED_FOR, "budget says no".to_string()),
+        )]);
+        let plan = plan(&orders, &HashSet::new(), &blocked, now);
+        assert_eq!(plan.send, BTreeMap::from([(1, vec![0])]));
+        assert_eq!(
+            plan.held,
+            BTreeMap::from([(0, "budget says no".to_string())])
+        );
+        // Once the refusal has run out, the victim may be evicted again.
+        let later = plan_at(&orders, &blocked, now + BLOCKED_FOR);
+        assert_eq!(later.send, BTreeMap::from([(0, vec![0, 1]), (1, vec![0])]));
+        assert!(later.held.is_empty());
+    }
+
+    fn plan_at(
+        orders: &[Order],
+        blocked: &HashMap<String, (Instant, String)>,
+        now: Instant,
+    ) -> Plan {
+        plan(orders, &HashSet::new(), blocked, now)
+    }
+
+    #[test]
+    fn the_eviction_applies_only_to_the_pod_it_was_decided_for() {
+        let victim = victim("a");
+        let body = serde_json::to_value(eviction_body(&victim.pod, &victim.uid)).expect("json");
+        assert_eq!(
+            body,
+            json!({
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": "a", "namespace": "ns"},
+                "deleteOptions": {"preconditions": {"uid": "uid-a"}},
+            })
+        );
+    }
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(
+            Status::failure(message, "TooManyRequests").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn a_refusal_by_a_budget_is_told_from_a_gone_pod_and_an_unknown_outcome() {
+        let budget = "Cannot evict pod as it would violate the pod's disruption budget.";
+        assert_eq!(
+            outcome_of(Ok(Err(api_error(429, budget)))),
+            Outcome::Blocked(budget.into())
+        );
+        assert_eq!(outcome_of(Ok(Err(api_error(404, "gone")))), Outcome::Gone);
+        // The uid precondition failed: another pod under the same name.
+        assert_eq!(outcome_of(Ok(Err(api_error(409, "uid")))), Outcome::Gone);
+        assert!(matches!(
+            outcome_of(Ok(Err(api_error(500, "oops")))),
+            Outcome::Unknown(_)
+        ));
+        assert_eq!(outcome_of(Ok(Ok(Status::success()))), Outcome::Evicted);
+    }
+
+    #[test]
+    fn an_eviction_is_forgotten_once_the_cache_shows_the_pod_terminating_or_after_its_age() {
+        let now = Instant::now();
+        let age = Duration::from_secs(30);
+        let mut evicting = HashMap::from([
+            ("live".to_string(), now + age),
+            ("terminating".to_string(), now + age),
+        ]);
+        prune_evicting(&mut evicting, &HashSet::from(["live"]), now);
+        assert_eq!(evicting.keys().collect::<Vec<_>>(), vec!["live"]);
+        prune_evicting(&mut evicting, &HashSet::from(["live"]), now + age);
+        assert!(evicting.is_empty(), "past its age: decided again");
+    }
+
+    /// An Evictor on a client whose API server accepts connections and never answers.
+    async fn evictor_on_a_silent_server(
+        api_timeout: Duration,
+    ) -> (Arc<Evictor>, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"))
+            .parse()
+            .expect("url");
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let term = Term::new(
+            Instant::now() + Duration::from_secs(3600),
+            tokio_util::sync::CancellationToken::new(),
+            Arc::new(|| {}),
+        );
+        let recorder = Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "sluice".into(),
+                instance: None,
+            },
+        );
+        let metrics = ControllerMetrics::new(&mut prometheus_client::registry::Registry::default());
+        let evictor = Evictor::new(
+            client,
+            metrics,
+            recorder,
+            term,
+            4,
+            api_timeout,
+            api_timeout * 3,
+        );
+        (Arc::new(evictor), server)
+    }
+
+    #[tokio::test]
+    async fn an_eviction_that_hangs_fails_within_the_timeout() {
+        let (evictor, server) = evictor_on_a_silent_server(Duration::from_millis(100)).await;
+        let outcome = evictor.evict(&victim("a"), false).await;
+        assert!(matches!(outcome, Outcome::Unknown(_)), "{outcome:?}");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn nothing_is_evicted_once_the_term_is_over() {
+        let (evictor, server) = evictor_on_a_silent_server(Duration::from_secs(3600)).await;
+        evictor.term.revoke();
+        // With an hour's timeout on a silent server, any call sent would hang the test.
+        let outcome = evictor.evict(&victim("a"), false).await;
+        assert!(matches!(outcome, Outcome::Unknown(_)), "{outcome:?}");
+        evictor.start(vec![order(0, &["a"])], Instant::now());
+        assert!(
+            evictor.ledger().evicting.is_empty(),
+            "nothing counted in flight"
+        );
+        server.abort();
+    }
+
+    #[test]
+    fn a_preemptor_held_by_a_budget_says_which_pod_and_when_it_is_tried_again() {
+        assert_eq!(
+            held_message("ns/a", "no disruptions allowed"),
+            "waits to preempt: a PodDisruptionBudget blocks the eviction of pod ns/a \
+             (no disruptions allowed); tried again within 15s"
+        );
+    }
+}
