@@ -531,7 +531,7 @@ impl Classifier {
         }
         let class = match spec.and_then(|s| s.priority_class_name.as_deref()) {
             Some(class) if !class.is_empty() => format!("PriorityClass {class:?}"),
-            _ => "the cluster's default PriorityClass".to_string(),
+            _ => "no PriorityClass".to_string(),
         };
         Err(format!(
             "sluice: pod {namespace}/{name} has priority {priority} ({class}) but CapacityQueue {queue:?} accepts pods of priority {cap} at most (spec.preemption.maxPriority): a higher priority could evict the queue's other workloads. Give the pod (or its application's pod templates) a priorityClassName whose value is at most {cap} (kubectl get priorityclasses lists them), or ask the queue's owner to raise its maxPriority",

@@ -549,7 +549,7 @@ mod max_priority {
             )
             .expect_err("0 is above -1");
         assert!(
-            refused.contains("priority 0 (the cluster's default PriorityClass)"),
+            refused.contains("priority 0 (no PriorityClass)"),
             "{refused}"
         );
     }
