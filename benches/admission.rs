@@ -57,6 +57,7 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
                     },
                     created_at: (next() % 100_000) as i64,
                     terminating: false,
+                    eviction_blocked: false,
                 })
                 .collect();
             WorkloadSnapshot {

@@ -106,6 +106,9 @@ pub struct PodSnapshot {
     /// is gone or ended), but it is already being freed: preemption plans count it as freed room
     /// and never pick it again.
     pub terminating: bool,
+    /// A PodDisruptionBudget refused its eviction a moment ago (the controller keeps such refusals
+    /// for a while): preemption must not pick it (nor its workload whole) until then.
+    pub eviction_blocked: bool,
 }
 
 #[derive(Clone, Debug, Default)]

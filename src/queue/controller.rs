@@ -1163,6 +1163,7 @@ mod tests {
                     state: *state,
                     created_at: 0,
                     terminating: false,
+                    eviction_blocked: false,
                 }
             })
             .collect();

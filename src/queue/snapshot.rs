@@ -565,6 +565,7 @@ fn snapshot_pods(
             state,
             created_at: fact.created_at,
             terminating: is_terminating(pod, state),
+            eviction_blocked: false,
         });
         kept.push(pod.clone());
     }

@@ -436,6 +436,7 @@ mod tests {
                         state: *state,
                         created_at: i as i64,
                         terminating: false,
+                        eviction_blocked: false,
                     })
                     .collect(),
             }],
