@@ -575,6 +575,7 @@ impl Controller {
             warn!(problem, "object skipped in admission pass");
         }
         subtract_holds(&mut built.snapshot, &holds);
+        mark_eviction_blocked(&mut built, &self.evictor.blocked_uids());
         let decisions = decide(&built.snapshot);
         if let Some(mark) = mark {
             self.publish_room(mark, &queues, &built, &decisions);
@@ -582,8 +583,9 @@ impl Controller {
         self.start_ungates(&built, &decisions);
         self.start_evictions(&built, &decisions, started);
         let terminating = self.terminating_namespaces();
-        self.record_workloads(&built, &terminating);
-        self.want_workload_statuses(&built, &decisions, &terminating);
+        let preemptions = self.evictor.for_statuses();
+        self.record_workloads(&built, &terminating, &preemptions);
+        self.want_workload_statuses(&built, &decisions, &terminating, &preemptions);
         self.want_queue_statuses(&decisions);
         self.record_pass_metrics(&decisions, started);
         let waiting = still_waiting(&in_flight, &decisions);
@@ -742,7 +744,14 @@ impl Controller {
     }
 
     /// Records (or deletes) the DynamicWorkload of every workload seen only through its pods.
-    fn record_workloads(&self, built: &Built, terminating: &HashSet<String>) {
+    /// A workload preempted whole keeps its record until its status shows the preemption
+    /// (`preemptions`), even when its last pod is gone.
+    fn record_workloads(
+        &self,
+        built: &Built,
+        terminating: &HashSet<String>,
+        preemptions: &evictor::ForStatuses,
+    ) {
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
             if terminating.contains(&workload.key.namespace) {
                 continue;
@@ -754,6 +763,7 @@ impl Controller {
             if workload.pod_sets.iter().all(|s| s.pods.is_empty()) {
                 // A workload recorded from pods goes when its last pod is gone.
                 if let Some(d) = existing
+                    && !preemptions.preempted.contains_key(&workload.key)
                     && d.labels().get(RECORDED_FROM_LABEL).map(String::as_str) == Some("pods")
                     && let Some(uid) = d.uid()
                 {
@@ -810,6 +820,7 @@ impl Controller {
         built: &Built,
         decisions: &Decisions,
         terminating: &HashSet<String>,
+        preemptions: &evictor::ForStatuses,
     ) {
         let now = now_rfc3339();
         let mut admitted: HashMap<usize, HashSet<(usize, usize)>> = HashMap::new();
@@ -820,7 +831,6 @@ impl Controller {
                 .insert((r.pod_set, r.pod));
         }
         let none = HashSet::new();
-        let preemptions = self.evictor.for_statuses();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
             if terminating.contains(&workload.key.namespace) {
                 continue;
@@ -873,6 +883,25 @@ impl Controller {
             );
             if old.as_ref() != Some(&status) {
                 self.writer.want_queue_status(name, status, seen);
+            }
+        }
+    }
+}
+
+/// Marks the pods a PodDisruptionBudget protects (`blocked`, by uid): the pass chooses other
+/// victims, or none.
+fn mark_eviction_blocked(built: &mut Built, blocked: &HashSet<String>) {
+    if blocked.is_empty() {
+        return;
+    }
+    for (workload, objects) in built.snapshot.workloads.iter_mut().zip(&built.pods) {
+        for (set, objects) in workload.pod_sets.iter_mut().zip(objects) {
+            for (pod, object) in set.pods.iter_mut().zip(objects) {
+                pod.eviction_blocked = object
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| blocked.contains(uid));
             }
         }
     }
@@ -1267,6 +1296,34 @@ mod tests {
             victims,
             vec![("ns/low-a".into(), "uid-a0"), ("ns/low-b".into(), "uid-b0")]
         );
+    }
+
+    #[test]
+    fn pods_a_disruption_budget_protects_are_marked_for_the_pass() {
+        let (snapshot, objects) = workload(
+            "low",
+            &[
+                ("a0", PodState::Admitted, 1000),
+                ("a1", PodState::Admitted, 1000),
+            ],
+        );
+        let mut built = Built {
+            snapshot: Snapshot {
+                queues: Vec::new(),
+                workloads: vec![snapshot],
+            },
+            pods: vec![vec![objects]],
+            workloads: vec![None],
+            problems: Vec::new(),
+            left_behind: vec![0],
+        };
+        mark_eviction_blocked(&mut built, &HashSet::from(["uid-a1".to_string()]));
+        let marks: Vec<bool> = built.snapshot.workloads[0].pod_sets[0]
+            .pods
+            .iter()
+            .map(|p| p.eviction_blocked)
+            .collect();
+        assert_eq!(marks, vec![false, true]);
     }
 
     #[test]

@@ -178,6 +178,9 @@ struct Ledger {
     preempting_since: HashMap<WorkloadKey, (Instant, String)>,
     /// Preemptors held back by a budget in the last pass, with their message.
     held: HashMap<WorkloadKey, String>,
+    /// Preemptors one of whose victims a budget protected: until when, and their message (the
+    /// pass may choose other victims meanwhile, or none and the preemptor waits).
+    refused: HashMap<WorkloadKey, (Instant, String)>,
 }
 
 /// Evicts in the background, at most `slots` calls at once.
@@ -230,6 +233,7 @@ impl Evictor {
         let mut ledger = self.ledger();
         prune_evicting(&mut ledger.evicting, &live, now);
         ledger.blocked.retain(|_, (until, _)| now < *until);
+        ledger.refused.retain(|_, (until, _)| now < *until);
         ledger
             .preempted
             .retain(|_, (_, at)| at.elapsed() < PREEMPTION_KEPT_FOR);
@@ -248,8 +252,23 @@ impl Evictor {
                 .iter()
                 .map(|(k, (p, _))| (k.clone(), p.clone()))
                 .collect(),
-            held: ledger.held.clone(),
+            held: ledger
+                .refused
+                .iter()
+                .map(|(k, (_, message))| (k.clone(), message.clone()))
+                .chain(ledger.held.clone())
+                .collect(),
         }
+    }
+
+    /// The uids of pods a budget protects now: the pass must not choose them
+    /// (`PodSnapshot::eviction_blocked`).
+    pub(crate) fn blocked_uids(&self) -> HashSet<String> {
+        let ledger = self.ledger();
+        if ledger.blocked.is_empty() {
+            return HashSet::new();
+        }
+        ledger.blocked.keys().cloned().collect()
     }
 
     /// The watch shows the workload's status recording `recorded` (its `preemptedAt` and
@@ -482,11 +501,14 @@ impl Evictor {
         warn!(%pod, why, "a PodDisruptionBudget blocks the eviction; the preemptor waits or another victim is chosen");
         {
             let mut ledger = self.ledger();
+            let until = Instant::now() + BLOCKED_FOR;
             ledger.evicting.remove(&victim.uid);
-            ledger.blocked.insert(
-                victim.uid.clone(),
-                (Instant::now() + BLOCKED_FOR, held_message(&pod, why)),
-            );
+            ledger
+                .blocked
+                .insert(victim.uid.clone(), (until, held_message(&pod, why)));
+            ledger
+                .refused
+                .insert(order.preemptor.clone(), (until, held_message(&pod, why)));
         }
         let note = format!(
             "not evicted for {} in queue {}: a PodDisruptionBudget blocks it ({why})",
@@ -748,6 +770,25 @@ mod tests {
             evictor.ledger().evicting.is_empty(),
             "nothing counted in flight"
         );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refusal_marks_the_pod_and_holds_the_preemptor_until_it_runs_out() {
+        let (evictor, server) = evictor_on_a_silent_server(Duration::from_millis(50)).await;
+        let order = order(0, &["a"]);
+        evictor
+            .blocked(&order, &order.victims[0], "no disruptions")
+            .await;
+        assert_eq!(evictor.blocked_uids(), HashSet::from(["uid-a".to_string()]));
+        let statuses = evictor.for_statuses();
+        assert_eq!(
+            statuses.held.get(&order.preemptor).map(String::as_str),
+            Some(held_message("ns/a", "no disruptions").as_str())
+        );
+        evictor.prune(&[], Instant::now() + BLOCKED_FOR);
+        assert!(evictor.blocked_uids().is_empty());
+        assert!(evictor.for_statuses().held.is_empty());
         server.abort();
     }
 
