@@ -20,7 +20,7 @@
 //! then names. Fit: usage + reservations + the item ≤ quota for every resource the quota names.
 //! StrictFIFO stops at the first item that does not fit; BestEffortFIFO goes on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::api::QueueingStrategy;
 use crate::queue::preemption::{self, HeldPod, HeldSet, Holder, Need, Plan};
@@ -933,7 +933,11 @@ impl<'a> QueuePass<'a> {
         add_into(&mut load, self.arena.slice(self.reserved_at, width));
         let mut need = self.arena.slice(item.usage, width).to_vec();
         add_into(&mut need, self.arena.slice(self.reserve_at, width));
-        let (holders, owners) = self.holders(item.priority, admitted_now);
+        // The preemptor's own pods count as admitted: a workload of the preemptor whose pods are
+        // terminating keeps its reservation for them once they are gone.
+        let start = item.pods_start as usize;
+        let item_pods = &self.arena.pods[start..start + item.pods_len as usize];
+        let (holders, owners) = self.holders(item.priority, admitted_now.iter().chain(item_pods));
         let need = Need {
             limits: &self.dims.limits,
             load: &load,
@@ -947,7 +951,16 @@ impl<'a> QueuePass<'a> {
     }
 
     /// The members that hold admitted pods, as the planner sees them, and each one's member index.
-    fn holders(&self, priority: i32, admitted_now: &[PodRef]) -> (Vec<Holder>, Vec<usize>) {
+    /// `admitted_now`: the pods admitted by the pass so far (and the preemptor's).
+    fn holders<'p>(
+        &self,
+        priority: i32,
+        admitted_now: impl Iterator<Item = &'p PodRef>,
+    ) -> (Vec<Holder>, Vec<usize>) {
+        let mut now: HashMap<(usize, usize), u32> = HashMap::new();
+        for r in admitted_now {
+            *now.entry((r.workload, r.pod_set)).or_default() += 1;
+        }
         let (mut holders, mut owners) = (Vec::new(), Vec::new());
         for (m, &w) in self.members.iter().enumerate() {
             let state = self.states[m];
@@ -962,12 +975,7 @@ impl<'a> QueuePass<'a> {
                 .map(|(s, set)| HeldSet {
                     min_count: set.min_count,
                     per_pod: self.dims.project(&set.per_pod),
-                    admitted_now: to_u32(
-                        admitted_now
-                            .iter()
-                            .filter(|r| state.admitted_now > 0 && r.workload == w && r.pod_set == s)
-                            .count(),
-                    ),
+                    admitted_now: now.get(&(w, s)).copied().unwrap_or(0),
                     pods: self.held_pods(set),
                 })
                 .collect();

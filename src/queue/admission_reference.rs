@@ -453,3 +453,56 @@ fn first_misfit(
     }
     None
 }
+
+// ---- preemption ------------------------------------------------------------------------------
+// A yardstick for the preemption decision's property tests: the quota a queue holds, counted
+// straight from pod states (no arenas, no increments), and the gang a waiting workload would be
+// admitted with.
+
+/// What a queue holds of `resource` (usage + reservations) when the pods in `admitted` are
+/// admitted besides those already Admitted, and the pods in `gone` are gone: every admitted pod's
+/// requests, plus, for each workload that holds at least one pod, its missing gang members.
+pub fn held(
+    snapshot: &Snapshot,
+    queue: &str,
+    resource: &str,
+    admitted: &std::collections::HashSet<PodRef>,
+    gone: &std::collections::HashSet<PodRef>,
+) -> i64 {
+    let mut total = 0i64;
+    for (w, workload) in snapshot.workloads.iter().enumerate() {
+        if workload.queue != queue {
+            continue;
+        }
+        let (mut used, mut missing, mut started) = (0i64, 0i64, false);
+        for (s, set) in workload.pod_sets.iter().enumerate() {
+            let mut count = 0u32;
+            for (p, pod) in set.pods.iter().enumerate() {
+                let at = PodRef {
+                    workload: w,
+                    pod_set: s,
+                    pod: p,
+                };
+                let holds = (pod.state == PodState::Admitted || admitted.contains(&at))
+                    && !gone.contains(&at);
+                if holds {
+                    count += 1;
+                    used += pod.requests.get(resource);
+                }
+            }
+            started |= count > 0;
+            missing += i64::from(set.min_count.saturating_sub(count)) * set.per_pod.get(resource);
+        }
+        if started {
+            total += used + missing;
+        }
+    }
+    total
+}
+
+/// The pods a workload that has not started is admitted with: its gang (each set's oldest gated
+/// pods up to the minimum, or its oldest gated pod when every minimum is zero).
+pub fn gang_pods(snapshot: &Snapshot, w: usize) -> Vec<PodRef> {
+    let dims = Dimensions::new(&ResourceList::new());
+    gang_item(&snapshot.workloads[w], w, &dims).pods
+}

@@ -192,12 +192,15 @@ fn terminating_freed(holder: &Holder) -> Vec<i64> {
     freed
 }
 
+/// Sort key of an elastic candidate: priority, newest first, then positions.
+type ElasticKey = (i32, std::cmp::Reverse<i64>, usize, usize, usize);
+
 /// The candidates in the order they are considered: elastic pods above the minimum (lowest
-/// priority first, newest first), then whole workloads (lowest priority first, newest first).
+/// priority first, newest first), then whole workloads (lowest priority first, newest queued
+/// first).
 fn candidates(holders: &[Holder]) -> Vec<Unit> {
-    type Newest = std::cmp::Reverse<i64>;
-    let mut elastic: Vec<((i32, Newest, usize, usize, usize), Unit)> = Vec::new();
-    let mut whole: Vec<((i32, Newest, usize), Unit)> = Vec::new();
+    let mut elastic: Vec<(ElasticKey, Unit)> = Vec::new();
+    let mut whole: Vec<((i32, std::cmp::Reverse<i64>, usize), Unit)> = Vec::new();
     for (h, holder) in holders.iter().enumerate() {
         if !holder.may_be_victim {
             continue;
@@ -208,38 +211,59 @@ fn candidates(holders: &[Holder]) -> Vec<Unit> {
         }
         let width = holder.sets[0].per_pod.len();
         let mut all = reservation(holder, &staying, width);
-        for (s, set) in holder.sets.iter().enumerate() {
-            let mut live: Vec<usize> = (0..set.pods.len())
-                .filter(|p| !set.pods[*p].terminating)
-                .collect();
-            live.sort_by_key(|p| std::cmp::Reverse((set.pods[*p].created_at, *p)));
-            let above = staying[s].saturating_sub(set.min_count) as usize;
-            for &p in &live {
-                add_into(&mut all, &set.pods[p].requests);
-            }
-            for &p in live.iter().take(above) {
-                let pod = &set.pods[p];
-                let unit = Unit {
-                    holder: h,
-                    pod: Some((s, p)),
-                    freed: pod.requests.clone(),
-                };
-                let newest = std::cmp::Reverse(pod.created_at);
-                elastic.push(((holder.priority, newest, h, s, p), unit));
+        for pod in holder.sets.iter().flat_map(|s| &s.pods) {
+            if !pod.terminating {
+                add_into(&mut all, &pod.requests);
             }
         }
+        elastic.extend(elastic_of(holder, h, &staying));
         let unit = Unit {
             holder: h,
             pod: None,
             freed: all,
         };
-        let newest = std::cmp::Reverse(holder.queued_at);
-        whole.push(((holder.priority, newest, h), unit));
+        whole.push((
+            (holder.priority, std::cmp::Reverse(holder.queued_at), h),
+            unit,
+        ));
     }
     elastic.sort_by_key(|(key, _)| *key);
     whole.sort_by_key(|(key, _)| *key);
     let elastic = elastic.into_iter().map(|(_, u)| u);
     elastic.chain(whole.into_iter().map(|(_, u)| u)).collect()
+}
+
+/// A holder's pods above its minimum: in each set, the newest live pods beyond `min_count`. A
+/// workload keeps at least one pod (when every minimum is zero, its oldest pod is its gang):
+/// losing them all is losing the workload, a whole victim.
+fn elastic_of(holder: &Holder, h: usize, staying: &[u32]) -> Vec<(ElasticKey, Unit)> {
+    let mut out = Vec::new();
+    let mut live_total = 0usize;
+    for (s, set) in holder.sets.iter().enumerate() {
+        let mut live: Vec<usize> = (0..set.pods.len())
+            .filter(|p| !set.pods[*p].terminating)
+            .collect();
+        live_total += live.len();
+        live.sort_by_key(|p| std::cmp::Reverse((set.pods[*p].created_at, *p)));
+        let above = staying[s].saturating_sub(set.min_count) as usize;
+        for &p in live.iter().take(above) {
+            let pod = &set.pods[p];
+            let unit = Unit {
+                holder: h,
+                pod: Some((s, p)),
+                freed: pod.requests.clone(),
+            };
+            let newest = std::cmp::Reverse(pod.created_at);
+            out.push(((holder.priority, newest, h, s, p), unit));
+        }
+    }
+    if out.len() == live_total {
+        // The oldest stays: the largest key (oldest, then the last positions).
+        if let Some(oldest) = (0..out.len()).max_by_key(|i| out[*i].0) {
+            out.remove(oldest);
+        }
+    }
+    out
 }
 
 /// Chooses candidates in order until the item fits: each one that frees some of what is still
