@@ -1009,8 +1009,68 @@ fn victim_units(s: &Snapshot, victims: &[PodRef]) -> Result<Vec<Vec<PodRef>>, St
     Ok(units)
 }
 
+/// In a queue where only `p` waits, a gang that has not started: whether it fits beside what the
+/// pass admitted once every pod of every lower-priority workload (but those the pass admitted
+/// pods of) and every terminating pod is gone (from pod states).
+fn fits_with_every_candidate_gone(
+    s: &Snapshot,
+    d: &Decisions,
+    q: &QueueSnapshot,
+    p: usize,
+) -> bool {
+    let mut gone = std::collections::HashSet::new();
+    let mut admitted: std::collections::HashSet<PodRef> = d.admit.iter().copied().collect();
+    for (w, wl) in s.workloads.iter().enumerate() {
+        let candidate =
+            wl.priority < s.workloads[p].priority && !d.admit.iter().any(|r| r.workload == w);
+        for (si, set) in wl.pod_sets.iter().enumerate() {
+            for (pi, x) in set.pods.iter().enumerate() {
+                if x.terminating || candidate {
+                    gone.insert(PodRef {
+                        workload: w,
+                        pod_set: si,
+                        pod: pi,
+                    });
+                }
+            }
+        }
+    }
+    admitted.extend(super::admission_reference::gang_pods(s, p));
+    super::admission_reference::held(s, &q.name, "cpu", &admitted, &gone) <= q.quota.get("cpu")
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3000))]
+    #![proptest_config(ProptestConfig::with_cases(6000))]
+
+    /// Completeness, in queues where a single gang waits: it preempts (evicts, or waits for
+    /// terminating pods) exactly when it would fit with every lower-priority workload and every
+    /// terminating pod gone (computed from pod states, not by the planner).
+    #[test]
+    fn a_lone_waiting_gang_preempts_exactly_when_it_could_fit(s in arb_snapshot_with(true)) {
+        let d = decide(&s);
+        for q in s.queues.iter().filter(|q| q.preemption.within_queue == WithinQueue::LowerPriority) {
+            let waiting: Vec<usize> = (0..s.workloads.len())
+                .filter(|w| s.workloads[*w].queue == q.name && d.workloads[*w].pending_pods > 0)
+                .collect();
+            let [p] = waiting[..] else { continue };
+            let wl = &s.workloads[p];
+            let started = wl.pod_sets.iter().any(|set| set.pods.iter().any(|x| x.state == PodState::Admitted));
+            let gated = wl.pod_sets.iter().flat_map(|set| &set.pods).filter(|x| x.state == PodState::Gated).count() as u32;
+            if started || !wl.namespace_allowed || d.workloads[p].pending_pods < gated {
+                continue; // not a lone gang left waiting
+            }
+            let evicts = d.evict.iter().any(|e| e.preemptor == p);
+            let could = fits_with_every_candidate_gone(&s, &d, q, p);
+            if !could {
+                prop_assert!(!evicts, "{} evicts but could never fit", wl.key);
+            } else {
+                let preempting = matches!(d.workloads[p].waiting, Some(WaitReason::Preempting { .. }));
+                let terminating = s.workloads.iter().filter(|w| w.queue == q.name)
+                    .flat_map(|w| w.pod_sets.iter().flat_map(|set| &set.pods)).any(|x| x.terminating);
+                prop_assert!(evicts || preempting || terminating, "{} could fit by preemption but does not preempt: {:?}", wl.key, d.workloads[p].waiting);
+            }
+        }
+    }
 
     /// Every eviction set: one preemptor per queue, of higher priority than every victim, in its
     /// queue; victims admitted, not terminating, never a gang in part; the preemptor not admitted
