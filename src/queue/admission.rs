@@ -577,7 +577,8 @@ const MAX_PREEMPTION_ATTEMPTS: u32 = 8;
 struct InForce {
     /// Room promised to the preemptor, held from the items after it (added to the reservations).
     hold: Vec<i64>,
-    /// Per member: admits nothing more in this pass (it loses pods, or has pods terminating).
+    /// Per member: admits nothing more in this pass (it loses pods, has pods terminating, or is
+    /// the preemptor).
     frozen: Vec<bool>,
     /// The preemptor's reason to wait, when it waits on lower-priority pods.
     reason: Option<WaitReason>,
@@ -920,8 +921,8 @@ impl<'a> QueuePass<'a> {
     /// Looks for victims for an item that does not fit ([`preemption::plan`]). With a plan, its
     /// evictions are recorded (the item stays waiting: a later pass admits it once the victims
     /// are gone), the room it is promised is held from the items after it (added to the queue's
-    /// reservations until the end of the pass), and the workloads that lose pods or have pods
-    /// terminating are frozen for the rest of the pass.
+    /// reservations until the end of the pass), and the preemptor's workload and those that lose
+    /// pods or have pods terminating are frozen for the rest of the pass.
     fn try_preemption(
         &mut self,
         item: &Item,
@@ -1018,6 +1019,8 @@ impl<'a> QueuePass<'a> {
     ) -> InForce {
         let preemptor = self.members[item.member as usize];
         let mut frozen: Vec<bool> = self.states.iter().map(|s| s.terminating > 0).collect();
+        // Its own later pods would take the gang places its plan counted on.
+        frozen[item.member as usize] = true;
         for victim in &plan.victims {
             let m = owners[victim.holder];
             frozen[m] = true;
