@@ -192,8 +192,9 @@ fn terminating_freed(holder: &Holder) -> Vec<i64> {
     freed
 }
 
-/// Sort key of an elastic candidate: priority, newest first, then positions.
-type ElasticKey = (i32, std::cmp::Reverse<i64>, usize, usize, usize);
+/// Sort key of an elastic candidate: priority, newest first (the last positions first among pods
+/// created in the same millisecond), holder.
+type ElasticKey = (i32, std::cmp::Reverse<(i64, usize, usize)>, usize);
 
 /// The candidates in the order they are considered: elastic pods above the minimum (lowest
 /// priority first, newest first), then whole workloads (lowest priority first, newest queued
@@ -253,12 +254,12 @@ fn elastic_of(holder: &Holder, h: usize, staying: &[u32]) -> Vec<(ElasticKey, Un
                 pod: Some((s, p)),
                 freed: pod.requests.clone(),
             };
-            let newest = std::cmp::Reverse(pod.created_at);
-            out.push(((holder.priority, newest, h, s, p), unit));
+            let newest = std::cmp::Reverse((pod.created_at, s, p));
+            out.push(((holder.priority, newest, h), unit));
         }
     }
     if out.len() == live_total {
-        // The oldest stays: the largest key (oldest, then the last positions).
+        // The oldest stays: the largest key.
         if let Some(oldest) = (0..out.len()).max_by_key(|i| out[*i].0) {
             out.remove(oldest);
         }
