@@ -481,6 +481,26 @@ mod tests {
     }
 
     #[test]
+    fn a_preemptor_says_how_many_pods_it_waits_for() {
+        let f = fixture(&[(PodState::Gated, Some("Pending"))]);
+        let tally = WorkloadTally {
+            pending_pods: 1,
+            waiting: Some(WaitReason::Preempting {
+                queue: "q".into(),
+                victims: 3,
+            }),
+            ..WorkloadTally::default()
+        };
+        let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Pending);
+        assert_eq!(
+            status.message,
+            "waits for 3 lower-priority pods to be preempted in queue q"
+        );
+        assert_eq!(condition(&status, "QuotaReserved").message, status.message);
+    }
+
+    #[test]
     fn a_pending_workload_says_how_much_it_needs() {
         let f = fixture(&[(PodState::Gated, Some("Pending"))]);
         let tally = WorkloadTally {
