@@ -196,12 +196,15 @@ fn terminating_freed(holder: &Holder) -> Vec<i64> {
 /// created in the same millisecond), holder.
 type ElasticKey = (i32, std::cmp::Reverse<(i64, usize, usize)>, usize);
 
+/// Sort key of a whole workload: priority, newest queued first, holder.
+type WholeKey = (i32, std::cmp::Reverse<i64>, usize);
+
 /// The candidates in the order they are considered: elastic pods above the minimum (lowest
 /// priority first, newest first), then whole workloads (lowest priority first, newest queued
 /// first).
 fn candidates(holders: &[Holder]) -> Vec<Unit> {
     let mut elastic: Vec<(ElasticKey, Unit)> = Vec::new();
-    let mut whole: Vec<((i32, std::cmp::Reverse<i64>, usize), Unit)> = Vec::new();
+    let mut whole: Vec<(WholeKey, Unit)> = Vec::new();
     for (h, holder) in holders.iter().enumerate() {
         if !holder.may_be_victim {
             continue;
