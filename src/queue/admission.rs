@@ -19,6 +19,17 @@
 //! started), the time the item was queued (the workload's for a gang, the pod's for an elastic pod),
 //! then names. Fit: usage + reservations + the item ≤ quota for every resource the quota names.
 //! StrictFIFO stops at the first item that does not fit; BestEffortFIFO goes on.
+//!
+//! Preemption (`withinQueue: LowerPriority`, the default; `src/queue/preemption.rs` chooses the
+//! victims): a gang or an elastic pod that does not fit may take quota back from admitted pods of
+//! lower-priority workloads of its queue. The first items that do not fit, in admission order (at
+//! most [`MAX_PREEMPTION_ATTEMPTS`]; in StrictFIFO only the head), look for victims; the first
+//! that finds them is the queue's one preemptor of the pass. Its victims go to
+//! `Decisions::evict`; it is not admitted in this pass (it waits, `WaitReason::Preempting`) but by
+//! a later one, once they are gone, so victims and preemptor never hold quota together. For the
+//! rest of the pass the room it is promised is held from the items after it, and its workload,
+//! the workloads losing pods and those with pods terminating admit nothing more. Terminating pods
+//! count as freed room, so the passes while victims terminate choose no second round.
 
 use std::collections::{BTreeMap, HashMap};
 
