@@ -23,7 +23,7 @@
 //! Preemption (`withinQueue: LowerPriority`, the default; `src/queue/preemption.rs` chooses the
 //! victims): a gang or an elastic pod that does not fit may take quota back from admitted pods of
 //! lower-priority workloads of its queue. The first items that do not fit, in admission order (at
-//! most [`MAX_PREEMPTION_ATTEMPTS`]; in StrictFIFO only the head), look for victims; the first
+//! most eight, `MAX_PREEMPTION_ATTEMPTS`; in StrictFIFO only the head), look for victims; the first
 //! that finds them is the queue's one preemptor of the pass. Its victims go to
 //! `Decisions::evict`; it is not admitted in this pass (it waits, `WaitReason::Preempting`) but by
 //! a later one, once they are gone, so victims and preemptor never hold quota together. For the
