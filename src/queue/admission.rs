@@ -584,6 +584,13 @@ struct QueuePass<'a> {
 /// order that do not fit); the first that finds them is the pass's only preemptor in the queue.
 const MAX_PREEMPTION_ATTEMPTS: u32 = 8;
 
+/// See [`QueuePass::floor`].
+#[derive(Clone, Copy, Default)]
+struct Floor {
+    lowest: Option<i32>,
+    terminating: bool,
+}
+
 /// A preemption plan in force for the rest of a queue's pass.
 struct InForce {
     /// Room promised to the preemptor, held from the items after it (added to the reservations).
@@ -868,6 +875,7 @@ impl<'a> QueuePass<'a> {
         let mut blocker: Option<usize> = None;
         let mut in_force: Option<InForce> = None;
         let mut attempts = 0u32;
+        let floor = self.floor();
         for i in 0..self.items.len() {
             let item = self.items[i];
             let m = item.member as usize;
@@ -889,7 +897,7 @@ impl<'a> QueuePass<'a> {
                     if waiting[m].is_none() {
                         waiting[m] = Some(misfit.reason(&self.queue.name, &self.dims));
                     }
-                    if in_force.is_none() && self.may_preempt(&item, &misfit, attempts) {
+                    if in_force.is_none() && self.may_preempt(&item, &misfit, attempts, floor) {
                         attempts += 1;
                         in_force = self.try_preemption(&item, &admit[first_admit..], evict);
                         if let Some(reason) = in_force.as_mut().and_then(|f| f.reason.take()) {
@@ -916,17 +924,30 @@ impl<'a> QueuePass<'a> {
     /// gang or an elastic pod (not a fill, already paid for) that could fit the quota at all, few
     /// enough items have tried in this pass, and some workload of lower priority holds pods or
     /// some pod is being freed.
-    fn may_preempt(&self, item: &Item, misfit: &Misfit, attempts: u32) -> bool {
+    fn may_preempt(&self, item: &Item, misfit: &Misfit, attempts: u32, floor: Floor) -> bool {
         self.queue.preemption.within_queue == WithinQueue::LowerPriority
             && item.kind == ItemKind::Ordered
             && misfit.needed <= misfit.limit
             && attempts < MAX_PREEMPTION_ATTEMPTS
-            && self.members.iter().enumerate().any(|(m, &w)| {
-                let state = &self.states[m];
-                state.terminating > 0
-                    || (state.admitted_before > 0
-                        && self.snapshot.workloads[w].priority < item.priority)
-            })
+            && (floor.terminating || floor.lowest.is_some_and(|p| p < item.priority))
+    }
+
+    /// What may be taken back in this queue at all, computed once per pass: the lowest priority
+    /// of a workload holding pods, and whether any pod is terminating.
+    fn floor(&self) -> Floor {
+        let mut floor = Floor::default();
+        if self.queue.preemption.within_queue == WithinQueue::Never {
+            return floor;
+        }
+        for (m, &w) in self.members.iter().enumerate() {
+            let state = &self.states[m];
+            floor.terminating |= state.terminating > 0;
+            if state.admitted_before > 0 {
+                let priority = self.snapshot.workloads[w].priority;
+                floor.lowest = Some(floor.lowest.map_or(priority, |l| l.min(priority)));
+            }
+        }
+        floor
     }
 
     /// Looks for victims for an item that does not fit ([`preemption::plan`]). With a plan, its

@@ -1122,10 +1122,12 @@ proptest! {
         }
     }
 
-    /// The pass after the evictions, with the victims terminating and nothing else admitted in
-    /// that queue, chooses no more victims there (the room being freed counts; the room promised
-    /// was held from the items after the preemptor), and an item of the queue still waits for
-    /// them (the preemptor, or an item that has come to rank before it since).
+    /// The pass after the evictions, with the victims terminating: the same preemptor chooses no
+    /// more victims (the room being freed counts; the room promised was held from the items after
+    /// it), nor does any item ranked after it. Only an item that has come to rank before it since
+    /// (a higher-priority pod that became an item, e.g. of a gang admitted in between, or a gang
+    /// member of the preemptor's own workload now elastic) may: a new need. And something still
+    /// waits for the victims.
     #[test]
     fn no_second_round_while_victims_terminate(s in arb_snapshot_with(true)) {
         let d = decide(&s);
@@ -1139,14 +1141,19 @@ proptest! {
         }
         let d2 = decide(&next);
         for e in &d.evict {
-            let queue = &s.workloads[e.preemptor].queue;
+            let (p, queue) = (e.preemptor, &s.workloads[e.preemptor].queue);
             let in_queue = |w: usize| &s.workloads[w].queue == queue;
-            if d2.admit.iter().any(|r| in_queue(r.workload)) {
-                // Items ranked before the preemptor took room first (a higher-priority pod that
-                // became an item since): a new need, not the same one.
-                continue;
+            // When the pass also admitted pods of the preemptor's workload, its gang places may
+            // have filled: its pods still waiting are elastic now, ranked by their own time, and
+            // one of them (a gang member too big for its place) may come first: a new need.
+            let reshaped = d.admit.iter().any(|r| r.workload == p);
+            for e2 in d2.evict.iter().filter(|e2| in_queue(e2.preemptor)) {
+                prop_assert!(e2.preemptor != p || reshaped, "second round for {} in {}", s.workloads[p].key, queue);
+                prop_assert!(s.workloads[e2.preemptor].priority >= s.workloads[p].priority);
             }
-            prop_assert!(!d2.evict.iter().any(|e2| in_queue(e2.preemptor)), "second round in {}", queue);
+            if d2.admit.iter().any(|r| in_queue(r.workload)) || d2.evict.iter().any(|e2| in_queue(e2.preemptor)) {
+                continue; // items ranked before the preemptor took room first
+            }
             let waits = (0..s.workloads.len()).any(|w| {
                 in_queue(w) && matches!(d2.workloads[w].waiting, Some(WaitReason::Preempting { .. }))
             });
