@@ -1033,6 +1033,7 @@ impl<'a> QueuePass<'a> {
                 requests: self.dims.project(&pod.requests),
                 created_at: pod.created_at,
                 terminating: pod.terminating,
+                blocked: pod.eviction_blocked,
             })
             .collect()
     }

@@ -883,6 +883,44 @@ fn the_victim_set_is_minimal() {
 }
 
 #[test]
+fn a_pod_whose_eviction_a_budget_refused_is_passed_over() {
+    let spark_pods = (0..3)
+        .map(|i| pod(&format!("spark-e{i}"), CPU, PodState::Admitted, i))
+        .collect();
+    let mut s = Snapshot {
+        queues: vec![best_effort(4)],
+        workloads: vec![
+            workload("spark", "q", 0, 0, 1, spark_pods),
+            workload(
+                "gang",
+                "q",
+                0,
+                5,
+                1,
+                vec![pod("gang-p", CPU, PodState::Admitted, 5)],
+            ),
+            gated_gang("high", 1, 10, 10),
+        ],
+    };
+    // The newest elastic pod is blocked: the next one above the minimum goes instead.
+    s.workloads[0].pod_sets[0].pods[2].eviction_blocked = true;
+    assert_eq!(evicted_names(&s, &decide(&s)), vec!["spark-e1"]);
+    // Which pods are above the minimum is a matter of age: the oldest stands in for them.
+    s.workloads[0].pod_sets[0].pods[1].eviction_blocked = true;
+    assert_eq!(evicted_names(&s, &decide(&s)), vec!["spark-e0"]);
+    // With every pod of it blocked, a whole workload goes; a blocked gang never does.
+    s.workloads[0].pod_sets[0].pods[0].eviction_blocked = true;
+    assert_eq!(evicted_names(&s, &decide(&s)), vec!["gang-p"]);
+    s.workloads[1].pod_sets[0].pods[0].eviction_blocked = true;
+    let d = decide(&s);
+    assert!(d.evict.is_empty());
+    assert!(matches!(
+        d.workloads[2].waiting,
+        Some(WaitReason::Quota { .. })
+    ));
+}
+
+#[test]
 fn an_elastic_pod_of_a_running_workload_preempts_too() {
     let running = vec![
         pod("ray-head", CPU, PodState::Admitted, 0),

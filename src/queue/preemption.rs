@@ -31,6 +31,9 @@ pub struct HeldPod {
     pub requests: Vec<i64>,
     pub created_at: i64,
     pub terminating: bool,
+    /// A PodDisruptionBudget refused its eviction a moment ago: not a victim (nor its workload
+    /// whole) for now; another is chosen, or the item waits.
+    pub blocked: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -213,6 +216,17 @@ fn candidates(holders: &[Holder]) -> Vec<Unit> {
         if staying.iter().all(|c| *c == 0) {
             continue;
         }
+        elastic.extend(elastic_of(holder, h, &staying));
+        let live = || {
+            holder
+                .sets
+                .iter()
+                .flat_map(|s| &s.pods)
+                .filter(|p| !p.terminating)
+        };
+        if live().any(|p| p.blocked) {
+            continue; // a gang goes whole or not at all
+        }
         let width = holder.sets[0].per_pod.len();
         let mut all = reservation(holder, &staying, width);
         for pod in holder.sets.iter().flat_map(|s| &s.pods) {
@@ -220,7 +234,6 @@ fn candidates(holders: &[Holder]) -> Vec<Unit> {
                 add_into(&mut all, &pod.requests);
             }
         }
-        elastic.extend(elastic_of(holder, h, &staying));
         let unit = Unit {
             holder: h,
             pod: None,
@@ -237,7 +250,8 @@ fn candidates(holders: &[Holder]) -> Vec<Unit> {
     elastic.chain(whole.into_iter().map(|(_, u)| u)).collect()
 }
 
-/// A holder's pods above its minimum: in each set, the newest live pods beyond `min_count`. A
+/// A holder's pods above its minimum: in each set, the newest live pods beyond `min_count` (of
+/// those not blocked). A
 /// workload keeps at least one pod (when every minimum is zero, its oldest pod is its gang):
 /// losing them all is losing the workload, a whole victim.
 fn elastic_of(holder: &Holder, h: usize, staying: &[u32]) -> Vec<(ElasticKey, Unit)> {
@@ -248,6 +262,9 @@ fn elastic_of(holder: &Holder, h: usize, staying: &[u32]) -> Vec<(ElasticKey, Un
             .filter(|p| !set.pods[*p].terminating)
             .collect();
         live_total += live.len();
+        // Which pods are above the minimum is a matter of age: an older one stands in for a
+        // blocked one.
+        live.retain(|p| !set.pods[*p].blocked);
         live.sort_by_key(|p| std::cmp::Reverse((set.pods[*p].created_at, *p)));
         let above = staying[s].saturating_sub(set.min_count) as usize;
         for &p in live.iter().take(above) {
