@@ -478,6 +478,11 @@ async fn api_client(args: &ServeArgs, settings: &Settings) -> anyhow::Result<Cli
         info!("installed CRDs, namespace and RBAC");
     }
     let mut config = base;
+    // No retries inside the client: every call of sluice's is bounded by a timeout and retried by
+    // its own loop (the next pass, the next writer round), and an eviction refused by a
+    // PodDisruptionBudget (429) must come back at once to be recorded, not be retried until the
+    // timeout hides why.
+    config.default_retry = false;
     if let Some(user) = &settings.impersonate {
         config.auth_info.impersonate = Some(user.clone());
         info!(%user, "acting as");

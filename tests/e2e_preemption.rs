@@ -258,8 +258,9 @@ impl SamplerReport {
 
     /// Fails if any sampled moment was over the quota, or if too few moments were sampled.
     fn assert_within(&self, quota_millis: i64) {
+        // At least the moments before and after the preemption: a quick one takes under a second.
         assert!(
-            self.samples >= 5,
+            self.samples >= 2,
             "only {} samples of the queue were taken",
             self.samples
         );

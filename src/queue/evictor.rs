@@ -419,21 +419,12 @@ impl Evictor {
             queue: order.queue.clone(),
             reason: order.reason.clone(),
         };
+        let mut evicted_pods = Vec::new();
         for (victim, outcome) in order.victims.iter().zip(outcomes) {
             match outcome {
                 Outcome::Evicted => {
                     self.metrics.evicted_pods.get_or_create(&labels).inc();
-                    let note = format!(
-                        "evicted to make room for {} in queue {} ({})",
-                        order.preemptor, order.queue, order.reason
-                    );
-                    self.publish(
-                        &victim.pod.object_ref(&()),
-                        "Preempted",
-                        note,
-                        EventType::Normal,
-                    )
-                    .await;
+                    evicted_pods.push(victim.pod.object_ref(&()));
                     per_workload
                         .entry(victim.workload.clone())
                         .or_insert((victim.workload_ref.clone(), 0))
@@ -448,7 +439,17 @@ impl Evictor {
                 }
             }
         }
+        // The preemptions are kept before any event is sent: a pass running meanwhile must already
+        // keep the record of a workload whose last pod just went (and write its status).
         self.record_preemptions(order, per_workload, &now).await;
+        let note = format!(
+            "evicted to make room for {} in queue {} ({})",
+            order.preemptor, order.queue, order.reason
+        );
+        for pod in evicted_pods {
+            self.publish(&pod, "Preempted", note.clone(), EventType::Normal)
+                .await;
+        }
     }
 
     /// Keeps each victim workload's preemption for its status and tells it and the preemptor.
@@ -463,6 +464,7 @@ impl Evictor {
             return;
         }
         let victims: Vec<String> = per_workload.keys().map(|k| k.to_string()).collect();
+        let mut notes = Vec::new();
         for (workload, (reference, pods)) in per_workload {
             let preemption = Preemption {
                 by: order.preemptor.to_string(),
@@ -472,14 +474,14 @@ impl Evictor {
                 pods,
                 at: now.to_string(),
             };
-            let note = preemption.message();
+            notes.extend(reference.map(|r| (r, preemption.message())));
             self.ledger()
                 .preempted
                 .insert(workload, (preemption, Instant::now()));
-            if let Some(reference) = reference {
-                self.publish(&reference, "Preempted", note, EventType::Normal)
-                    .await;
-            }
+        }
+        for (reference, note) in notes {
+            self.publish(&reference, "Preempted", note, EventType::Normal)
+                .await;
         }
         if let Some(reference) = &order.preemptor_ref {
             let note = format!(
