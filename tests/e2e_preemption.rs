@@ -334,6 +334,8 @@ impl Drop for QuotaSampler {
 
 struct WorkloadHistory {
     seen: Arc<Mutex<BTreeMap<String, Vec<DynamicWorkloadStatus>>>>,
+    /// Workloads seen deleted (for failure messages).
+    deleted: Arc<Mutex<std::collections::BTreeSet<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -342,9 +344,10 @@ impl WorkloadHistory {
     async fn start(env: &TestEnv) -> WorkloadHistory {
         let api: Api<DynamicWorkload> = env.workloads();
         let seen: Arc<Mutex<BTreeMap<String, Vec<DynamicWorkloadStatus>>>> = Arc::default();
+        let deleted: Arc<Mutex<std::collections::BTreeSet<String>>> = Arc::default();
         let listed = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn({
-            let (seen, listed) = (seen.clone(), listed.clone());
+            let (seen, deleted, listed) = (seen.clone(), deleted.clone(), listed.clone());
             async move {
                 let mut events = watcher(api, watcher::Config::default())
                     .default_backoff()
@@ -354,6 +357,10 @@ impl WorkloadHistory {
                         Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) => w,
                         Ok(watcher::Event::InitDone) => {
                             listed.store(true, Ordering::SeqCst);
+                            continue;
+                        }
+                        Ok(watcher::Event::Delete(w)) => {
+                            deleted.lock().expect("history").insert(w.name_any());
                             continue;
                         }
                         _ => continue,
@@ -375,27 +382,40 @@ impl WorkloadHistory {
             || async { listed.load(Ordering::SeqCst).then_some(()) },
         )
         .await;
-        WorkloadHistory { seen, task }
+        WorkloadHistory {
+            seen,
+            deleted,
+            task,
+        }
     }
 
     /// Waits until `workload` has shown `interruptedCount: 1` and the condition `Preempted` naming
     /// `preemptor` and the resources it needed, and returns that status.
     async fn wait_preempted(&self, workload: &str, preemptor: &str) -> DynamicWorkloadStatus {
-        wait_for(
-            &format!(
-                "DynamicWorkload {workload} to show interruptedCount 1 and a Preempted condition naming {preemptor} and the cpu it needed (statuses seen: {:?})",
-                self.summary(workload)
-            ),
-            PREEMPTION_TIMEOUT,
-            || async {
-                let seen = self.seen.lock().expect("history");
-                seen.get(workload)?
-                    .iter()
-                    .find(|s| preempted_by(s, preemptor))
-                    .cloned()
-            },
-        )
-        .await
+        let deadline = tokio::time::Instant::now() + PREEMPTION_TIMEOUT;
+        loop {
+            let found = self
+                .seen
+                .lock()
+                .expect("history")
+                .get(workload)
+                .and_then(|statuses| {
+                    statuses
+                        .iter()
+                        .find(|s| preempted_by(s, preemptor))
+                        .cloned()
+                });
+            if let Some(status) = found {
+                return status;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "timed out after {PREEMPTION_TIMEOUT:?} waiting for DynamicWorkload {workload} to show interruptedCount 1 and a Preempted condition naming {preemptor} and the cpu it needed; every status it had: {:?}",
+                    self.summary(workload)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Fails if any workload was ever shown preempted more than once (a preemption storm).
@@ -429,21 +449,21 @@ impl WorkloadHistory {
 
     fn summary(&self, workload: &str) -> Vec<String> {
         let seen = self.seen.lock().expect("history");
-        seen.get(workload)
-            .into_iter()
-            .flatten()
-            .map(|s| {
-                let preempted: Vec<&str> = s
-                    .conditions
-                    .iter()
-                    .filter(|c| c.type_ == "Preempted")
-                    .map(|c| c.message.as_str())
-                    .collect();
-                format!(
-                    "interrupted {} phase {:?} Preempted {preempted:?}",
-                    s.interrupted_count, s.phase
-                )
-            })
+        let deleted = self.deleted.lock().expect("history").contains(workload);
+        let statuses = seen.get(workload).into_iter().flatten().map(|s| {
+            let preempted: Vec<&str> = s
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == "Preempted")
+                .map(|c| c.message.as_str())
+                .collect();
+            format!(
+                "interrupted {} phase {:?} Preempted {preempted:?}",
+                s.interrupted_count, s.phase
+            )
+        });
+        statuses
+            .chain(deleted.then(|| "then deleted".to_string()))
             .collect()
     }
 }
