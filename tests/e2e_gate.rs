@@ -190,7 +190,15 @@ async fn a_higher_priority_workload_goes_first() {
     let Some(mut env) = TestEnv::new_or_skip("prio").await else {
         return;
     };
-    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    // Ordering alone: with preemption on (the default), the high pod would evict the holder
+    // (tests/e2e_preemption.rs covers that).
+    let queue = env
+        .queue_with_spec(
+            "q",
+            json!({"quota": {"cpu": "1"}, "queueingStrategy": "BestEffortFIFO",
+                   "preemption": {"withinQueue": "Never"}}),
+        )
+        .await;
     let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
         kube::Api::all(env.client.clone());
     let high = format!("{}-high", env.namespace);
