@@ -763,7 +763,7 @@ impl Controller {
             if workload.pod_sets.iter().all(|s| s.pods.is_empty()) {
                 // A workload recorded from pods goes when its last pod is gone.
                 if let Some(d) = existing
-                    && !preemptions.preempted.contains_key(&workload.key)
+                    && !preemptions.keeps(&workload.key)
                     && d.labels().get(RECORDED_FROM_LABEL).map(String::as_str) == Some("pods")
                     && let Some(uid) = d.uid()
                 {

@@ -163,6 +163,17 @@ fn eviction_body(pod: &Pod, uid: &str) -> EvictionBody {
 pub(crate) struct ForStatuses {
     pub preempted: HashMap<WorkloadKey, Preemption>,
     pub held: HashMap<WorkloadKey, String>,
+    /// Workloads whose pods are being evicted and whose preemption is not recorded yet: their
+    /// record stays even if their last pod is already gone.
+    pub victims_in_flight: HashSet<WorkloadKey>,
+}
+
+impl ForStatuses {
+    /// Whether a workload's record must stay though its pods are gone: its preemption is being
+    /// sent or not yet shown in its status.
+    pub fn keeps(&self, workload: &WorkloadKey) -> bool {
+        self.preempted.contains_key(workload) || self.victims_in_flight.contains(workload)
+    }
 }
 
 /// What the evictor remembers between passes.
@@ -178,6 +189,8 @@ struct Ledger {
     preempting_since: HashMap<WorkloadKey, (Instant, String)>,
     /// Preemptors held back by a budget in the last pass, with their message.
     held: HashMap<WorkloadKey, String>,
+    /// Victim workloads of evictions sent and not yet recorded: workload → expiry.
+    victims_in_flight: HashMap<WorkloadKey, Instant>,
     /// Preemptors one of whose victims a budget protected: until when, and their message (the
     /// pass may choose other victims meanwhile, or none and the preemptor waits).
     refused: HashMap<WorkloadKey, (Instant, String)>,
@@ -233,6 +246,7 @@ impl Evictor {
         let mut ledger = self.ledger();
         prune_evicting(&mut ledger.evicting, &live, now);
         ledger.blocked.retain(|_, (until, _)| now < *until);
+        ledger.victims_in_flight.retain(|_, until| now < *until);
         ledger.refused.retain(|_, (until, _)| now < *until);
         ledger
             .preempted
@@ -258,6 +272,7 @@ impl Evictor {
                 .map(|(k, (_, message))| (k.clone(), message.clone()))
                 .chain(ledger.held.clone())
                 .collect(),
+            victims_in_flight: ledger.victims_in_flight.keys().cloned().collect(),
         }
     }
 
@@ -328,6 +343,9 @@ impl Evictor {
                     ledger
                         .evicting
                         .insert(victim.uid.clone(), now + self.max_age);
+                    ledger
+                        .victims_in_flight
+                        .insert(victim.workload.clone(), now + self.max_age);
                 }
                 ledger
                     .preempting_since
@@ -442,6 +460,12 @@ impl Evictor {
         // The preemptions are kept before any event is sent: a pass running meanwhile must already
         // keep the record of a workload whose last pod just went (and write its status).
         self.record_preemptions(order, per_workload, &now).await;
+        {
+            let mut ledger = self.ledger();
+            for victim in &order.victims {
+                ledger.victims_in_flight.remove(&victim.workload);
+            }
+        }
         let note = format!(
             "evicted to make room for {} in queue {} ({})",
             order.preemptor, order.queue, order.reason
