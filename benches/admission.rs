@@ -1,5 +1,8 @@
 //! One admission pass over large snapshots: 1k / 10k pending workloads, 10k / 100k pods, a mix of
-//! gangs and elastic pods in several queues. `cargo bench --bench admission`.
+//! gangs and elastic pods in several queues. `cargo bench --bench admission --features reference`.
+//! `admission_pass` and its reference run with preemption off (the work both do);
+//! `admission_pass_preempting` is the same pass with in-queue preemption on, where most waiting
+//! items outrank admitted ones, so every queue plans evictions in every pass (its worst case).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use sluice::api::QueueingStrategy;
@@ -16,7 +19,7 @@ fn resources(cpu: i64, memory_mib: i64) -> ResourceList {
 
 /// `workloads` workloads with `pods` pods in all, spread over 8 queues. Every third workload is a
 /// running application with elastic pods waiting; the others are gangs that have not started.
-pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
+pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Snapshot {
     let queues = (0..8)
         .map(|q| {
             let mut quota = ResourceList::new();
@@ -30,7 +33,7 @@ pub fn snapshot(workloads: usize, pods: usize) -> Snapshot {
                 } else {
                     QueueingStrategy::StrictFIFO
                 },
-                preemption: PreemptionPolicy::default(),
+                preemption: PreemptionPolicy { within_queue },
             }
         })
         .collect();
@@ -92,7 +95,10 @@ fn bench(c: &mut Criterion) {
     ];
     let snapshots: Vec<_> = cases
         .iter()
-        .map(|&(workloads, pods)| (format!("{workloads}w_{pods}p"), snapshot(workloads, pods)))
+        .map(|&(workloads, pods)| {
+            let id = format!("{workloads}w_{pods}p");
+            (id, snapshot(workloads, pods, WithinQueue::Never))
+        })
         .collect();
     let mut group = c.benchmark_group("admission_pass");
     group.sample_size(20);
@@ -112,6 +118,16 @@ fn bench(c: &mut Criterion) {
     {
         group.bench_with_input(BenchmarkId::from_parameter(id), s, |b, s| {
             b.iter(|| sluice::queue::admission_reference::decide(s))
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("admission_pass_preempting");
+    group.sample_size(10);
+    for &(workloads, pods) in &cases {
+        let s = snapshot(workloads, pods, WithinQueue::LowerPriority);
+        let id = format!("{workloads}w_{pods}p");
+        group.bench_with_input(BenchmarkId::from_parameter(id), &s, |b, s| {
+            b.iter(|| decide(s))
         });
     }
     group.finish();
