@@ -741,26 +741,9 @@ mod tests {
         watchdog.await.expect("watchdog");
     }
 
-    /// A server that accepts connections and never answers.
-    async fn silent_server() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        (addr, task)
-    }
-
     #[tokio::test]
     async fn a_lease_call_that_hangs_times_out() {
-        let (addr, server) = silent_server().await;
-        let url = format!("http://{addr}").parse().expect("url");
-        let client = Client::try_from(kube::Config::new(url)).expect("client");
+        let (client, server) = crate::test_support::silent_api_client().await;
         let mut s = settings();
         s.call_timeout = Duration::from_millis(200);
         let elector = LeaderElector::new(client, s);

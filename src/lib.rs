@@ -17,4 +17,6 @@ pub mod recorder;
 pub mod resources;
 pub mod serve;
 pub mod tasks;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod webhook_config;

@@ -738,24 +738,8 @@ mod tests {
     async fn evictor_on_a_silent_server(
         api_timeout: Duration,
     ) -> (Arc<Evictor>, tokio::task::JoinHandle<()>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"))
-            .parse()
-            .expect("url");
-        let server = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        let client = Client::try_from(kube::Config::new(url)).expect("client");
-        let term = Term::new(
-            Instant::now() + Duration::from_secs(3600),
-            tokio_util::sync::CancellationToken::new(),
-            Arc::new(|| {}),
-        );
+        let (client, server) = crate::test_support::silent_api_client().await;
+        let term = crate::test_support::long_term();
         let recorder = Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {
