@@ -644,10 +644,10 @@ fn gate_settings(controller_user: &str) -> sluice_webhooks::GateSettings {
         protected_label_prefix: PROTECTED_LABEL_PREFIX.into(),
         governed_label: QUEUE_LABEL.into(),
         controller_usernames: vec![controller_user.to_string()],
-        admission_annotations: vec![
-            crate::api::AT_CREATION_ANNOTATION.into(),
-            crate::api::ADMITTED_AT_ANNOTATION.into(),
-        ],
+        admission_annotations: crate::api::ADMISSION_ANNOTATIONS
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
     }
 }
 

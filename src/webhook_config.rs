@@ -281,7 +281,7 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
     // The annotations that record an admission (its token): a user copying a token onto a pod
     // must reach the validator to be refused.
     let notes = |o: &str| {
-        ADMISSION_ANNOTATIONS
+        crate::api::ADMISSION_ANNOTATIONS
             .iter()
             .map(|key| {
                 format!("(has({o}.metadata.annotations) && '{key}' in {o}.metadata.annotations ? {o}.metadata.annotations['{key}'] : '')")
@@ -305,12 +305,6 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
         },
     ]
 }
-
-/// The annotations that record a pod's admission at creation (see `queue::at_creation`).
-const ADMISSION_ANNOTATIONS: [&str; 2] = [
-    crate::api::AT_CREATION_ANNOTATION,
-    crate::api::ADMITTED_AT_ANNOTATION,
-];
 
 /// Updates of pods, and their in-place resizes (`pods/resize`, which change what an admitted pod
 /// holds of its queue's quota).
@@ -378,6 +372,16 @@ mod tests {
 
     /// Evaluates a matchCondition as the API server would, on a request with these objects.
     fn holds(condition: &MatchCondition, object: &Value, old: &Value, user: &str) -> bool {
+        holds_for(
+            condition,
+            object,
+            old,
+            json!({"userInfo": {"username": user}}),
+        )
+    }
+
+    /// As [`holds`], with the whole `request` variable (e.g. a subresource).
+    fn holds_for(condition: &MatchCondition, object: &Value, old: &Value, request: Value) -> bool {
         let program = cel_interpreter::Program::compile(&condition.expression)
             .unwrap_or_else(|e| panic!("{}: {e}", condition.expression));
         let mut context = cel_interpreter::Context::default();
@@ -387,9 +391,7 @@ mod tests {
         context
             .add_variable("oldObject", old.clone())
             .expect("oldObject");
-        context
-            .add_variable("request", json!({"userInfo": {"username": user}}))
-            .expect("request");
+        context.add_variable("request", request).expect("request");
         match program.execute(&context) {
             Ok(cel_interpreter::Value::Bool(b)) => b,
             other => panic!("{} gave {other:?}", condition.expression),
@@ -552,24 +554,9 @@ mod tests {
             .match_conditions
             .clone()
             .expect("conditions");
-        conditions.iter().all(|condition| {
-            let program = cel_interpreter::Program::compile(&condition.expression)
-                .unwrap_or_else(|e| panic!("{}: {e}", condition.expression));
-            let mut context = cel_interpreter::Context::default();
-            context
-                .add_variable("object", object.clone())
-                .expect("object");
-            context
-                .add_variable("oldObject", old.clone())
-                .expect("oldObject");
-            context
-                .add_variable("request", request.clone())
-                .expect("request");
-            match program.execute(&context) {
-                Ok(cel_interpreter::Value::Bool(b)) => b,
-                other => panic!("{} gave {other:?}", condition.expression),
-            }
-        })
+        conditions
+            .iter()
+            .all(|condition| holds_for(condition, object, old, request.clone()))
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub const ADMITTED_AT_ANNOTATION: &str = "sluice.dev/admitted-at";
 /// Annotation on a pod admitted at creation (`src/queue/at_creation.rs`): the token of the room
 /// held for it, until a pass sees the pod.
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
+/// The annotations that record a pod's admission: only sluice sets them (the validating webhook
+/// refuses a user's change; a pod gated at creation loses any it carries).
+pub const ADMISSION_ANNOTATIONS: [&str; 2] = [AT_CREATION_ANNOTATION, ADMITTED_AT_ANNOTATION];
 /// Label on a DynamicWorkload that sluice recorded from plain pods (value `pods`): it is deleted
 /// when its last pod is gone, as an application's workload goes with its application.
 pub const RECORDED_FROM_LABEL: &str = "sluice.dev/recorded-from";
