@@ -256,6 +256,15 @@ impl SamplerReport {
         *before = now;
     }
 
+    /// Fails if any pod was taken away while admitted.
+    fn assert_nothing_taken(&self) {
+        assert!(
+            self.taken.is_empty(),
+            "nothing evicted: {:?}",
+            self.taken_names()
+        );
+    }
+
     /// Fails if any sampled moment was over the quota, or if too few moments were sampled.
     fn assert_within(&self, quota_millis: i64) {
         // At least the moments before and after the preemption: a quick one takes under a second.
@@ -852,11 +861,7 @@ async fn equal_priority_never_preempts() {
 
     let report = sampler.finish().await;
     report.assert_within(2000);
-    assert!(
-        report.taken.is_empty(),
-        "nothing evicted: {:?}",
-        report.taken_names()
-    );
+    report.assert_nothing_taken();
     drop(classes);
     env.cleanup().await;
 }
@@ -891,11 +896,7 @@ async fn a_queue_with_within_queue_never_never_preempts() {
 
     let report = sampler.finish().await;
     report.assert_within(2000);
-    assert!(
-        report.taken.is_empty(),
-        "nothing evicted: {:?}",
-        report.taken_names()
-    );
+    report.assert_nothing_taken();
     drop(classes);
     env.cleanup().await;
 }
@@ -1051,11 +1052,7 @@ async fn a_preemptor_waits_when_its_only_victim_is_protected_by_a_disruption_bud
 
     let report = sampler.finish().await;
     report.assert_within(1000);
-    assert!(
-        report.taken.is_empty(),
-        "nothing evicted: {:?}",
-        report.taken_names()
-    );
+    report.assert_nothing_taken();
     drop(classes);
     env.cleanup().await;
 }

@@ -500,10 +500,9 @@ mod tests {
         assert_eq!(condition(&status, "QuotaReserved").message, status.message);
     }
 
-    #[test]
-    fn a_pending_workload_says_how_much_it_needs() {
-        let f = fixture(&[(PodState::Gated, Some("Pending"))]);
-        let tally = WorkloadTally {
+    /// One pod pending in a full 4-cpu queue q, 1 cpu short.
+    fn waiting_for_one_cpu() -> WorkloadTally {
+        WorkloadTally {
             pending_pods: 1,
             waiting: Some(WaitReason::Quota {
                 queue: "q".into(),
@@ -514,7 +513,13 @@ mod tests {
                 quota: 4000,
             }),
             ..WorkloadTally::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_pending_workload_says_how_much_it_needs() {
+        let f = fixture(&[(PodState::Gated, Some("Pending"))]);
+        let tally = waiting_for_one_cpu();
         let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
         assert_eq!(status.phase, WorkloadPhase::Pending);
         assert_eq!(
@@ -773,18 +778,7 @@ mod tests {
     #[test]
     fn a_workload_preempted_whole_waits_as_preempted() {
         let f = fixture(&[(PodState::Gated, Some("Pending"))]);
-        let tally = WorkloadTally {
-            pending_pods: 1,
-            waiting: Some(WaitReason::Quota {
-                queue: "q".into(),
-                resource: "cpu".into(),
-                missing: 1000,
-                used: 4000,
-                reserved: 0,
-                quota: 4000,
-            }),
-            ..WorkloadTally::default()
-        };
+        let tally = waiting_for_one_cpu();
         let p = preemption(NOW);
         let view = WorkloadView {
             preempted: Some(&p),
@@ -810,18 +804,7 @@ mod tests {
     #[test]
     fn a_preemptor_held_by_a_disruption_budget_says_so() {
         let f = fixture(&[(PodState::Gated, Some("Pending"))]);
-        let tally = WorkloadTally {
-            pending_pods: 1,
-            waiting: Some(WaitReason::Quota {
-                queue: "q".into(),
-                resource: "cpu".into(),
-                missing: 1000,
-                used: 4000,
-                reserved: 0,
-                quota: 4000,
-            }),
-            ..WorkloadTally::default()
-        };
+        let tally = waiting_for_one_cpu();
         let view = WorkloadView {
             held: Some("waits to preempt: a PodDisruptionBudget blocks the eviction of pod ns/p"),
             ..f.view()
