@@ -10,7 +10,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/hack/versions.sh"
 CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
 BIN=$CACHE/bin
-STATE=$ROOT/.cluster
+# SLUICE_CLUSTER_STATE: another directory, to run a second cluster beside the first (each has its own ports).
+STATE=${SLUICE_CLUSTER_STATE:-$ROOT/.cluster}
 LOGS=$STATE/logs
 PIDS=$STATE/pids
 PKI=$STATE/pki
@@ -93,6 +94,9 @@ Environment:
   SLUICE_CACHE         build cache (default ~/.cache/sluice): bin/<name>-<version>, go/ (module and build
                        caches), pyspark-<version>/ (venv)
   SLUICE_NODES         default for --nodes
+  SLUICE_CLUSTER_STATE the cluster's state directory (default .cluster/ of the repository); another one runs
+                       a second cluster beside the first, with its own ports (tests find it through
+                       'hack/cluster.sh env', which exports it)
   SLUICE_REAL_NODE_SNAPSHOTTER
                        containerd's snapshotter on the real node (default overlayfs; native where overlay
                        mounts are refused)
@@ -762,6 +766,7 @@ cmd_status() {
 cmd_env() {
   (($# == 0)) || die "env takes no flags"
   echo "export KUBECONFIG=$STATE/kubeconfig"
+  if [[ -n ${SLUICE_CLUSTER_STATE:-} ]]; then echo "export SLUICE_CLUSTER_STATE=$STATE"; fi
   echo "export PATH=$BIN:\$PATH"
   local f
   for f in sluice.env spark.env; do

@@ -45,7 +45,7 @@ fn watch_usage(pods: kube::Api<Pod>) -> (Arc<Mutex<i64>>, tokio::task::JoinHandl
 }
 
 fn sluice_pid() -> i32 {
-    let path = repo_root().join(".cluster/pids/sluice.pid");
+    let path = cluster_state().join("pids/sluice.pid");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)",

@@ -21,7 +21,7 @@ use support::*;
 use task_support::*;
 
 fn sluice_pid() -> i32 {
-    let path = repo_root().join(".cluster/pids/sluice.pid");
+    let path = cluster_state().join("pids/sluice.pid");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (is sluice running?)", path.display()));
     text.trim()

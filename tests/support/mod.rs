@@ -60,6 +60,15 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The local cluster's state directory: `.cluster/` of the repository, or `SLUICE_CLUSTER_STATE`
+/// when `hack/cluster.sh` runs a second cluster beside the first.
+pub fn cluster_state() -> PathBuf {
+    std::env::var_os("SLUICE_CLUSTER_STATE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cluster"))
+}
+
 /// A short random suffix for names, so tests never collide on the shared cluster.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
