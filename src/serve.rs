@@ -574,6 +574,16 @@ struct WebhookState {
     ready: Arc<AtomicBool>,
 }
 
+impl WebhookState {
+    fn inputs(&self) -> WebhookInputs {
+        WebhookInputs {
+            queues: self.queues.clone(),
+            namespaces: self.namespaces.clone(),
+            at_creation: self.at_creation.clone(),
+        }
+    }
+}
+
 fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) -> WebhookState {
     let (queues, queue_writer) = kube::runtime::reflector::store::<crate::api::CapacityQueue>();
     let stream = kube::runtime::reflector::reflector(
@@ -606,35 +616,52 @@ fn start_webhook_server(
     metrics: sluice_webhooks::WebhookMetrics,
     shutdown: &CancellationToken,
 ) -> JoinHandle<Result<(), sluice_webhooks::WebhookError>> {
-    let server = sluice_webhooks::WebhookServer::builder(args.listen, tls)
-        .application(
-            "/mutate-applications",
-            Arc::new(crate::app_webhooks::MutateApplications {
-                adapters: crate::integrations::applications(),
-                namespaces: state.namespaces.clone(),
-            }),
-        )
-        .application(
-            "/validate-applications",
-            Arc::new(crate::app_webhooks::ValidateApplications {
-                adapters: crate::integrations::applications(),
-                queues: state.queues.clone(),
-                namespaces: state.namespaces.clone(),
-            }),
-        )
-        .gate(gate_settings(&settings.controller_user))
-        .classifier(Arc::new(crate::queue::at_creation::Classifier {
-            adapters: Adapters::with_namespaces(state.namespaces.clone()),
-            at_creation: Some(state.at_creation.clone()),
-            queues: Some(state.queues.clone()),
-        }))
+    let webhooks = webhook_routes(&state.inputs(), &settings.controller_user)
         .readiness(state.ready.clone())
         .metrics(metrics)
-        .max_body_bytes(args.max_body_bytes)
-        .build();
+        .max_body_bytes(args.max_body_bytes);
+    let server = sluice_webhooks::WebhookServer::new(args.listen, tls, webhooks);
     let shutdown = shutdown.clone();
     let threads = args.webhook_threads;
     tokio::spawn(async move { server.serve_dedicated(threads, None, shutdown).await })
+}
+
+/// What the webhooks judge from, without an API call on their path: the queues, the namespaces'
+/// labels and the room for admission at creation. `sluice serve` fills them from watches; the fuzz
+/// targets (fuzz/) from fixtures.
+#[derive(Clone)]
+pub struct WebhookInputs {
+    pub queues: Store<crate::api::CapacityQueue>,
+    pub namespaces: crate::namespaces::Namespaces,
+    pub at_creation: Arc<AdmitAtCreation>,
+}
+
+/// Every webhook sluice serves (the pods', each integration's application webhooks) with the real
+/// classifier and admission at creation: one list, for the server and for the fuzz targets.
+pub fn webhook_routes(inputs: &WebhookInputs, controller_user: &str) -> sluice_webhooks::Webhooks {
+    sluice_webhooks::Webhooks::new(
+        gate_settings(controller_user),
+        Arc::new(crate::queue::at_creation::Classifier {
+            adapters: Adapters::with_namespaces(inputs.namespaces.clone()),
+            at_creation: Some(inputs.at_creation.clone()),
+            queues: Some(inputs.queues.clone()),
+        }),
+    )
+    .application(
+        "/mutate-applications",
+        Arc::new(crate::app_webhooks::MutateApplications {
+            adapters: crate::integrations::applications(),
+            namespaces: inputs.namespaces.clone(),
+        }),
+    )
+    .application(
+        "/validate-applications",
+        Arc::new(crate::app_webhooks::ValidateApplications {
+            adapters: crate::integrations::applications(),
+            queues: inputs.queues.clone(),
+            namespaces: inputs.namespaces.clone(),
+        }),
+    )
 }
 
 /// The pod webhooks' gate: its name, sluice's labels and annotations, and who may touch them.
