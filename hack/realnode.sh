@@ -33,6 +33,9 @@ BUSYBOX_IMAGE=sluice.local/busybox:${BUSYBOX_DEB_VERSION%%-*}
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE/:1:/:}       # the Debian epoch "1:" is no part of a tag
 SLUICE_IMAGE=docker.io/library/sluice:dev
 
+# shellcheck source=hack/images/images.sh
+source "$ROOT/hack/images/images.sh"
+
 CTR() { ctr --address "$NODE_DIR/containerd.sock" -n k8s.io "$@"; }
 
 # ---- packages and binaries -----------------------------------------------------------------------
@@ -69,6 +72,7 @@ k8s_version_ldflags() {
 # pause binary (pause.c of the same k8s.io/kubernetes module, compiled static with gcc).
 realnode_build() {
   build_go kubelet "$KUBERNETES_VERSION" k8s ./kubelet "$(k8s_version_ldflags)"
+  real_images_build  # SLUICE_REAL_NODE_IMAGES: the Spark and Ray images (hack/images/), cached
   local out=$BIN/pause-$PAUSE_VERSION
   [[ -x $out ]] && return 0
   command -v gcc >/dev/null || die "gcc is needed to build the pause binary (Debian: apt-get install gcc libc6-dev)"
@@ -154,6 +158,7 @@ realnode_images() {
   image_archive "$dir/sluice" "$SLUICE_IMAGE" "$dir/sluice.tar" '["/usr/local/bin/sluice"]'
   import_image "$SLUICE_IMAGE" "$dir/sluice.tar"
   rm -rf "$dir"
+  real_images_import  # SLUICE_REAL_NODE_IMAGES: the Spark and Ray images (hack/images/)
 }
 
 # ---- certificates ----------------------------------------------------------------------------------

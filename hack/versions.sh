@@ -11,6 +11,9 @@ KWOK_VERSION=v0.8.0            # sigs.k8s.io/kwok (hack/tools/kwok/go.mod)
 KUBERAY_VERSION=v1.6.2
 SPARK_OPERATOR_VERSION=v2.5.2  # github.com/kubeflow/spark-operator/v2 (hack/tools/spark-operator/go.mod)
 PYSPARK_VERSION=4.0.4          # pyspark on PyPI: spark-submit for the Spark operator (its image ships Spark 4.0.4)
+# ray on PyPI, for the real node's Ray image (hack/images/): the version KubeRay v1.6.2's samples run
+# (config/samples/*.yaml: rayproject/ray:2.52.0, rayVersion 2.52.0).
+RAY_VERSION=2.52.0
 KUEUE_VERSION=v0.19.2          # sigs.k8s.io/kueue (hack/tools/kueue/go.mod)
 
 # The real node (hack/realnode.sh, `hack/cluster.sh up --real-node`): Debian 12 packages, installed with
