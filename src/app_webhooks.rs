@@ -15,7 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
 use crate::api::{CapacityQueue, QUEUE_LABEL};
-use crate::integrations::{ApplicationIntegration, queue_label_patch};
+use crate::integrations::ApplicationIntegration;
 use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
 use crate::queue::snapshot::selector_matches;
 use crate::resources::{ResourceList, describe_quantity};
@@ -62,6 +62,9 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
         ) else {
             return response;
         };
+        if adapter.left_alone(app) {
+            return response;
+        }
         let mut ops = Vec::new();
         let queue = match app.labels().get(QUEUE_LABEL) {
             Some(queue) => queue.clone(),
@@ -80,7 +83,7 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
             }
         };
         // The integration says where its operator takes pod labels from.
-        ops.extend(queue_label_patch(&adapter.label_targets(app), &queue));
+        ops.extend(adapter.pods_patch(app, &queue));
         if ops.is_empty() {
             return response;
         }
@@ -206,6 +209,9 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
         ) else {
             return response;
         };
+        if adapter.left_alone(app) {
+            return response;
+        }
         if let Err(message) = refuse_queue_move(request, app) {
             return response.deny(message);
         }

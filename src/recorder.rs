@@ -50,6 +50,9 @@ pub fn desired_workload(
     let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
         return Ok(None);
     };
+    if adapter.left_alone(app) || !adapter.records_workload(app) {
+        return Ok(None);
+    }
     let resource = adapter.api_resource();
     let namespace = app.namespace().unwrap_or_default();
     let pod_sets = adapter.demand(app).map_err(|e| RecordError::Demand {
@@ -121,7 +124,7 @@ async fn record_kind(
     let crd_name = crd_name(&resource);
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut told = false;
-    loop {
+    while !adapter.built_in() {
         match crds.get_opt(&crd_name).await {
             Ok(Some(_)) => break,
             Ok(None) if !told => {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::ApiResource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
@@ -107,12 +108,14 @@ impl<'de> Deserialize<'de> for PodSpecField {
     }
 }
 
-/// The `metadata` of a pod template: only its labels matter to sluice.
+/// The `metadata` of a pod template: its labels and annotations are all that matter to sluice.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct TemplateMetadata {
     #[serde(deserialize_with = "lenient")]
     pub labels: Option<BTreeMap<String, String>>,
+    #[serde(deserialize_with = "lenient")]
+    pub annotations: Option<BTreeMap<String, String>>,
 }
 
 /// A pod template (`{metadata, spec}`) inside a foreign object.
@@ -136,6 +139,12 @@ impl PodTemplate {
             .map_err(|e| DemandError::Invalid(format!("{path}.spec: not a pod spec: {e}")))?;
         crate::resources::pod_requests(spec)
             .map_err(|e| DemandError::Invalid(format!("{path}.{e}")))
+    }
+
+    /// The image of the template's first container, when it has one.
+    pub fn first_container_image(&self) -> Option<String> {
+        let spec = self.spec.0.as_ref().ok()?;
+        spec.containers.first()?.image.clone()
     }
 
     /// Where the queue label goes for this template, whose JSON pointer is `pointer`.
@@ -205,6 +214,39 @@ pub fn pod_count(n: i64) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// The name of the object's controller (the owner reference with `controller: true`) when it is a
+/// `kind` of API group `group` (any version), e.g. the Job that created a pod.
+pub fn controller_of<'a>(meta: &'a ObjectMeta, group: &str, kind: &str) -> Option<&'a str> {
+    let owner = meta
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let owner_group = owner
+        .api_version
+        .rsplit_once('/')
+        .map_or("", |(group, _)| group);
+    (owner.kind == kind && owner_group == group).then_some(owner.name.as_str())
+}
+
+/// A JSON pointer (`/spec/workerGroupSpecs/0/template`) as a field path for messages
+/// (`spec.workerGroupSpecs[0].template`).
+pub fn pointer_to_field(pointer: &str) -> String {
+    let mut field = String::new();
+    for segment in pointer.split('/').filter(|s| !s.is_empty()) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if segment.bytes().all(|b| b.is_ascii_digit()) {
+            field.push_str(&format!("[{segment}]"));
+        } else {
+            if !field.is_empty() {
+                field.push('.');
+            }
+            field.push_str(&segment);
+        }
+    }
+    field
+}
+
 pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
@@ -245,27 +287,43 @@ pub struct LabelTarget {
     pub labels: TargetLabels,
 }
 
-fn escape(key: &str) -> String {
+pub fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
 /// JSON patch operations that put `queue` into the labels of every target (none for a target
 /// that already has it).
 pub fn queue_label_patch(targets: &[LabelTarget], queue: &str) -> Vec<Value> {
-    targets
+    labels_patch(targets, &[(QUEUE_LABEL, queue)])
+}
+
+/// JSON patch operations that put `labels` into the labels of every target (none for a label a
+/// target already has with that value).
+pub fn labels_patch(targets: &[LabelTarget], labels: &[(&str, &str)]) -> Vec<Value> {
+    let all: serde_json::Map<String, Value> = labels
         .iter()
-        .filter_map(|target| {
-            let path = &target.path;
-            match &target.labels {
-                TargetLabels::Labels(l) if l.get(QUEUE_LABEL).map(String::as_str) == Some(queue) => {
-                    None
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let mut ops = Vec::new();
+    for target in targets {
+        let path = &target.path;
+        match &target.labels {
+            TargetLabels::Labels(have) => {
+                for (key, value) in labels {
+                    if have.get(*key).map(String::as_str) != Some(*value) {
+                        ops.push(json!({"op": "add", "path": format!("{path}/labels/{}", escape(key)), "value": value}));
+                    }
                 }
-                TargetLabels::Labels(_) => Some(json!({"op": "add", "path": format!("{path}/labels/{}", escape(QUEUE_LABEL)), "value": queue})),
-                TargetLabels::NoLabels => Some(json!({"op": "add", "path": format!("{path}/labels"), "value": {QUEUE_LABEL: queue}})),
-                TargetLabels::NoObject => Some(json!({"op": "add", "path": path, "value": {"labels": {QUEUE_LABEL: queue}}})),
             }
-        })
-        .collect()
+            TargetLabels::NoLabels => {
+                ops.push(json!({"op": "add", "path": format!("{path}/labels"), "value": all}))
+            }
+            TargetLabels::NoObject => {
+                ops.push(json!({"op": "add", "path": path, "value": {"labels": all}}))
+            }
+        }
+    }
+    ops
 }
 
 /// A rule granting `verbs` on `resources` of `group`.

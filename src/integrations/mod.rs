@@ -12,15 +12,21 @@
 
 mod classifier;
 pub mod framework;
+pub mod job;
 mod plain;
 pub mod ray;
+pub mod ray_job;
+pub mod scheduled_spark;
 pub mod spark;
 pub mod task_cluster;
 
 pub use classifier::{Adapters, is_label_value, workload_object_name};
 pub use framework::{DemandError, LabelTarget, TargetLabels, queue_label_patch};
+pub use job::Jobs;
 pub use plain::PlainPods;
 pub use ray::RayClusters;
+pub use ray_job::RayJobs;
+pub use scheduled_spark::ScheduledSparkApplications;
 pub use spark::SparkApplications;
 pub use task_cluster::TaskClusters;
 
@@ -35,9 +41,14 @@ use crate::api::{ApplicationEnd, PodSetSpec};
 /// Every integration, most specific first: the first that recognises a pod wins, so plain pods
 /// (any pod with the queue label) stay last. A new integration is one line here.
 pub fn registry() -> Vec<Registered> {
+    // A RayJob's pods (`sluice.dev/ray-job`) before Jobs' (its submitter's) and RayClusters' (its
+    // cluster's); a Job's pods (marked by sluice at submission) before every other kind's labels.
     vec![
+        Registered::Application(Arc::new(RayJobs)),
+        Registered::Application(Arc::new(Jobs)),
         Registered::Application(Arc::new(RayClusters)),
         Registered::Application(Arc::new(SparkApplications)),
+        Registered::Application(Arc::new(ScheduledSparkApplications)),
         Registered::Application(Arc::new(TaskClusters)),
         Registered::Pods(Arc::new(PlainPods)),
     ]
@@ -139,6 +150,28 @@ pub trait ApplicationIntegration: Integration {
     fn rbac_rules(&self) -> Vec<PolicyRule> {
         vec![framework::read_rule(&self.api_resource())]
     }
+    /// Whether the API server serves the kind itself (batch/v1 Job): no CRD to wait for.
+    fn built_in(&self) -> bool {
+        false
+    }
+    /// Whether sluice leaves the object alone altogether (no default queue, no labels, no check,
+    /// no ledger): it belongs to another part of sluice (a ScavengerJob's Job) or to another
+    /// application, whose integration governs its pods (a RayJob's submitter Job).
+    fn left_alone(&self, app: &DynamicObject) -> bool {
+        let _ = app;
+        false
+    }
+    /// Whether the object gets a DynamicWorkload of its own (a RayJob's RayCluster is counted in
+    /// the RayJob's; a ScheduledSparkApplication's runs each have theirs).
+    fn records_workload(&self, app: &DynamicObject) -> bool {
+        let _ = app;
+        true
+    }
+    /// The JSON patch operations that make the operator's pods governed in `queue`: by default
+    /// the queue label copied into every [`label_targets`](Self::label_targets).
+    fn pods_patch(&self, app: &DynamicObject, queue: &str) -> Vec<serde_json::Value> {
+        queue_label_patch(&self.label_targets(app), queue)
+    }
 }
 
 /// Every integration's pods, in the registry's order.
@@ -181,6 +214,7 @@ pub fn rbac_rules() -> Vec<PolicyRule> {
 pub fn crd_names() -> Vec<String> {
     applications()
         .iter()
+        .filter(|a| !a.built_in())
         .map(|a| framework::crd_name(&a.api_resource()))
         .collect()
 }
@@ -207,13 +241,26 @@ mod tests {
     #[test]
     fn the_registry_lists_each_kind_once_with_plain_pods_last() {
         let kinds: Vec<&str> = all().iter().map(|i| i.kind()).collect();
-        assert_eq!(kinds, ["RayCluster", "Spark", "TaskCluster", "pod"]);
+        assert_eq!(
+            kinds,
+            [
+                "RayJob",
+                "Job",
+                "RayCluster",
+                "Spark",
+                "ScheduledSpark",
+                "TaskCluster",
+                "pod"
+            ]
+        );
         let crds = crd_names();
         assert_eq!(
             crds,
             [
+                "rayjobs.ray.io",
                 "rayclusters.ray.io",
                 "sparkapplications.sparkoperator.k8s.io",
+                "scheduledsparkapplications.sparkoperator.k8s.io",
                 "taskclusters.sluice.dev"
             ]
         );

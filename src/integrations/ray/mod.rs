@@ -14,7 +14,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::framework::{
-    Count, PodTemplate, add_to_gang, amount, label, lenient, pod_count, read_spec, spec_or_default,
+    Count, PodTemplate, TargetLabels, add_to_gang, amount, controller_of, label, lenient,
+    pod_count, pointer_to_field, read_spec, spec_or_default,
 };
 use super::{
     ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
@@ -25,29 +26,33 @@ use crate::resources::ResourceList;
 pub const CLUSTER_LABEL: &str = "ray.io/cluster";
 pub const NODE_TYPE_LABEL: &str = "ray.io/node-type";
 pub const GROUP_LABEL: &str = "ray.io/group";
+/// On the pods of a RayJob's cluster and submitter: the RayJob's name (put into its templates by
+/// sluice's application webhook).
+pub const RAY_JOB_LABEL: &str = "sluice.dev/ray-job";
 /// KubeRay's default resources for the autoscaler sidecar (requests = limits).
 const AUTOSCALER_CPU: &str = "500m";
 const AUTOSCALER_MEMORY: &str = "512Mi";
 
-/// The fields of a RayCluster's spec (ray.io/v1) sluice reads.
+/// The fields of a RayCluster's spec (ray.io/v1) sluice reads (a RayJob's `spec.rayClusterSpec`
+/// too).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct RayClusterSpec {
+pub(super) struct RayClusterSpec {
     #[serde(deserialize_with = "lenient")]
-    head_group_spec: Option<HeadGroupSpec>,
+    pub(super) head_group_spec: Option<HeadGroupSpec>,
     #[serde(deserialize_with = "lenient")]
     enable_in_tree_autoscaling: Option<bool>,
     #[serde(deserialize_with = "lenient")]
     autoscaler_options: Option<AutoscalerOptions>,
     #[serde(deserialize_with = "lenient")]
-    worker_group_specs: Option<Vec<WorkerGroupSpec>>,
+    pub(super) worker_group_specs: Option<Vec<WorkerGroupSpec>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct HeadGroupSpec {
+pub(super) struct HeadGroupSpec {
     #[serde(deserialize_with = "lenient")]
-    template: Option<PodTemplate>,
+    pub(super) template: Option<PodTemplate>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -82,9 +87,9 @@ fn quantities<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-struct WorkerGroupSpec {
+pub(super) struct WorkerGroupSpec {
     #[serde(deserialize_with = "lenient")]
-    group_name: Option<String>,
+    pub(super) group_name: Option<String>,
     #[serde(deserialize_with = "lenient")]
     suspend: Option<bool>,
     replicas: Count,
@@ -136,14 +141,15 @@ impl Integration for RayClusters {
     }
 }
 
-/// The head's requests, plus the autoscaler sidecar KubeRay adds when in-tree autoscaling is on.
-fn head_demand(spec: &RayClusterSpec) -> Result<ResourceList, DemandError> {
+/// The head's requests, plus the autoscaler sidecar KubeRay adds when in-tree autoscaling is on
+/// (`at` is the cluster spec's path: `spec`, or a RayJob's `spec.rayClusterSpec`).
+fn head_demand(spec: &RayClusterSpec, at: &str) -> Result<ResourceList, DemandError> {
     let head_template = spec
         .head_group_spec
         .as_ref()
         .and_then(|h| h.template.as_ref())
-        .ok_or_else(|| DemandError::Invalid("spec.headGroupSpec.template is missing".into()))?;
-    let mut head = head_template.requests("spec.headGroupSpec.template")?;
+        .ok_or_else(|| DemandError::Invalid(format!("{at}.headGroupSpec.template is missing")))?;
+    let mut head = head_template.requests(&format!("{at}.headGroupSpec.template"))?;
     if spec.enable_in_tree_autoscaling != Some(true) {
         return Ok(head);
     }
@@ -157,12 +163,12 @@ fn head_demand(spec: &RayClusterSpec) -> Result<ResourceList, DemandError> {
         let text = requests
             .and_then(|r| r.get(name))
             .map_or(default, String::as_str);
-        let field = format!("spec.autoscalerOptions.resources.requests.{name}");
+        let field = format!("{at}.autoscalerOptions.resources.requests.{name}");
         sidecar.add(name, amount(text, &field)?);
     }
     head.try_add_all(&sidecar).map_err(|resource| {
         DemandError::Invalid(format!(
-            "spec.autoscalerOptions.resources.requests.{resource}: the head's {resource} with the autoscaler's is more than sluice can count"
+            "{at}.autoscalerOptions.resources.requests.{resource}: the head's {resource} with the autoscaler's is more than sluice can count"
         ))
     })?;
     Ok(head)
@@ -220,46 +226,100 @@ impl ApplicationIntegration for RayClusters {
 
     fn demand(&self, app: &DynamicObject) -> Result<Vec<PodSetSpec>, DemandError> {
         let spec: RayClusterSpec = read_spec(app, "RayCluster")?;
-        let head = head_demand(&spec)?;
-        let mut gang = head.clone();
-        let mut sets = vec![PodSetSpec {
-            name: "head".into(),
-            requests: head.to_quantities(),
-            min_count: 1,
-            max_count: Some(1),
-        }];
-        for (i, group) in spec.worker_group_specs.iter().flatten().enumerate() {
-            if group.suspend == Some(true) {
-                continue;
-            }
-            sets.push(group_demand(
-                group,
-                &format!("spec.workerGroupSpecs[{i}]"),
-                &mut gang,
-            )?);
+        if let Some(job) = claimed_job(app, &spec, "spec") {
+            return Err(job);
         }
-        Ok(sets)
+        cluster_demand(&spec, "spec", &ResourceList::new())
     }
 
     /// The head's and every worker group's pod template.
     fn label_targets(&self, app: &DynamicObject) -> Vec<LabelTarget> {
         let spec: RayClusterSpec = spec_or_default(app);
-        let head = spec
-            .head_group_spec
-            .as_ref()
-            .and_then(|h| h.template.as_ref());
-        let mut targets = vec![PodTemplate::label_target(
-            head,
-            "/spec/headGroupSpec/template",
-        )];
-        for (i, group) in spec.worker_group_specs.iter().flatten().enumerate() {
-            targets.push(PodTemplate::label_target(
-                group.template.as_ref(),
-                &format!("/spec/workerGroupSpecs/{i}/template"),
-            ));
-        }
-        targets
+        cluster_label_targets(&spec, "/spec")
     }
+
+    /// A RayJob's cluster is counted in the RayJob's DynamicWorkload (its pods carry the RayJob's
+    /// label, which the RayJob integration reads first).
+    fn records_workload(&self, app: &DynamicObject) -> bool {
+        controller_of(&app.metadata, "ray.io", "RayJob").is_none()
+    }
+}
+
+/// Refuses a RayCluster whose pod templates claim a RayJob's label without being that RayJob's
+/// cluster: its pods would be counted in another application's ledger.
+fn claimed_job(app: &DynamicObject, spec: &RayClusterSpec, at: &str) -> Option<DemandError> {
+    let owner = controller_of(&app.metadata, "ray.io", "RayJob");
+    cluster_label_targets(spec, &format!("/{}", at.replace('.', "/")))
+        .into_iter()
+        .find_map(|target| {
+            let TargetLabels::Labels(labels) = &target.labels else {
+                return None;
+            };
+            let claimed = labels.get(RAY_JOB_LABEL)?;
+            (owner != Some(claimed.as_str())).then(|| {
+                DemandError::Invalid(format!(
+                    "{}.labels[{RAY_JOB_LABEL:?}]: {claimed:?} names a RayJob this RayCluster does not belong to (only the cluster a RayJob creates carries it)",
+                    pointer_to_field(&target.path)
+                ))
+            })
+        })
+}
+
+/// The pod sets of a RayCluster spec at `at` (`spec`, or a RayJob's `spec.rayClusterSpec`): the
+/// head, with `head_extra` (a RayJob's sidecar submitter), then each worker group that is not
+/// suspended. Worker group names must be distinct and must not be `head`.
+pub(super) fn cluster_demand(
+    spec: &RayClusterSpec,
+    at: &str,
+    head_extra: &ResourceList,
+) -> Result<Vec<PodSetSpec>, DemandError> {
+    let mut head = head_demand(spec, at)?;
+    head.try_add_all(head_extra).map_err(|resource| {
+        DemandError::Invalid(format!(
+            "{at}.headGroupSpec.template: the head's {resource} with the submitter's is more than sluice can count"
+        ))
+    })?;
+    let mut gang = head.clone();
+    let mut sets = vec![PodSetSpec {
+        name: "head".into(),
+        requests: head.to_quantities(),
+        min_count: 1,
+        max_count: Some(1),
+    }];
+    for (i, group) in spec.worker_group_specs.iter().flatten().enumerate() {
+        if group.suspend == Some(true) {
+            continue;
+        }
+        let path = format!("{at}.workerGroupSpecs[{i}]");
+        let set = group_demand(group, &path, &mut gang)?;
+        if sets.iter().any(|s| s.name == set.name) {
+            return Err(DemandError::Invalid(format!(
+                "{path}.groupName: {:?} is taken (by the head or another worker group)",
+                set.name
+            )));
+        }
+        sets.push(set);
+    }
+    Ok(sets)
+}
+
+/// The head's and every worker group's pod template of the cluster spec at JSON pointer `at`.
+pub(super) fn cluster_label_targets(spec: &RayClusterSpec, at: &str) -> Vec<LabelTarget> {
+    let head = spec
+        .head_group_spec
+        .as_ref()
+        .and_then(|h| h.template.as_ref());
+    let mut targets = vec![PodTemplate::label_target(
+        head,
+        &format!("{at}/headGroupSpec/template"),
+    )];
+    for (i, group) in spec.worker_group_specs.iter().flatten().enumerate() {
+        targets.push(PodTemplate::label_target(
+            group.template.as_ref(),
+            &format!("{at}/workerGroupSpecs/{i}/template"),
+        ));
+    }
+    targets
 }
 
 #[cfg(test)]
