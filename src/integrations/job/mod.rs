@@ -32,9 +32,7 @@ use super::ray::RAY_JOB_LABEL;
 use super::{
     ApplicationIntegration, DemandError, Integration, IntegrationDoc, LabelTarget, PodIdentity,
 };
-use crate::api::{
-    ApplicationEnd, MIN_COUNT_ANNOTATION, PodSetSpec, QUEUE_LABEL, SCAVENGER_JOB_LABEL,
-};
+use crate::api::{ApplicationEnd, MIN_COUNT_ANNOTATION, PodSetSpec, QUEUE_LABEL};
 use crate::resources::ResourceList;
 
 /// The label the Job controller puts on every pod of a Job (from the template the API server
@@ -42,6 +40,9 @@ use crate::resources::ResourceList;
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// In a governed Job's pod template (so on its pods): the gang fixed at submission.
 pub const JOB_GANG_ANNOTATION: &str = "sluice.dev/job-gang";
+/// On the Jobs a ScavengerJob creates (and their pods): another part of sluice governs them. The
+/// two integrations agree on this label only.
+pub const SCAVENGER_JOB_LABEL: &str = "sluice.dev/scavenger-job";
 /// The pod set of a Job's pods.
 pub const POD_SET: &str = "main";
 
