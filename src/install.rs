@@ -13,6 +13,8 @@ pub mod rbac;
 pub use rbac::{rbac_tasks_yaml, rbac_yaml};
 
 const NAMESPACE_YAML: &str = include_str!("../manifests/install/00-namespace.yaml");
+/// The PriorityClasses of ordinary pods (globalDefault) and of ScavengerJob pods.
+const PRIORITY_CLASSES_YAML: &str = include_str!("../manifests/install/00-priorityclasses.yaml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
@@ -41,7 +43,12 @@ pub fn manifests() -> Result<Vec<DynamicObject>, InstallError> {
     for text in
         crds.iter()
             .map(String::as_str)
-            .chain([NAMESPACE_YAML, rbac.as_str(), rbac_tasks.as_str()])
+            .chain([
+                NAMESPACE_YAML,
+                PRIORITY_CLASSES_YAML,
+                rbac.as_str(),
+                rbac_tasks.as_str(),
+            ])
     {
         for doc in serde_yaml::Deserializer::from_str(text) {
             let value = serde_yaml::Value::deserialize(doc)?;
@@ -71,6 +78,7 @@ fn resource_for(obj: &DynamicObject) -> Result<(ApiResource, bool), InstallError
         "Role" => ("roles", true),
         "RoleBinding" => ("rolebindings", true),
         "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        "PriorityClass" => ("priorityclasses", false),
         other => return Err(InstallError::UnknownKind(other.to_string())),
     };
     Ok((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))

@@ -15,6 +15,7 @@ pub mod namespaces;
 pub mod queue;
 pub mod recorder;
 pub mod resources;
+pub mod scavenger;
 pub mod serve;
 pub mod tasks;
 #[cfg(test)]

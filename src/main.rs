@@ -42,6 +42,9 @@ enum Command {
     /// Print the table of integrations (the kinds of application sluice governs: what is the
     /// gang, what is elastic, what ends it) that README.md holds, in Markdown.
     Integrations,
+    /// Show the scavenger capacity: the threshold, what ordinary pods hold, what ScavengerJobs
+    /// may use and use, the ScavengerJobs by phase and each queue's scavengerQuota.
+    Scavengers(sluice::scavenger::report::ScavengersArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -98,6 +101,29 @@ fn main() -> ExitCode {
         Command::Integrations => {
             print!("{}", sluice::integrations::docs_table());
             ExitCode::SUCCESS
+        }
+        Command::Scavengers(args) => {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: could not start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            match runtime.block_on(sluice::scavenger::report::run(args)) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Task(command) => {
             let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -28,6 +28,9 @@ use crate::leader::{LEASE_CALL_TIMEOUT, LeaderElector, LeaseSettings};
 use crate::metrics::ControllerMetrics;
 use crate::queue::at_creation::AdmitAtCreation;
 use crate::queue::controller::{self, ControllerSettings};
+use crate::scavenger::controller::ScavengerSettings;
+use crate::scavenger::metrics::ScavengerMetrics;
+use crate::scavenger::mounts::Mounts;
 use crate::webhook_config::{self, Endpoint};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,6 +174,20 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    /// The share (0 to 1) of the allocatable of Ready, schedulable nodes that ordinary pods'
+    /// requests and ScavengerJobs may fill together: scavengers get what is left of it.
+    #[arg(long, env = "SLUICE_SCAVENGER_THRESHOLD", default_value_t = 0.7)]
+    pub scavenger_threshold: f64,
+
+    /// How long a ScavengerJob's pods may take to be scheduled before its Job is removed (it
+    /// waits again and is retried later).
+    #[arg(long, env = "SLUICE_SCAVENGER_START_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub scavenger_start_timeout: Duration,
+
+    /// How long a ScavengerJob whose start could not be scheduled waits before it is tried again.
+    #[arg(long, env = "SLUICE_SCAVENGER_RETRY_AFTER", default_value = "30s", value_parser = parse_duration)]
+    pub scavenger_retry_after: Duration,
 }
 
 fn init_tracing(format: LogFormat) {
@@ -274,12 +291,20 @@ pub fn metrics_registry() -> (
     ControllerMetrics,
     crate::tasks::TaskMetrics,
     sluice_webhooks::WebhookMetrics,
+    ScavengerMetrics,
 ) {
     let mut registry = Registry::default();
     let controller_metrics = ControllerMetrics::new(&mut registry);
     let task_metrics = crate::tasks::TaskMetrics::new(&mut registry);
     let webhook_metrics = sluice_webhooks::WebhookMetrics::new(&mut registry);
-    (registry, controller_metrics, task_metrics, webhook_metrics)
+    let scavenger_metrics = ScavengerMetrics::new(&mut registry);
+    (
+        registry,
+        controller_metrics,
+        task_metrics,
+        webhook_metrics,
+        scavenger_metrics,
+    )
 }
 
 async fn serve_metrics(
@@ -355,7 +380,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let client = api_client(&args, &settings).await?;
     let shutdown = shutdown_on_signal();
-    let (registry, controller_metrics, task_metrics, webhook_metrics) = metrics_registry();
+    let (registry, controller_metrics, task_metrics, webhook_metrics, scavenger_metrics) =
+        metrics_registry();
     let certs = certificates(&args, &settings, &client, &shutdown).await?;
     let state = watch_webhook_state(&client, &controller_metrics);
     let server_task = start_webhook_server(
@@ -377,8 +403,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     run_controllers_while_leading(
         client,
         settings,
-        controller_metrics,
-        task_metrics,
+        (controller_metrics, task_metrics, scavenger_metrics),
         state.at_creation,
         &shutdown,
     )
@@ -399,6 +424,7 @@ struct Settings {
     rotation: sluice_certs::RotationSettings,
     lease: LeaseSettings,
     controller: ControllerSettings,
+    scavenger: ScavengerSettings,
 }
 
 impl Settings {
@@ -429,6 +455,12 @@ impl Settings {
         lease
             .validate()
             .context("--lease-duration, --lease-renew-deadline and --lease-renew")?;
+        if !(0.0..=1.0).contains(&args.scavenger_threshold) {
+            anyhow::bail!(
+                "--scavenger-threshold {} must be between 0 and 1 (e.g. 0.7: scavengers fill up to 70% of the nodes' allocatable with ordinary work)",
+                args.scavenger_threshold
+            );
+        }
         Ok(Settings {
             impersonate: args
                 .impersonate
@@ -457,6 +489,12 @@ impl Settings {
                 status_writes_per_second: args.status_writes_per_second,
                 idle_interval: args.idle_interval,
                 ..ControllerSettings::default()
+            },
+            scavenger: ScavengerSettings {
+                threshold: args.scavenger_threshold,
+                start_timeout: args.scavenger_start_timeout,
+                retry_after: args.scavenger_retry_after,
+                ..ScavengerSettings::default()
             },
         })
     }
@@ -572,6 +610,8 @@ struct WebhookState {
     at_creation: Arc<AdmitAtCreation>,
     /// Set once the webhooks are registered and the namespaces listed; until then /readyz says no.
     ready: Arc<AtomicBool>,
+    /// Which PVCs, ConfigMaps and Secrets exist (names only), for the ScavengerJob webhook.
+    mounts: Mounts,
 }
 
 impl WebhookState {
@@ -604,6 +644,7 @@ fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) -> WebhookS
             AdmitAtCreation::default().with_metrics(metrics.admitted_at_creation.clone()),
         ),
         ready: Arc::new(AtomicBool::new(false)),
+        mounts: Mounts::watch(client, None),
     }
 }
 
@@ -616,7 +657,8 @@ fn start_webhook_server(
     metrics: sluice_webhooks::WebhookMetrics,
     shutdown: &CancellationToken,
 ) -> JoinHandle<Result<(), sluice_webhooks::WebhookError>> {
-    let webhooks = webhook_routes(&state.inputs(), &settings.controller_user)
+    let webhooks = webhook_routes(&state.inputs(), &settings.controller_user);
+    let webhooks = scavenger_routes(webhooks, state, &settings.controller_user)
         .readiness(state.ready.clone())
         .metrics(metrics)
         .max_body_bytes(args.max_body_bytes);
@@ -664,6 +706,33 @@ pub fn webhook_routes(inputs: &WebhookInputs, controller_user: &str) -> sluice_w
     )
 }
 
+/// The ScavengerJob webhooks: the ScavengerJob validator (mounts from watches) and the guard of
+/// the scavenger marks on pods and Jobs.
+fn scavenger_routes(
+    webhooks: sluice_webhooks::Webhooks,
+    state: &WebhookState,
+    controller_user: &str,
+) -> sluice_webhooks::Webhooks {
+    webhooks
+        .application(
+            "/validate-scavengerjobs",
+            Arc::new(crate::scavenger::webhook::ValidateScavengerJobs {
+                mounts: state.mounts.clone(),
+                queues: Some(state.queues.clone()),
+            }),
+        )
+        .application(
+            "/validate-scavenger-workloads",
+            Arc::new(crate::scavenger::webhook::ValidateScavengerWorkloads {
+                controller_user: controller_user.to_string(),
+                job_controller_users: crate::scavenger::webhook::JOB_CONTROLLER_USERS
+                    .iter()
+                    .map(|u| u.to_string())
+                    .collect(),
+            }),
+        )
+}
+
 /// The pod webhooks' gate: its name, sluice's labels and annotations, and who may touch them.
 fn gate_settings(controller_user: &str) -> sluice_webhooks::GateSettings {
     sluice_webhooks::GateSettings {
@@ -708,6 +777,12 @@ async fn publish_webhooks(
         .wait_until_ready()
         .await
         .context("watching CapacityQueues")?;
+    // Until they are listed, every ScavengerJob's mounts would look missing.
+    state
+        .mounts
+        .wait_until_ready()
+        .await
+        .context("watching PersistentVolumeClaims, ConfigMaps and Secrets (names only)")?;
     state.ready.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -760,8 +835,11 @@ fn keep_ca_bundle_published(
 async fn run_controllers_while_leading(
     client: Client,
     settings: Settings,
-    metrics: ControllerMetrics,
-    task_metrics: crate::tasks::TaskMetrics,
+    (metrics, task_metrics, scavenger_metrics): (
+        ControllerMetrics,
+        crate::tasks::TaskMetrics,
+        ScavengerMetrics,
+    ),
     at_creation: Arc<AdmitAtCreation>,
     shutdown: &CancellationToken,
 ) {
@@ -774,6 +852,7 @@ async fn run_controllers_while_leading(
         Arc::new(move || at_creation.deactivate())
     };
     let controller = settings.controller;
+    let scavenger = (settings.scavenger, scavenger_metrics);
     elector
         .run(
             shutdown.clone(),
@@ -787,6 +866,7 @@ async fn run_controllers_while_leading(
                     metrics.clone(),
                     controller.clone(),
                     task_metrics.clone(),
+                    scavenger.clone(),
                     at_creation.clone(),
                     term,
                 )
@@ -801,10 +881,18 @@ async fn lead(
     metrics: ControllerMetrics,
     settings: ControllerSettings,
     task_metrics: crate::tasks::TaskMetrics,
+    (scavenger, scavenger_metrics): (ScavengerSettings, ScavengerMetrics),
     at_creation: Arc<AdmitAtCreation>,
     term: Arc<crate::leader::Term>,
 ) {
     let token = term.cancelled().clone();
+    // ScavengerJobs: leader only.
+    let scavengers = tokio::spawn(crate::scavenger::controller::run(
+        client.clone(),
+        scavenger,
+        scavenger_metrics,
+        token.clone(),
+    ));
     // The recorder writes DynamicWorkloads from application objects: leader only, like the
     // controller.
     let recorder = tokio::spawn(crate::recorder::run(client.clone(), token.clone()));
@@ -824,6 +912,7 @@ async fn lead(
     }
     let _ = recorder.await;
     let _ = tasks.await;
+    let _ = scavengers.await;
 }
 
 /// Stops the servers and waits for them: the webhook server's failure is the command's.
@@ -870,7 +959,7 @@ async fn wait_for_signal() {
 mod tests {
     #[test]
     fn metrics_are_served_under_their_documented_names() {
-        let (registry, controller, _, _) = super::metrics_registry();
+        let (registry, controller, _, _, _) = super::metrics_registry();
         controller.status_writes.inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");

@@ -355,7 +355,97 @@ pub fn validating(
                 timeout_seconds: Some(5),
                 match_conditions: Some(application_conditions(controller_user)),
             },
+            scavenger_jobs_webhook(endpoint, own_namespace, controller_user, ca_bundle),
+            scavenger_workloads_webhook(endpoint, own_namespace, controller_user, ca_bundle),
         ]),
+    }
+}
+
+/// ScavengerJobs' creations and spec changes: their fields, mounts and queue
+/// (`src/scavenger/webhook.rs`).
+fn scavenger_jobs_webhook(
+    endpoint: &Endpoint,
+    own_namespace: &str,
+    controller_user: &str,
+    ca_bundle: Option<&[u8]>,
+) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: "scavengerjobs.sluice.dev".into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: endpoint.client_config("/validate-scavengerjobs", ca_bundle),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: Some(namespace_selector(own_namespace)),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![crate::api::GROUP.into()]),
+            api_versions: Some(vec!["v1alpha1".into()]),
+            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+            resources: Some(vec!["scavengerjobs".into()]),
+            scope: Some("Namespaced".into()),
+        }]),
+        side_effects: "None".into(),
+        timeout_seconds: Some(5),
+        match_conditions: Some(vec![
+            not_sluice_itself(controller_user),
+            MatchCondition {
+                name: "creation-or-spec-change".into(),
+                expression: "oldObject == null || object.spec != oldObject.spec".into(),
+            },
+        ]),
+        ..ValidatingWebhook::default()
+    }
+}
+
+/// The CEL condition: `o` (a Pod or a Job) carries a scavenger mark (the label, on itself or its
+/// pod template, or the scavenger PriorityClass).
+pub fn scavenger_mark_condition(o: &str) -> String {
+    let label = crate::api::SCAVENGER_JOB_LABEL;
+    let class = crate::api::SCAVENGER_PRIORITY_CLASS;
+    format!(
+        "({o} != null && ((has({o}.metadata.labels) && '{label}' in {o}.metadata.labels) \
+         || (has({o}.spec.priorityClassName) && {o}.spec.priorityClassName == '{class}') \
+         || (has({o}.spec.template) && ((has({o}.spec.template.metadata) && has({o}.spec.template.metadata.labels) && '{label}' in {o}.spec.template.metadata.labels) \
+         || (has({o}.spec.template.spec) && has({o}.spec.template.spec.priorityClassName) && {o}.spec.template.spec.priorityClassName == '{class}')))))"
+    )
+}
+
+/// Pods and Jobs that carry (or carried) a scavenger mark: only sluice's Jobs and their pods may
+/// (`src/scavenger/webhook.rs`). Every other pod and Job never reaches sluice.
+fn scavenger_workloads_webhook(
+    endpoint: &Endpoint,
+    own_namespace: &str,
+    controller_user: &str,
+    ca_bundle: Option<&[u8]>,
+) -> ValidatingWebhook {
+    let rule = |group: &str, version: &str, resource: &str| RuleWithOperations {
+        api_groups: Some(vec![group.into()]),
+        api_versions: Some(vec![version.into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        resources: Some(vec![resource.into()]),
+        scope: Some("Namespaced".into()),
+    };
+    ValidatingWebhook {
+        name: "scavenger-workloads.sluice.dev".into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: endpoint.client_config("/validate-scavenger-workloads", ca_bundle),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: Some(namespace_selector(own_namespace)),
+        rules: Some(vec![rule("", "v1", "pods"), rule("batch", "v1", "jobs")]),
+        side_effects: "None".into(),
+        timeout_seconds: Some(5),
+        match_conditions: Some(vec![
+            not_sluice_itself(controller_user),
+            MatchCondition {
+                name: "carries-a-scavenger-mark".into(),
+                expression: format!(
+                    "{} || {}",
+                    scavenger_mark_condition("object"),
+                    scavenger_mark_condition("oldObject")
+                ),
+            },
+        ]),
+        ..ValidatingWebhook::default()
     }
 }
 
@@ -617,5 +707,38 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    #[test]
+    fn only_pods_and_jobs_with_a_scavenger_mark_reach_the_scavenger_webhook() {
+        let config = validating(&endpoint(), "sluice-system", SLUICE, None);
+        let webhook = config
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .find(|w| w.name == "scavenger-workloads.sluice.dev")
+            .expect("webhook");
+        let conditions = webhook.match_conditions.unwrap_or_default();
+        let called = |object: &Value, old: &Value, user: &str| {
+            conditions.iter().all(|c| holds(c, object, old, user))
+        };
+        let label = crate::api::SCAVENGER_JOB_LABEL;
+        let class = crate::api::SCAVENGER_PRIORITY_CLASS;
+        let plain_pod = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        let labelled_pod = json!({"metadata": {"name": "p", "labels": {label: "x"}}, "spec": {}});
+        let classed_pod = json!({"metadata": {"name": "p"}, "spec": {"priorityClassName": class}});
+        let plain_job = json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {}}}});
+        let classed_job = json!({"metadata": {"name": "j"},
+            "spec": {"template": {"spec": {"priorityClassName": class}}}});
+        let labelled_job = json!({"metadata": {"name": "j"},
+            "spec": {"template": {"metadata": {"labels": {label: "x"}}, "spec": {}}}});
+        assert!(!called(&plain_pod, &Value::Null, "alice"));
+        assert!(!called(&plain_job, &Value::Null, "alice"));
+        for marked in [&labelled_pod, &classed_pod, &classed_job, &labelled_job] {
+            assert!(called(marked, &Value::Null, "alice"), "{marked}");
+            assert!(!called(marked, &Value::Null, SLUICE), "{marked}");
+        }
+        // Removing the label is an update that reaches it too.
+        assert!(called(&plain_pod, &labelled_pod, "alice"));
     }
 }

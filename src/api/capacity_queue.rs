@@ -93,6 +93,13 @@ pub struct CapacityQueueSpec {
     /// defaults (withinQueue LowerPriority, no cap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<QueuePreemption>,
+
+    /// The most this queue's ScavengerJobs (those naming it in `spec.queueName`) may request
+    /// together while they run on idle capacity, per resource. A ScavengerJob naming a queue
+    /// without it never starts: nobody escapes their quota by turning work into ScavengerJobs.
+    /// Resources not named here are not limited beyond the cluster's scavenger capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scavenger_quota: Option<BTreeMap<String, Quantity>>,
 }
 
 impl CapacityQueueSpec {

@@ -4,6 +4,7 @@
 mod capacity_queue;
 mod conditions;
 mod dynamic_workload;
+mod scavenger_job;
 mod task;
 mod task_cluster;
 mod task_object;
@@ -16,6 +17,10 @@ pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{
     ApplicationEnd, DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec,
     PodSetStatus, SourceRef, WorkloadPhase,
+};
+pub use scavenger_job::{
+    ScavengerJob, ScavengerJobSpec, ScavengerJobStatus, ScavengerMount, ScavengerPhase,
+    ScavengerResources,
 };
 pub use task::{
     ContainerExecutor, HttpExecutor, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle,
@@ -59,6 +64,13 @@ pub const RECORDED_FROM_LABEL: &str = "sluice.dev/recorded-from";
 pub const TASK_CLUSTER_LABEL: &str = "sluice.dev/task-cluster";
 /// Label on the objects a Task's executor creates (its pod, a resource): the Task's name.
 pub const TASK_LABEL: &str = "sluice.dev/task";
+/// Label on a ScavengerJob's Job and pods: the ScavengerJob's name. Only sluice may set it (the
+/// scavenger webhook refuses anyone else's pod or Job carrying it).
+pub const SCAVENGER_JOB_LABEL: &str = "sluice.dev/scavenger-job";
+/// The PriorityClass of every scavenger pod: below every ordinary pod, `preemptionPolicy: Never`.
+pub const SCAVENGER_PRIORITY_CLASS: &str = "sluice-scavenger";
+/// The `globalDefault` PriorityClass sluice installs for ordinary pods that name none.
+pub const DEFAULT_PRIORITY_CLASS: &str = "sluice-default";
 /// Field manager used for every server-side apply sluice makes.
 pub const FIELD_MANAGER: &str = "sluice";
 
@@ -72,6 +84,7 @@ pub fn crds()
         Task::crd(),
         TaskObject::crd(),
         TaskCluster::crd(),
+        ScavengerJob::crd(),
     ]
 }
 

@@ -116,6 +116,22 @@ fn gate_rules() -> Vec<PolicyRule> {
             &["tasks/status", "taskclusters/status"],
             &["patch"],
         ),
+        // ScavengerJobs: the controller reads them and writes their statuses, runs each as a Job
+        // it creates and removes, and counts the nodes' allocatable for the scavenger capacity.
+        rule("sluice.dev", &["scavengerjobs"], &["get", "list", "watch"]),
+        rule("sluice.dev", &["scavengerjobs/status"], &["patch"]),
+        rule(
+            "batch",
+            &["jobs"],
+            &["get", "list", "watch", "create", "delete"],
+        ),
+        rule("", &["nodes"], &["list", "watch"]),
+        // A ScavengerJob's mounts must exist: names only (metadata watches), never contents.
+        rule(
+            "",
+            &["persistentvolumeclaims", "configmaps", "secrets"],
+            &["list", "watch"],
+        ),
     ]
 }
 
