@@ -3,6 +3,8 @@
 //! `admission_pass` and its reference run with preemption off (the work both do);
 //! `admission_pass_preempting` is the same pass with in-queue preemption on, where most waiting
 //! items outrank admitted ones, so every queue plans evictions in every pass (its worst case).
+//! `admission_pass_cohort`: the same snapshots (preemption off) with the 8 queues in two cohorts
+//! of 4 lending all their quota, so every queue borrows and reclaims in every pass.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use sluice::api::QueueingStrategy;
@@ -34,6 +36,7 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
                     QueueingStrategy::StrictFIFO
                 },
                 preemption: PreemptionPolicy { within_queue },
+                cohort: None,
             }
         })
         .collect();
@@ -126,6 +129,21 @@ fn bench(c: &mut Criterion) {
     for &(workloads, pods) in &cases {
         let s = snapshot(workloads, pods, WithinQueue::LowerPriority);
         let id = format!("{workloads}w_{pods}p");
+        group.bench_with_input(BenchmarkId::from_parameter(id), &s, |b, s| {
+            b.iter(|| decide(s))
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("admission_pass_cohort");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() <= 10_000)
+    {
+        let mut s = s.clone();
+        for (q, queue) in s.queues.iter_mut().enumerate() {
+            queue.cohort = Some(CohortMembership::new(if q < 4 { "a" } else { "b" }));
+        }
         group.bench_with_input(BenchmarkId::from_parameter(id), &s, |b, s| {
             b.iter(|| decide(s))
         });

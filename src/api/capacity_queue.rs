@@ -47,6 +47,25 @@ use super::Condition;
         description = "Workloads holding quota"
     ),
     printcolumn(
+        name = "Cohort",
+        type_ = "string",
+        json_path = ".spec.cohort",
+        description = "The cohort whose queues share their unused quota"
+    ),
+    printcolumn(
+        name = "CPU-Borrowed",
+        type_ = "string",
+        json_path = ".status.borrowed.cpu",
+        description = "CPU used above the quota, borrowed from the cohort"
+    ),
+    printcolumn(
+        name = "CPU-Lent",
+        type_ = "string",
+        json_path = ".status.lent.cpu",
+        description = "Unused CPU of this queue that other queues of the cohort use",
+        priority = 1
+    ),
+    printcolumn(
         name = "Preemption",
         type_ = "string",
         json_path = ".spec.preemption.withinQueue",
@@ -94,12 +113,57 @@ pub struct CapacityQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<QueuePreemption>,
 
+    /// The cohort this queue belongs to: queues naming the same cohort lend each other their
+    /// unused quota (see `borrowingLimit`, `lendingLimit`, `preemption.reclaimWithinCohort`,
+    /// `fairSharing`). Absent: the queue shares nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("cohort must be a DNS label: lower-case letters, digits and '-', at most 63 characters"))]
+    pub cohort: Option<String>,
+
+    /// Per resource, how much more than its quota this queue may use from its cohort. A
+    /// resource not named: no limit (up to what the cohort lends). Only resources the quota names
+    /// are ever borrowed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub borrowing_limit: BTreeMap<String, Quantity>,
+
+    /// Per resource, how much of its unused quota this queue lends to its cohort; the rest is
+    /// kept for its own work whatever the others do. A resource not named: all of it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lending_limit: BTreeMap<String, Quantity>,
+
+    /// This queue's weight when several queues of the cohort wait for borrowed room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
+
+    /// How long an admitted workload may hold quota with pods not yet scheduled and running
+    /// (e.g. `5m`, `90s`). Past it, its pods are evicted (their owner recreates them gated) and
+    /// it waits again at the back of its priority level. Absent: forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_ready_timeout: Option<String>,
+
+    /// How many times `podsReadyTimeout` may send a workload back before it is marked Failed.
+    /// Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("requeueLimit must be 0 or more"))]
+    pub requeue_limit: Option<i32>,
+
     /// The most this queue's ScavengerJobs (those naming it in `spec.queueName`) may request
     /// together while they run on idle capacity, per resource. A ScavengerJob naming a queue
     /// without it never starts: nobody escapes their quota by turning work into ScavengerJobs.
     /// Resources not named here are not limited beyond the cluster's scavenger capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scavenger_quota: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A queue's weight in its cohort's fair sharing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FairSharing {
+    /// A queue's share is what it uses above its quota (its dominant resource, as a fraction of
+    /// what the cohort lends) divided by its weight: among queues waiting for borrowed room, the
+    /// least share goes first. Default 1; 0: it borrows only when no other queue waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<Quantity>,
 }
 
 impl CapacityQueueSpec {
@@ -126,6 +190,26 @@ pub struct QueuePreemption {
     /// owner's choice, and priority decides who may evict whom: this caps it. Absent: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_priority: Option<i32>,
+
+    /// Whether waiting work of this queue that fits its own quota may take it back from other
+    /// queues of the cohort that borrowed it: Any (the default): from any workload running on
+    /// borrowed quota; LowerPriority: only from those of lower priority; Never: it waits until
+    /// the borrowers finish. Only workloads running above their own queue's quota are evicted.
+    #[serde(default)]
+    pub reclaim_within_cohort: ReclaimWithinCohort,
+}
+
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum ReclaimWithinCohort {
+    /// Borrowed quota is never taken back by eviction.
+    Never,
+    /// Only workloads of lower priority running on borrowed quota are evicted.
+    LowerPriority,
+    /// Any workload running on borrowed quota may be evicted.
+    #[default]
+    Any,
 }
 
 #[derive(
@@ -183,6 +267,13 @@ pub struct CapacityQueueStatus {
     /// Admitted pods that have not finished.
     #[serde(default)]
     pub admitted_pods: i32,
+    /// What the queue uses above its quota, borrowed from its cohort.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub borrowed: BTreeMap<String, Quantity>,
+    /// What other queues of the cohort use of this queue's unused quota (the cohort's borrowing
+    /// spread over its lenders in proportion to what each has unused).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lent: BTreeMap<String, Quantity>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,6 +297,7 @@ mod tests {
             QueuePreemption {
                 within_queue: WithinQueuePreemption::LowerPriority,
                 max_priority: None,
+                reclaim_within_cohort: ReclaimWithinCohort::Any,
             }
         );
         let empty = spec(serde_json::json!({"quota": {"cpu": "4"}, "preemption": {}}));
@@ -217,6 +309,7 @@ mod tests {
             QueuePreemption {
                 within_queue: WithinQueuePreemption::Never,
                 max_priority: Some(1000),
+                reclaim_within_cohort: ReclaimWithinCohort::Any,
             }
         );
         assert!(

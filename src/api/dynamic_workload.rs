@@ -32,6 +32,12 @@ use super::Condition;
     ),
     printcolumn(name = "Pending", type_ = "integer", json_path = ".status.pendingPods"),
     printcolumn(
+        name = "Position",
+        type_ = "integer",
+        json_path = ".status.position",
+        description = "1-based place in its queue's pending order (empty: nothing waits)"
+    ),
+    printcolumn(
         name = "Pod-Sets",
         type_ = "string",
         json_path = ".status.podSetSummary",
@@ -189,6 +195,19 @@ pub struct DynamicWorkloadStatus {
     /// When every pod of the workload had ended (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+    /// What the workload uses above its queue's quota, borrowed from the queue's cohort (the
+    /// queue's borrowing is charged to its lowest-priority, newest workloads first: those that
+    /// give it back first when the lenders reclaim it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub borrowed: BTreeMap<String, Quantity>,
+    /// Its 1-based place in its queue's pending order, in the order admission considers it;
+    /// absent when nothing of it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<i32>,
+    /// Since when pods of it have been waiting without a break (RFC 3339); absent when nothing
+    /// waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_since: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -10,8 +10,8 @@ mod task_cluster;
 mod task_object;
 
 pub use capacity_queue::{
-    AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, QueuePreemption,
-    QueueingStrategy, WithinQueuePreemption,
+    AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, FairSharing,
+    QueuePreemption, QueueingStrategy, ReclaimWithinCohort, WithinQueuePreemption,
 };
 pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{

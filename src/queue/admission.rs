@@ -37,6 +37,8 @@ use crate::api::QueueingStrategy;
 use crate::queue::preemption::{self, HeldPod, HeldSet, Holder, Need, Plan};
 use crate::resources::{ResourceList, describe_quantity};
 
+mod cohort;
+
 /// Identifies a workload: its namespace and DynamicWorkload name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WorkloadKey {
@@ -56,6 +58,44 @@ pub struct QueueSnapshot {
     pub quota: ResourceList,
     pub strategy: QueueingStrategy,
     pub preemption: PreemptionPolicy,
+    /// The cohort it shares unused quota with; None: it shares nothing.
+    pub cohort: Option<CohortMembership>,
+}
+
+/// A queue's place in a cohort (`spec.cohort` and the fields that go with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CohortMembership {
+    pub name: String,
+    /// Per resource, how much above its quota the queue may use; a resource absent: no limit.
+    pub borrowing_limit: ResourceList,
+    /// Per resource, how much of its quota the queue lends; a resource absent: all of it.
+    pub lending_limit: ResourceList,
+    pub reclaim: ReclaimPolicy,
+    /// Fair-sharing weight in thousandths (1000: weight 1; 0: borrows last).
+    pub weight_milli: i64,
+}
+
+impl CohortMembership {
+    /// A membership with no limits, reclaim Any and weight 1.
+    pub fn new(name: &str) -> Self {
+        CohortMembership {
+            name: name.to_string(),
+            borrowing_limit: ResourceList::new(),
+            lending_limit: ResourceList::new(),
+            reclaim: ReclaimPolicy::Any,
+            weight_milli: 1000,
+        }
+    }
+}
+
+/// Whether a queue's waiting work may evict other queues' workloads running on borrowed quota to
+/// take its own quota back (`spec.preemption.reclaimWithinCohort`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReclaimPolicy {
+    Never,
+    LowerPriority,
+    #[default]
+    Any,
 }
 
 /// Whether a waiting item may take quota back from admitted pods of its own queue.
@@ -172,6 +212,25 @@ pub enum WaitReason {
         queue: String,
         victims: u32,
     },
+    /// A queue of a cohort: the item would take `resource` beyond what the queue may hold now
+    /// by `missing`: `used` (usage and reservations) plus what the cohort can lend it more now
+    /// (`lendable`: unused quota the cohort's queues lend, within its borrowing limit).
+    Cohort {
+        queue: String,
+        cohort: String,
+        resource: String,
+        missing: i64,
+        used: i64,
+        quota: i64,
+        lendable: i64,
+    },
+    /// The item fits its queue's quota but other queues of the cohort borrowed it: it waits for
+    /// `victims` of their pods running on borrowed quota to go.
+    Reclaiming {
+        queue: String,
+        cohort: String,
+        victims: u32,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -218,6 +277,30 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "waits for {victims} lower-priority pods to be preempted in queue {queue}"
             ),
+            WaitReason::Cohort {
+                queue,
+                cohort,
+                resource,
+                missing,
+                used,
+                quota,
+                lendable,
+            } => write!(
+                f,
+                "needs {} {resource} more in queue {queue}: {}/{} {resource} used, and cohort {cohort} can lend it {} {resource} more now",
+                describe_quantity(resource, *missing),
+                describe_quantity(resource, *used),
+                describe_quantity(resource, *quota),
+                describe_quantity(resource, *lendable),
+            ),
+            WaitReason::Reclaiming {
+                queue,
+                cohort,
+                victims,
+            } => write!(
+                f,
+                "waits for {victims} pods of other queues of cohort {cohort} running on quota borrowed from queue {queue} to be evicted"
+            ),
         }
     }
 }
@@ -231,6 +314,13 @@ pub struct QueueTally {
     pub admitted_workloads: u32,
     pub pending_pods: u32,
     pub admitted_pods: u32,
+    /// Usage and reservations above the quota, borrowed from the cohort.
+    pub borrowed: ResourceList,
+    /// What other queues of the cohort use of this queue's unused quota.
+    pub lent: ResourceList,
+    /// A queue of a cohort: the most it may hold before pods must wait for a pass (its quota less
+    /// what it lends: room the other queues cannot take concurrently). None: its quota.
+    pub ceiling: Option<ResourceList>,
 }
 
 impl QueueTally {
@@ -249,6 +339,11 @@ pub struct WorkloadTally {
     pub admitted_pods: u32,
     /// Set when pods still wait.
     pub waiting: Option<WaitReason>,
+    /// What of `used` and `reserved` is above the queue's quota (borrowed from its cohort).
+    pub borrowed: ResourceList,
+    /// 1-based place of its first waiting item in its queue's admission order; None when nothing
+    /// of it waits in order (or it waits outside any queue).
+    pub position: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -276,6 +371,9 @@ pub struct Eviction {
 pub enum EvictionReason {
     /// A higher-priority item of the same queue (`spec.preemption.withinQueue: LowerPriority`).
     InQueuePriority,
+    /// A queue of the cohort takes back its quota that the victim's queue borrowed
+    /// (`spec.preemption.reclaimWithinCohort`).
+    CohortReclaim,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -495,9 +593,17 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
     }
 
     let mut scratch = Scratch::default();
+    let mut cohorts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (q, queue) in snapshot.queues.iter().enumerate() {
+        if let Some(cohort) = &queue.cohort {
+            cohorts.entry(cohort.name.as_str()).or_default().push(q);
+            continue;
+        }
         let tally = decide_queue(snapshot, queue, &members[q], &mut decisions, &mut scratch);
         decisions.queues.insert(queue.name.clone(), tally);
+    }
+    for queues in cohorts.values() {
+        cohort::decide_cohort(snapshot, queues, &members, &mut decisions);
     }
     decisions
 }
@@ -600,6 +706,40 @@ struct InForce {
     frozen: Vec<bool>,
     /// The preemptor's reason to wait, when it waits on lower-priority pods.
     reason: Option<WaitReason>,
+}
+
+/// Where one queue's admission in order stands (see [`QueuePass::step`]).
+struct Progress {
+    /// The next item to consider.
+    next: usize,
+    /// `Decisions::admit` before the queue's first admission of the pass.
+    first_admit: usize,
+    /// Per member, the first reason it was kept waiting.
+    waiting: Vec<Option<WaitReason>>,
+    /// StrictFIFO: the workload of the first item that did not fit.
+    blocker: Option<usize>,
+    in_force: Option<InForce>,
+    attempts: u32,
+    floor: Floor,
+    /// After [`Step::Borrow`]: the queue's fair share once the item is admitted.
+    borrow_key: u128,
+    /// After [`Step::Reclaim`]: where the item overflows what the cohort leaves the queue.
+    misfit: Option<Misfit>,
+}
+
+/// What one [`QueuePass::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Every item has been considered.
+    Done,
+    /// The item was admitted or kept waiting; the next one is up.
+    Went,
+    /// (A cohort's queue.) The item fits only with quota borrowed from the cohort: the cohort
+    /// chooses which queue borrows first. The item stays up.
+    Borrow,
+    /// (A cohort's queue.) The item fits the queue's quota, but the cohort lent that quota out:
+    /// the cohort may reclaim it. The item stays up.
+    Reclaim,
 }
 
 /// The minimum gang of a workload that has not started, built set by set.
@@ -870,54 +1010,145 @@ impl<'a> QueuePass<'a> {
         admit: &mut Vec<PodRef>,
         evict: &mut Vec<Eviction>,
     ) -> Vec<Option<WaitReason>> {
-        let first_admit = admit.len();
-        let mut waiting: Vec<Option<WaitReason>> = vec![None; self.members.len()];
-        let mut blocker: Option<usize> = None;
-        let mut in_force: Option<InForce> = None;
-        let mut attempts = 0u32;
-        let floor = self.floor();
-        for i in 0..self.items.len() {
-            let item = self.items[i];
-            let m = item.member as usize;
-            if let Some(first) = blocker {
-                if waiting[m].is_none() {
-                    waiting[m] = Some(WaitReason::BehindInStrictFifo {
-                        queue: self.queue.name.clone(),
-                        blocker: self.snapshot.workloads[first].key.clone(),
-                    });
-                }
-                continue;
+        let mut progress = self.start(admit.len());
+        while self.step(&mut progress, admit, evict, None) != Step::Done {}
+        self.finish(progress)
+    }
+
+    /// The state of the admission in order before its first item.
+    fn start(&self, first_admit: usize) -> Progress {
+        Progress {
+            next: 0,
+            first_admit,
+            waiting: vec![None; self.members.len()],
+            blocker: None,
+            in_force: None,
+            attempts: 0,
+            floor: self.floor(),
+            borrow_key: 0,
+            misfit: None,
+        }
+    }
+
+    /// Considers the next item in order: admits it, or keeps it waiting (and may plan a
+    /// preemption for it). In a cohort (`turn`), an item that needs borrowed quota or that would
+    /// reclaim lent quota stays up and the cohort decides ([`Step::Borrow`], [`Step::Reclaim`]).
+    fn step(
+        &mut self,
+        p: &mut Progress,
+        admit: &mut Vec<PodRef>,
+        evict: &mut Vec<Eviction>,
+        turn: Option<&mut cohort::Turn>,
+    ) -> Step {
+        let Some(&item) = self.items.get(p.next) else {
+            return Step::Done;
+        };
+        let m = item.member as usize;
+        if let Some(first) = p.blocker {
+            if p.waiting[m].is_none() {
+                p.waiting[m] = Some(WaitReason::BehindInStrictFifo {
+                    queue: self.queue.name.clone(),
+                    blocker: self.snapshot.workloads[first].key.clone(),
+                });
             }
-            let credit = self.load_reserve(&item);
-            let frozen = in_force.as_ref().is_some_and(|f| f.frozen[m]);
-            match self.misfit(&item) {
+            p.next += 1;
+            return Step::Went;
+        }
+        let credit = self.load_reserve(&item);
+        let frozen = p.in_force.as_ref().is_some_and(|f| f.frozen[m]);
+        let misfit = self.misfit(&item, &self.dims.limits);
+        let Some(turn) = turn else {
+            match misfit {
                 None if !frozen => self.take(&item, credit, admit),
                 None => {}
-                Some(misfit) => {
-                    if waiting[m].is_none() {
-                        waiting[m] = Some(misfit.reason(&self.queue.name, &self.dims));
-                    }
-                    if in_force.is_none() && self.may_preempt(&item, &misfit, attempts, floor) {
-                        attempts += 1;
-                        in_force = self.try_preemption(&item, &admit[first_admit..], evict);
-                        if let Some(reason) = in_force.as_mut().and_then(|f| f.reason.take()) {
-                            waiting[m] = Some(reason);
+                Some(misfit) => self.keep_waiting(p, &item, &misfit, None, admit, evict),
+            }
+            p.next += 1;
+            return Step::Went;
+        };
+        let check = self.cohort_check(&item, turn);
+        match (misfit, check) {
+            (None, None) if !frozen => self.take_in_cohort(&item, credit, admit, turn),
+            (Some(_), None) if !frozen && !turn.closed() => {
+                if !turn.may_borrow {
+                    p.borrow_key = self.borrow_share(&item, turn);
+                    return Step::Borrow;
+                }
+                self.take_in_cohort(&item, credit, admit, turn);
+            }
+            (None, Some(over)) if !frozen && turn.may_reclaim(&item) => {
+                p.misfit = Some(over);
+                return Step::Reclaim;
+            }
+            (None, None) | (Some(_), None) if frozen => {}
+            (nominal, over) => {
+                let over = over.or(nominal);
+                if let Some(over) = over {
+                    let reason = turn.reason(self, &over);
+                    match nominal {
+                        Some(nominal) => {
+                            self.keep_waiting(p, &item, &nominal, Some(reason), admit, evict)
                         }
-                    }
-                    if self.queue.strategy == QueueingStrategy::StrictFIFO {
-                        blocker = Some(self.members[m]);
+                        None => self.waits(p, &item, reason),
                     }
                 }
             }
         }
-        if let Some(in_force) = in_force {
+        p.next += 1;
+        Step::Went
+    }
+
+    /// Records why an item that does not fit waits, lets it look for victims in its queue, and
+    /// in StrictFIFO makes it the blocker. `reason`: the cohort's reason, instead of the quota's.
+    fn keep_waiting(
+        &mut self,
+        p: &mut Progress,
+        item: &Item,
+        misfit: &Misfit,
+        reason: Option<WaitReason>,
+        admit: &[PodRef],
+        evict: &mut Vec<Eviction>,
+    ) {
+        let m = item.member as usize;
+        if p.waiting[m].is_none() {
+            p.waiting[m] =
+                Some(reason.unwrap_or_else(|| misfit.reason(&self.queue.name, &self.dims)));
+        }
+        if p.in_force.is_none() && self.may_preempt(item, misfit, p.attempts, p.floor) {
+            p.attempts += 1;
+            p.in_force = self.try_preemption(item, &admit[p.first_admit..], evict);
+            if let Some(reason) = p.in_force.as_mut().and_then(|f| f.reason.take()) {
+                p.waiting[m] = Some(reason);
+            }
+        }
+        if self.queue.strategy == QueueingStrategy::StrictFIFO {
+            p.blocker = Some(self.members[m]);
+        }
+    }
+
+    /// Records why an item waits (when its member has no reason yet) and, in StrictFIFO, makes it
+    /// the blocker.
+    fn waits(&self, p: &mut Progress, item: &Item, reason: WaitReason) {
+        let m = item.member as usize;
+        if p.waiting[m].is_none() {
+            p.waiting[m] = Some(reason);
+        }
+        if self.queue.strategy == QueueingStrategy::StrictFIFO {
+            p.blocker = Some(self.members[m]);
+        }
+    }
+
+    /// Ends the admission in order: the room held for a preemptor is released. Returns, per
+    /// member, the first reason it was kept waiting.
+    fn finish(&mut self, progress: Progress) -> Vec<Option<WaitReason>> {
+        if let Some(in_force) = progress.in_force {
             let reserved_at = self.reserved_at;
             sub_from(
                 self.arena.slice_mut(reserved_at, self.width),
                 &in_force.hold,
             );
         }
-        waiting
+        progress.waiting
     }
 
     /// Whether an item that does not fit looks for victims: the queue allows it, the item is a
@@ -1111,11 +1342,12 @@ impl<'a> QueuePass<'a> {
         credit.is_some()
     }
 
-    /// Where the item (its reservation loaded by [`Self::load_reserve`]) overflows the quota.
-    fn misfit(&self, item: &Item) -> Option<Misfit> {
+    /// Where the item (its reservation loaded by [`Self::load_reserve`]) overflows `limits` (the
+    /// quota's, or those a cohort gives the queue now).
+    fn misfit(&self, item: &Item, limits: &[Option<i64>]) -> Option<Misfit> {
         let width = self.width;
         first_misfit(
-            &self.dims,
+            limits,
             self.arena.slice(self.usage_at, width),
             self.arena.slice(self.reserved_at, width),
             self.arena.slice(item.usage, width),
@@ -1166,6 +1398,17 @@ impl<'a> QueuePass<'a> {
             reserved: self.dims.to_list(self.arena.slice(self.reserved_at, width)),
             ..QueueTally::default()
         };
+        // Positions: members with pods still waiting, in the order of their first item.
+        let mut position = vec![0u32; self.members.len()];
+        let mut placed = 0u32;
+        for item in self.items.iter() {
+            let m = item.member as usize;
+            let state = self.states[m];
+            if position[m] == 0 && state.gated > state.admitted_now {
+                placed += 1;
+                position[m] = placed;
+            }
+        }
         for (m, &w) in self.members.iter().enumerate() {
             let workload = &self.snapshot.workloads[w];
             let state = self.states[m];
@@ -1178,6 +1421,7 @@ impl<'a> QueuePass<'a> {
             wt.reserved = self
                 .dims
                 .to_list(&self.member_reserved[m * width..(m + 1) * width]);
+            wt.position = (position[m] > 0).then_some(position[m]);
             if wt.pending_pods > 0 {
                 wt.waiting = waiting[m].take().or_else(|| {
                     (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
@@ -1291,15 +1535,15 @@ impl Misfit {
     }
 }
 
-/// The first quota resource the item would overflow; None when it fits.
+/// The first limited resource the item would overflow; None when it fits.
 fn first_misfit(
-    dims: &Dimensions,
+    limits: &[Option<i64>],
     usage: &[i64],
     reserved: &[i64],
     item_usage: &[i64],
     item_reserve: &[i64],
 ) -> Option<Misfit> {
-    for (d, limit) in dims.limits.iter().enumerate() {
+    for (d, limit) in limits.iter().enumerate() {
         let Some(limit) = *limit else { continue };
         let needed = item_usage[d].saturating_add(item_reserve[d]);
         let after = usage[d].saturating_add(reserved[d]).saturating_add(needed);

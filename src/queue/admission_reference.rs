@@ -293,6 +293,13 @@ fn decide_queue(
 
     // Tallies after the decisions.
     let admitted: std::collections::HashSet<PodRef> = decisions.admit.iter().copied().collect();
+    // Positions: the order of each workload's first item, among those with pods still waiting.
+    let mut first_item: Vec<usize> = Vec::new();
+    for item in &items {
+        if !first_item.contains(&item.workload) {
+            first_item.push(item.workload);
+        }
+    }
     let mut tally = QueueTally {
         usage: dims.to_list(&usage),
         reserved: dims.to_list(&reserved),
@@ -320,6 +327,13 @@ fn decide_queue(
         wt.used = dims.to_list(workload_used.get(&w).map(Vec::as_slice).unwrap_or(&[]));
         wt.reserved = dims.to_list(workload_reserved.get(&w).map(Vec::as_slice).unwrap_or(&[]));
         if wt.pending_pods > 0 {
+            wt.position = first_item.iter().position(|f| *f == w).map(|at| {
+                let before = &first_item[..at];
+                1 + before
+                    .iter()
+                    .filter(|b| still_waits(snapshot, **b, &admitted))
+                    .count() as u32
+            });
             wt.waiting = waiting.remove(&w).or_else(|| {
                 (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
                     queue: queue.name.clone(),
@@ -334,6 +348,24 @@ fn decide_queue(
         tally.admitted_pods += wt.admitted_pods;
     }
     tally
+}
+
+/// Whether a workload still has a gated pod the pass does not admit.
+fn still_waits(
+    snapshot: &Snapshot,
+    w: usize,
+    admitted: &std::collections::HashSet<PodRef>,
+) -> bool {
+    (snapshot.workloads[w].pod_sets.iter().enumerate()).any(|(s, set)| {
+        (set.pods.iter().enumerate()).any(|(p, pod)| {
+            pod.state == PodState::Gated
+                && !admitted.contains(&PodRef {
+                    workload: w,
+                    pod_set: s,
+                    pod: p,
+                })
+        })
+    })
 }
 
 fn add_scaled(target: &mut [i64], per_pod: &[i64], times: i64) {

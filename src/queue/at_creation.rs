@@ -357,8 +357,10 @@ impl AdmitAtCreation {
                 continue;
             };
             let taken = since.get(&queue.name);
-            let room = queue
-                .quota
+            // A queue of a cohort admits at creation only within what it keeps for itself: room
+            // it lends could be taken by another queue of the cohort at the same moment.
+            let limits = tally.ceiling.as_ref().unwrap_or(&queue.quota);
+            let room = limits
                 .0
                 .iter()
                 .map(|(name, limit)| {

@@ -1167,6 +1167,7 @@ mod tests {
             quota: quota(4000),
             strategy: QueueingStrategy::BestEffortFIFO,
             preemption: Default::default(),
+            cohort: None,
         };
         let mut snapshot = Snapshot {
             queues: vec![queue("a"), queue("b")],

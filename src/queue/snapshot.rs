@@ -13,13 +13,13 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
 use crate::api::{
-    ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, DynamicWorkload, QueuePreemption,
-    WithinQueuePreemption,
+    ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, CapacityQueueSpec, DynamicWorkload,
+    QueuePreemption, ReclaimWithinCohort, WithinQueuePreemption,
 };
 use crate::integrations::{Adapters, workload_object_name};
 use crate::queue::admission::{
-    PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot, Snapshot, WithinQueue,
-    WorkloadKey, WorkloadSnapshot,
+    CohortMembership, PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot,
+    ReclaimPolicy, Snapshot, WithinQueue, WorkloadKey, WorkloadSnapshot,
 };
 use crate::resources::{ResourceList, pod_requests};
 
@@ -111,6 +111,35 @@ pub fn preemption_policy(preemption: &QueuePreemption) -> PreemptionPolicy {
             WithinQueuePreemption::LowerPriority => WithinQueue::LowerPriority,
         },
     }
+}
+
+/// A queue's cohort settings as the admission function reads them; None when it names no cohort.
+/// A limit or weight that cannot be read is refused with the field's name.
+pub fn cohort_membership(spec: &CapacityQueueSpec) -> Result<Option<CohortMembership>, String> {
+    let Some(name) = &spec.cohort else {
+        return Ok(None);
+    };
+    let borrowing_limit = ResourceList::from_quantities(&spec.borrowing_limit)
+        .map_err(|e| format!("spec.borrowingLimit: {e}"))?;
+    let lending_limit = ResourceList::from_quantities(&spec.lending_limit)
+        .map_err(|e| format!("spec.lendingLimit: {e}"))?;
+    let weight = spec.fair_sharing.as_ref().and_then(|f| f.weight.as_ref());
+    let weight_milli = match weight {
+        None => 1000,
+        Some(q) => crate::resources::parse_amount(&q.0)
+            .map_err(|e| format!("spec.fairSharing.weight: {e}"))?,
+    };
+    Ok(Some(CohortMembership {
+        name: name.clone(),
+        borrowing_limit,
+        lending_limit,
+        reclaim: match spec.preemption().reclaim_within_cohort {
+            ReclaimWithinCohort::Never => ReclaimPolicy::Never,
+            ReclaimWithinCohort::LowerPriority => ReclaimPolicy::LowerPriority,
+            ReclaimWithinCohort::Any => ReclaimPolicy::Any,
+        },
+        weight_milli,
+    }))
 }
 
 pub fn is_gated(pod: &Pod) -> bool {
@@ -358,14 +387,18 @@ fn queue_snapshots(
     let mut rules = HashMap::new();
     for q in queues {
         let name = q.name_any();
-        match ResourceList::from_quantities(&q.spec.quota) {
-            Ok(quota) => {
+        let read = ResourceList::from_quantities(&q.spec.quota)
+            .map_err(|e| e.to_string())
+            .and_then(|quota| Ok((quota, cohort_membership(&q.spec)?)));
+        match read {
+            Ok((quota, cohort)) => {
                 let preemption = q.spec.preemption();
                 snapshots.push(QueueSnapshot {
                     name: name.clone(),
                     quota,
                     strategy: q.spec.queueing_strategy,
                     preemption: preemption_policy(&preemption),
+                    cohort,
                 });
                 rules.insert(
                     name,

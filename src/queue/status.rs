@@ -345,6 +345,12 @@ pub fn workload_status(
         } else {
             None
         },
+        borrowed: tally.borrowed.to_quantities(),
+        position: tally.position.map(|p| i32::try_from(p).unwrap_or(i32::MAX)),
+        queued_since: (pending_pods > 0 && !finished).then(|| {
+            old.and_then(|s| s.queued_since.clone())
+                .unwrap_or_else(|| now.to_string())
+        }),
     }
 }
 
@@ -365,6 +371,8 @@ pub fn queue_status(
             admitted_workloads: t.admitted_workloads as i32,
             pending_pods: t.pending_pods as i32,
             admitted_pods: t.admitted_pods as i32,
+            borrowed: t.borrowed.to_quantities(),
+            lent: t.lent.to_quantities(),
             conditions: vec![Condition::updated(
                 previous,
                 "Active",
@@ -826,9 +834,14 @@ mod tests {
             admitted_workloads: 1,
             pending_pods: 5,
             admitted_pods: 3,
+            borrowed: cpu(2),
+            lent: ResourceList::new(),
+            ceiling: None,
         };
         let status = queue_status(Some(&tally), None, Some(4), NOW);
         assert_eq!(status.usage, cpu(3).to_quantities());
+        assert_eq!(status.borrowed, cpu(2).to_quantities());
+        assert!(status.lent.is_empty());
         assert_eq!(status.reserved, cpu(1).to_quantities());
         assert_eq!(
             (
