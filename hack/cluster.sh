@@ -108,8 +108,9 @@ Environment:
   RUST_LOG             sluice's log filter (default info)
   CARGO_TARGET_DIR     where cargo puts target/{debug,release}/sluice (default target/ of the repository)
 
-kwok stages (hack/kwok/stages.yaml): pods on kwok nodes become Running; pods owned by a Job complete;
-any pod annotated sluice.dev/kwok-phase=Succeeded or =Failed ends so (exit code 0 or 1).
+kwok stages (hack/kwok/stages.yaml): pods on kwok nodes become Running; pods owned by a Job complete
+(unless annotated sluice.dev/kwok-hold); any pod annotated sluice.dev/kwok-phase=Succeeded or =Failed
+ends so (exit code 0 or 1).
 USAGE
 }
 

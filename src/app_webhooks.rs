@@ -62,7 +62,9 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
         ) else {
             return response;
         };
-        if adapter.left_alone(app) {
+        // A queue move is refused by the validator, with its own message: no patch for it (a
+        // Job's template, immutable once it runs, would make the API server refuse it first).
+        if adapter.left_alone(app) || refuse_queue_move(request, app).is_err() {
             return response;
         }
         let mut ops = Vec::new();
