@@ -1,0 +1,211 @@
+//! RayJobs, end to end: the real KubeRay operator (hack/cluster.sh --with-kuberay) creates the
+//! RayJob's RayCluster and, once it is ready, the submitter Job; the Job controller creates the
+//! submitter pod. sluice counts all of it in one DynamicWorkload, `rayjob-<name>`.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use sluice::api::WorkloadPhase;
+use support::*;
+
+fn api(env: &TestEnv, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", kind), plural);
+    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
+}
+
+fn container(name: &str, cpu: &str) -> Value {
+    json!({"name": name, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}})
+}
+
+fn cluster_spec(min: i64) -> Value {
+    json!({
+        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head", "1")]}}},
+        "workerGroupSpecs": [{"groupName": "workers", "replicas": min, "minReplicas": min, "maxReplicas": 4, "rayStartParams": {},
+                              "template": {"spec": {"containers": [container("ray-worker", "1")]}}}],
+    })
+}
+
+fn rayjob(name: &str, queue: &str, cluster: Value, extra: Value) -> DynamicObject {
+    let mut body = json!({
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
+        "spec": {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": cluster},
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        body["spec"][k] = v;
+    }
+    serde_json::from_value(body).expect("rayjob")
+}
+
+fn refusal(result: Result<DynamicObject, kube::Error>) -> String {
+    match result {
+        Ok(app) => panic!("accepted: {:?}", app.metadata.name),
+        Err(e) => e.to_string(),
+    }
+}
+
+async fn pods_labelled(env: &TestEnv, selector: &str) -> Vec<Pod> {
+    env.pods()
+        .list(&ListParams::default().labels(selector))
+        .await
+        .expect("list pods")
+        .items
+}
+
+#[tokio::test]
+async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_back_when_it_ends() {
+    let Some(mut env) = TestEnv::new_or_skip("rayjob").await else {
+        return;
+    };
+    // Head 1 + one worker 1 + the submitter's 500m = 2.5 cpu.
+    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let rayjobs = api(&env, "RayJob", "rayjobs");
+    // The deadline ends it (kwok runs no Ray dashboard to report the job's end): Failed, and
+    // shutdownAfterJobFinishes has KubeRay delete the cluster.
+    let extra = json!({"shutdownAfterJobFinishes": true, "ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 25});
+    rayjobs
+        .create(&PostParams::default(), &rayjob("rj", &queue, cluster_spec(1), extra))
+        .await
+        .expect("create rj");
+
+    let dwl = wait_for("rayjob-rj's DynamicWorkload", Duration::from_secs(30), || async {
+        env.workloads().get("rayjob-rj").await.ok()
+    })
+    .await;
+    let sets: Vec<(String, i32)> = dwl
+        .spec
+        .pod_sets
+        .iter()
+        .map(|s| (s.name.clone(), s.min_count))
+        .collect();
+    assert_eq!(
+        sets,
+        [
+            ("head".to_string(), 1),
+            ("workers".to_string(), 1),
+            ("submitter".to_string(), 1)
+        ]
+    );
+
+    // KubeRay's RayCluster, owned by the RayJob, carries the queue; it has no ledger of its own.
+    let clusters = api(&env, "RayCluster", "rayclusters");
+    let cluster = wait_for("the RayJob's RayCluster", Duration::from_secs(30), || async {
+        clusters
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
+    // The head and the worker admitted as the RayJob's gang, with room kept for the submitter.
+    env.wait_workload_status("rayjob-rj", "rayjob-rj admitted", Duration::from_secs(60), |s| {
+        s.pod_sets
+            .iter()
+            .filter(|p| p.name != "submitter")
+            .all(|p| p.admitted + p.running >= 1)
+    })
+    .await;
+    assert!(
+        env.workloads()
+            .get_opt(&format!("raycluster-{cluster_name}"))
+            .await
+            .expect("get")
+            .is_none(),
+        "the RayJob's RayCluster is not counted twice"
+    );
+    let workloads = env.workloads().list(&ListParams::default()).await.expect("list");
+    assert_eq!(workloads.items.len(), 1, "one DynamicWorkload in the namespace");
+
+    // The submitter pod KubeRay's Job creates is the RayJob's too (once the cluster is ready).
+    let submitter = wait_for("the submitter pod", Duration::from_secs(60), || async {
+        pods_labelled(&env, "batch.kubernetes.io/job-name=rj").await.into_iter().next()
+    })
+    .await;
+    let labels = submitter.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("sluice.dev/workload").map(String::as_str), Some("rayjob-rj"));
+    assert_eq!(labels.get("sluice.dev/pod-set").map(String::as_str), Some("submitter"));
+
+    // The deadline passes: the RayJob fails, KubeRay deletes the cluster, the quota comes back.
+    env.wait_workload_status("rayjob-rj", "rayjob-rj Failed", Duration::from_secs(90), |s| {
+        s.phase == WorkloadPhase::Failed
+    })
+    .await;
+    wait_for("the cluster's pods to be gone", Duration::from_secs(60), || async {
+        pods_labelled(&env, &format!("ray.io/cluster={cluster_name}"))
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    env.wait_queue_counts(&queue, 0, 0).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
+    let Some(mut env) = TestEnv::new_or_skip("rayjob-hostile").await else {
+        return;
+    };
+    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let rayjobs = api(&env, "RayJob", "rayjobs");
+    let create = |app: DynamicObject| {
+        let rayjobs = rayjobs.clone();
+        async move { rayjobs.create(&PostParams::default(), &app).await }
+    };
+
+    // Larger than the quota: the cluster's gang and the submitter, with the numbers.
+    let err = refusal(create(rayjob("big", &queue, cluster_spec(2), json!({}))).await);
+    assert!(err.contains("needs 3.5 cpu") && err.contains("quota of 3 cpu"), "{err}");
+
+    // A huge rayClusterSpec: more worker groups than sluice counts.
+    let mut huge = cluster_spec(0);
+    let group = huge["workerGroupSpecs"][0].clone();
+    huge["workerGroupSpecs"] = Value::Array(
+        (0..65)
+            .map(|i| {
+                let mut g = group.clone();
+                g["groupName"] = json!(format!("g{i}"));
+                g
+            })
+            .collect(),
+    );
+    let err = refusal(create(rayjob("huge", &queue, huge, json!({}))).await);
+    assert!(err.contains("spec.rayClusterSpec.workerGroupSpecs: 65 worker groups"), "{err}");
+
+    // A worker group named like the submitter's pod set.
+    let mut clash = cluster_spec(0);
+    clash["workerGroupSpecs"][0]["groupName"] = json!("submitter");
+    let err = refusal(create(rayjob("clash", &queue, clash, json!({}))).await);
+    assert!(err.contains("spec.rayClusterSpec.workerGroupSpecs[0].groupName"), "{err}");
+
+    // A RayCluster of its own claiming a RayJob's label.
+    let mut spec = cluster_spec(0);
+    spec["headGroupSpec"]["template"]["metadata"] = json!({"labels": {"sluice.dev/ray-job": "victim"}});
+    let stray: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "stray", "labels": {"sluice.dev/queue": queue}},
+        "spec": spec,
+    }))
+    .expect("raycluster");
+    let err = refusal(
+        api(&env, "RayCluster", "rayclusters")
+            .create(&PostParams::default(), &stray)
+            .await,
+    );
+    assert!(
+        err.contains("spec.headGroupSpec.template.metadata.labels[\\\"sluice.dev/ray-job\\\"]")
+            || err.contains("spec.headGroupSpec.template.metadata.labels[\"sluice.dev/ray-job\"]"),
+        "{err}"
+    );
+    env.cleanup().await;
+}
