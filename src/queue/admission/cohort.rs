@@ -55,8 +55,9 @@ impl Limits {
         let limit = if free >= 0 {
             load.max(self.guaranteed).saturating_add(free)
         } else {
-            // Overdrawn (the pool shrank under what is held): nothing more from it.
-            load.max(self.guaranteed)
+            // Overdrawn (the pool shrank under what is held): nothing more from it, but what the
+            // queue holds within its quota stays (an item that adds nothing still fits).
+            load.min(self.quota).max(self.guaranteed)
         };
         self.cap.min(limit)
     }
@@ -360,7 +361,11 @@ impl QueuePass<'_> {
                     pods.push(at);
                     if i < above && !pod.eviction_blocked {
                         out.push(Unit {
-                            key: (0, workload.priority, std::cmp::Reverse(pod.created_at)),
+                            key: (
+                                0,
+                                workload.priority,
+                                std::cmp::Reverse((pod.created_at, w, p)),
+                            ),
                             queue: j,
                             freed: requests,
                             pods: vec![at],
@@ -370,7 +375,11 @@ impl QueuePass<'_> {
             }
             if !blocked && !pods.is_empty() {
                 out.push(Unit {
-                    key: (1, workload.priority, std::cmp::Reverse(workload.queued_at)),
+                    key: (
+                        1,
+                        workload.priority,
+                        std::cmp::Reverse((workload.queued_at, w, 0)),
+                    ),
                     queue: j,
                     freed: whole,
                     pods,
@@ -382,8 +391,9 @@ impl QueuePass<'_> {
 
 /// One choice of a reclaim: an elastic pod above its workload's minimum, or a whole workload.
 struct Unit {
-    /// Elastic (0) before whole (1), lowest priority first, newest first.
-    key: (u8, i32, std::cmp::Reverse<i64>),
+    /// Elastic (0) before whole (1), lowest priority first, newest first (creation or queueing
+    /// time, then the later workload and pod in the snapshot: timestamps tie within a second).
+    key: (u8, i32, std::cmp::Reverse<(i64, usize, usize)>),
     /// The queue (its place in the cohort).
     queue: usize,
     /// What it frees, in the queue's dimensions.
@@ -718,7 +728,7 @@ mod tests {
 
     fn unit(queue: usize, freed: i64, tag: usize) -> Unit {
         Unit {
-            key: (0, 0, std::cmp::Reverse(0)),
+            key: (0, 0, std::cmp::Reverse((0, 0, 0))),
             queue,
             freed: vec![freed],
             pods: vec![PodRef {
