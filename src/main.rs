@@ -45,6 +45,9 @@ enum Command {
     /// Show the scavenger capacity: the threshold, what ordinary pods hold, what ScavengerJobs
     /// may use and use, the ScavengerJobs by phase and each queue's scavengerQuota.
     Scavengers(sluice::scavenger::report::ScavengersArgs),
+    /// Show a queue's pending order (`sluice queue <name>`, or every queue with `-A`): position,
+    /// priority, what each workload asks, borrows and waits for. Reads only the API.
+    Queue(sluice::queue::cli::QueueArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,6 +118,29 @@ fn main() -> ExitCode {
             };
             let _ = rustls::crypto::ring::default_provider().install_default();
             match runtime.block_on(sluice::scavenger::report::run(args)) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Queue(args) => {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: could not start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            match runtime.block_on(sluice::queue::cli::run(args)) {
                 Ok(text) => {
                     print!("{text}");
                     ExitCode::SUCCESS

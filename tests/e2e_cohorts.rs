@@ -270,6 +270,21 @@ async fn fair_sharing_serves_two_borrowers_in_turn() {
     env.cleanup().await;
 }
 
+/// Runs the `sluice queue` command (the binary this package builds) with the test's kubeconfig.
+fn sluice_queue(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("queue")
+        .args(args)
+        .output()
+        .expect("run sluice queue");
+    assert!(
+        out.status.success(),
+        "sluice queue {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[tokio::test]
 async fn positions_follow_admissions_and_deletions() {
     let Some(mut env) = TestEnv::new_or_skip("positions").await else {
@@ -322,6 +337,21 @@ async fn positions_follow_admissions_and_deletions() {
         ("p3", Some(3)),
     ])
     .await;
+    // `sluice queue` prints that order from the API alone.
+    let out = sluice_queue(&[&q, "-o", "json"]);
+    let view: serde_json::Value = serde_json::from_str(&out).expect("sluice queue -o json");
+    let order: Vec<&str> = (view["pending"].as_array().expect("pending").iter())
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(order, vec!["p1", "p2", "p3"], "{out}");
+    let table = sluice_queue(&["-A"]);
+    let row = (table.lines())
+        .find(|l| l.starts_with(&q) && l.contains(" p2 "))
+        .unwrap_or_else(|| panic!("no row for p2 in:\n{table}"));
+    assert!(
+        row.contains("cpu=1") && row.contains("needs 1 cpu more"),
+        "{row}"
+    );
     env.pods()
         .delete("p2", &DeleteParams::default().grace_period(0))
         .await

@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod at_creation;
+pub mod cli;
 pub mod clock;
 pub mod controller;
 mod evictor;
