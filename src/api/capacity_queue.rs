@@ -135,18 +135,6 @@ pub struct CapacityQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_sharing: Option<FairSharing>,
 
-    /// How long an admitted workload may hold quota with pods not yet scheduled and running
-    /// (e.g. `5m`, `90s`). Past it, its pods are evicted (their owner recreates them gated) and
-    /// it waits again at the back of its priority level. Absent: forever.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pods_ready_timeout: Option<String>,
-
-    /// How many times `podsReadyTimeout` may send a workload back before it is marked Failed.
-    /// Absent: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 0").message("requeueLimit must be 0 or more"))]
-    pub requeue_limit: Option<i32>,
-
     /// The most this queue's ScavengerJobs (those naming it in `spec.queueName`) may request
     /// together while they run on idle capacity, per resource. A ScavengerJob naming a queue
     /// without it never starts: nobody escapes their quota by turning work into ScavengerJobs.

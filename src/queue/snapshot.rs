@@ -748,6 +748,57 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_snapshot_carries_its_cohort_and_refuses_unreadable_limits_by_field() {
+        let read = |spec: serde_json::Value| {
+            let q = queue_with(spec);
+            cohort_membership(&q.spec)
+        };
+        assert_eq!(read(serde_json::json!({"quota": {"cpu": "4"}})), Ok(None));
+        let c = read(serde_json::json!({"quota": {"cpu": "4"}, "cohort": "team",
+            "borrowingLimit": {"cpu": "2"}, "lendingLimit": {"cpu": "1"},
+            "fairSharing": {"weight": "0.5"}, "preemption": {"reclaimWithinCohort": "Never"}}))
+        .expect("readable")
+        .expect("in a cohort");
+        assert_eq!(
+            (
+                c.name.as_str(),
+                c.borrowing_limit.get("cpu"),
+                c.lending_limit.get("cpu")
+            ),
+            ("team", 2000, 1000)
+        );
+        assert_eq!((c.weight_milli, c.reclaim), (500, ReclaimPolicy::Never));
+        let defaults = read(serde_json::json!({"quota": {"cpu": "4"}, "cohort": "team"}))
+            .expect("readable")
+            .expect("in a cohort");
+        assert_eq!(
+            (defaults.weight_milli, defaults.reclaim),
+            (1000, ReclaimPolicy::Any)
+        );
+        for (field, spec) in [
+            (
+                "spec.borrowingLimit",
+                serde_json::json!({"borrowingLimit": {"cpu": "-1"}}),
+            ),
+            (
+                "spec.lendingLimit",
+                serde_json::json!({"lendingLimit": {"cpu": "lots"}}),
+            ),
+            (
+                "spec.fairSharing.weight",
+                serde_json::json!({"fairSharing": {"weight": "-2"}}),
+            ),
+        ] {
+            let mut full = serde_json::json!({"quota": {"cpu": "4"}, "cohort": "team"});
+            if let (Some(full), Some(spec)) = (full.as_object_mut(), spec.as_object()) {
+                full.extend(spec.clone());
+            }
+            let err = read(full).expect_err("refused");
+            assert!(err.starts_with(field), "{err}");
+        }
+    }
+
+    #[test]
     fn a_queue_snapshot_carries_its_preemption_policy_lower_priority_by_default() {
         let within = |queue: Arc<CapacityQueue>| {
             build(

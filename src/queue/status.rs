@@ -389,7 +389,7 @@ pub fn queue_status(
                 "Active",
                 ConditionStatus::False,
                 "InvalidQuota",
-                "spec.quota holds a quantity sluice cannot read: nothing is admitted".into(),
+                "spec.quota (or spec.borrowingLimit, spec.lendingLimit, spec.fairSharing.weight) holds a quantity sluice cannot read: nothing is admitted".into(),
                 now,
             )],
             observed_generation: generation,
