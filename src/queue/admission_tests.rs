@@ -1519,3 +1519,32 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// With preemption and reclaim off, the pass decides cohorts exactly as the reference's
+    /// straightforward statement of the cohort rules (`admission_reference::decide_cohort`): the
+    /// same pods in the same order, the same tallies (borrowed, lent, charges, positions) and the
+    /// same workloads kept waiting (the reasons' wording aside).
+    #[test]
+    fn cohorts_match_the_reference(s in arb_cohort_snapshot()) {
+        let mut s = s;
+        for q in &mut s.queues {
+            q.preemption.within_queue = WithinQueue::Never;
+            if let Some(c) = q.cohort.as_mut() {
+                c.reclaim = ReclaimPolicy::Never;
+            }
+        }
+        let fast = decide(&s);
+        let reference = super::admission_reference::decide(&s);
+        prop_assert_eq!(&fast.admit, &reference.admit);
+        prop_assert!(fast.evict.is_empty());
+        prop_assert_eq!(&fast.queues, &reference.queues);
+        for (f, r) in fast.workloads.iter().zip(&reference.workloads) {
+            let (mut f, mut r) = (f.clone(), r.clone());
+            prop_assert_eq!(f.waiting.take().is_some(), r.waiting.take().is_some());
+            prop_assert_eq!(f, r);
+        }
+    }
+}

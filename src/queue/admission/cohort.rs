@@ -55,9 +55,8 @@ impl Limits {
         let limit = if free >= 0 {
             load.max(self.guaranteed).saturating_add(free)
         } else {
-            // Overdrawn (the pool shrank under what is held): nothing more from it, but what the
-            // queue holds within its quota stays (an item that adds nothing still fits).
-            load.min(self.quota).max(self.guaranteed)
+            // Overdrawn (the pool shrank under what is held): only what the queue keeps.
+            self.guaranteed
         };
         self.cap.min(limit)
     }
