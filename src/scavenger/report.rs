@@ -59,11 +59,9 @@ pub fn report(c: &Capacity, scavengers: &[ScavengerJob], queues: &[CapacityQueue
     for sj in scavengers {
         let phase = sj.status.as_ref().map(|s| s.phase).unwrap_or_default();
         *phases.entry(phase.to_string()).or_insert(0) += 1;
-        if let (ScavengerPhase::Running, Some(q), Ok(d)) = (
-            phase,
-            &sj.spec.queue_name,
-            super::spec::demand(&sj.spec),
-        ) {
+        if let (ScavengerPhase::Running, Some(q), Ok(d)) =
+            (phase, &sj.spec.queue_name, super::spec::demand(&sj.spec))
+        {
             queue_use.entry(q.clone()).or_default().add_all(&d);
         }
     }
@@ -94,7 +92,12 @@ pub fn render(r: &Report) -> String {
         "RESOURCE", "ALLOCATABLE", "THRESHOLD", "ORDINARY", "SCAVENGERS", "IN-USE", "FREE"
     ));
     for (name, v) in &r.resources {
-        let q = |k: &str| format_quantity(name, v.get(k).copied().unwrap_or(0));
+        // cpu in millicores; other resources in whole units (the threshold leaves fractions).
+        let q = |k: &str| {
+            let value = v.get(k).copied().unwrap_or(0);
+            let value = if name == "cpu" { value } else { value - value % 1000 };
+            format_quantity(name, value)
+        };
         out.push_str(&format!(
             "{:<16} {:>12} {:>12} {:>12} {:>14} {:>12} {:>12}\n",
             name,

@@ -1,0 +1,565 @@
+//! ScavengerJobs end to end on kwok nodes (`hack/cluster.sh up --with-sluice --nodes 2
+//! --node-cpu 4`): the real API server, scheduler (its own priority preemption), Job controller
+//! and garbage collector, sluice on the host with the default threshold 0.7. A ScavengerJob's pods
+//! keep running on kwok until a test ends them (hack/kwok/stages.yaml).
+//!
+//! The scavenger capacity is the whole cluster's, so these tests take one lock and size their jobs
+//! from what `sluice::scavenger::report::gather` finds free when they start: ordinary pods of other
+//! tests running meanwhile may change it (each assertion says what it saw).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use sluice::api::{
+    SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJob, ScavengerJobStatus, ScavengerPhase,
+};
+
+mod support;
+use support::{TestEnv, wait_for};
+
+/// The threshold sluice runs with in the local cluster (its default).
+const THRESHOLD: f64 = 0.7;
+const WAIT: Duration = Duration::from_secs(90);
+
+/// One scenario at a time: they all share the cluster's scavenger capacity.
+static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn scavengers(env: &TestEnv) -> Api<ScavengerJob> {
+    Api::namespaced(env.client.clone(), &env.namespace)
+}
+
+fn spec(cpu_milli: i64) -> Value {
+    json!({
+        "image": "busybox", "command": ["sh", "-c", "sleep 3600"], "duration": "10m",
+        "resources": {"requests": {"cpu": format!("{cpu_milli}m"), "memory": "64Mi"},
+                      "limits": {"cpu": format!("{cpu_milli}m"), "memory": "64Mi"}},
+    })
+}
+
+async fn create_sj(env: &TestEnv, name: &str, spec: Value) -> Result<ScavengerJob, kube::Error> {
+    let sj: ScavengerJob = serde_json::from_value(json!({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "ScavengerJob",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("ScavengerJob");
+    scavengers(env).create(&PostParams::default(), &sj).await
+}
+
+async fn status(env: &TestEnv, name: &str) -> Option<ScavengerJobStatus> {
+    scavengers(env).get(name).await.ok()?.status
+}
+
+/// Waits until the ScavengerJob's status satisfies `ok`.
+async fn wait_status(
+    env: &TestEnv,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&ScavengerJobStatus) -> bool,
+) -> ScavengerJobStatus {
+    wait_for(&format!("ScavengerJob {name}: {what}"), WAIT, || async {
+        status(env, name).await.filter(|s| ok(s))
+    })
+    .await
+}
+
+/// The running pods of a ScavengerJob.
+async fn running_pods(env: &TestEnv, name: &str) -> Vec<Pod> {
+    env.pods()
+        .list(&ListParams::default().labels(&format!("{SCAVENGER_JOB_LABEL}={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .collect()
+}
+
+/// Waits until the ScavengerJob is Running with `pods` pods running, `interrupted` times
+/// interrupted; returns its pods.
+async fn wait_running(env: &TestEnv, name: &str, pods: usize, interrupted: i32) -> Vec<Pod> {
+    wait_status(env, name, "Running", |s| {
+        s.phase == ScavengerPhase::Running && s.interrupted_count == interrupted
+    })
+    .await;
+    wait_for(
+        &format!("{pods} running pod(s) of ScavengerJob {name}"),
+        WAIT,
+        || async {
+            let p = running_pods(env, name).await;
+            (p.len() == pods).then_some(p)
+        },
+    )
+    .await
+}
+
+/// The cluster's scavenger figures now, cpu in millicores: (room for scavengers in all, free).
+async fn cpu_room(client: &Client) -> (i64, i64) {
+    let r = sluice::scavenger::report::gather(client, THRESHOLD)
+        .await
+        .expect("the scavenger report");
+    let cpu = &r.resources["cpu"];
+    (cpu["for_scavengers"], cpu["free"])
+}
+
+/// An ordinary pod (no PriorityClass: sluice-default) asking for `cpu_milli`, optionally on `node`.
+fn ordinary_pod(name: &str, cpu_milli: i64, node: Option<&str>) -> Pod {
+    let mut spec = json!({
+        "containers": [{"name": "work", "image": "busybox",
+            "resources": {"requests": {"cpu": format!("{cpu_milli}m"), "memory": "64Mi"}}}],
+        "terminationGracePeriodSeconds": 0,
+    });
+    if let Some(node) = node {
+        spec["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+    }
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name}, "spec": spec}))
+    .expect("pod")
+}
+
+/// An ordinary pod asking for `cpu_milli` that no node can take (its nodeSelector matches none):
+/// it stays Pending and admitted (no gate), so sluice counts it as ordinary work that needs room,
+/// while the scheduler has nowhere to place it and evicts nothing for it. The tests of sluice's
+/// own choices use it, so the scheduler's choice (by node) does not get in their way.
+fn unplaceable_pod(name: &str, cpu_milli: i64) -> Pod {
+    let mut pod = ordinary_pod(name, cpu_milli, None);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_selector = Some(BTreeMap::from([(
+            "sluice.dev/e2e-no-such-node".to_string(),
+            "true".to_string(),
+        )]));
+    }
+    pod
+}
+
+/// Deletes the scenario's namespace if the test panics, so a failed scenario does not hold the
+/// cluster's scavenger capacity for the next ones.
+struct OnPanic(Client, String);
+
+impl Drop for OnPanic {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let (client, namespace) = (self.0.clone(), self.1.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+                    .delete(&namespace, &DeleteParams::default())
+                    .await;
+            });
+        })
+        .join();
+    }
+}
+
+async fn wait_pod_running(env: &TestEnv, name: &str) {
+    let pods = env.pods();
+    wait_for(&format!("pod {name} to run"), WAIT, || async {
+        let p = pods.get(name).await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+}
+
+/// Deletes the namespace's ScavengerJobs and waits until none of their pods is left, so the next
+/// scenario finds the capacity free again; then deletes the namespace.
+async fn finish(env: TestEnv) {
+    let _ = scavengers(&env)
+        .delete_collection(&DeleteParams::foreground(), &ListParams::default())
+        .await;
+    let _ = env
+        .pods()
+        .delete_collection(&DeleteParams::background(), &ListParams::default())
+        .await;
+    let pods = env.pods();
+    wait_for("the scenario's pods to be gone", WAIT, || async {
+        let left = pods.list(&ListParams::default()).await.ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    env.cleanup().await;
+}
+
+/// The ordinary cpu requests (non-scavenger pods that hold room) on `node`.
+async fn ordinary_on(client: &Client, node: &str) -> i64 {
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!(
+            "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        )))
+        .await
+        .expect("pods on the node");
+    pods.items
+        .iter()
+        .map(sluice::scavenger::facts::pod_facts)
+        .filter(|f| !f.scavenger && f.holds_room)
+        .map(|f| f.requests.get("cpu"))
+        .sum()
+}
+
+async fn node_cpu(client: &Client, node: &str) -> i64 {
+    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("node");
+    sluice::scavenger::facts::node_facts(&n)
+        .allocatable
+        .get("cpu")
+}
+
+#[tokio::test]
+async fn runs_on_idle_capacity_is_preempted_by_the_scheduler_and_runs_again() {
+    let Some(env) = TestEnv::new_or_skip("sj-preempt").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (room, free) = cpu_room(&env.client).await;
+    assert!(
+        free >= 1000,
+        "the cluster needs 1 cpu free for scavengers, has {free}m of {room}m"
+    );
+    create_sj(&env, "work", spec(1000)).await.expect("create");
+    let pods = wait_running(&env, "work", 1, 0).await;
+    let first = wait_status(&env, "work", "a start recorded", |s| {
+        s.running_timestamps.len() == 1
+    })
+    .await;
+    assert!(first.job_name.is_some());
+    let node = pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("scheduled");
+    // An ordinary pod on that node that fits only without the scavenger (so the scheduler must
+    // preempt it), small enough that scavengers keep 1 cpu of room cluster-wide (so sluice itself
+    // has no reason to stop it).
+    let size = node_cpu(&env.client, &node).await - ordinary_on(&env.client, &node).await - 500;
+    let (room, _) = cpu_room(&env.client).await;
+    assert!(
+        room - size >= 1000,
+        "the scenario needs scavengers to keep 1 cpu with a {size}m pod: room {room}m"
+    );
+    env.create_pod(ordinary_pod("owner", size, Some(&node)))
+        .await;
+    wait_pod_running(&env, "owner").await;
+    // The scheduler's own preemption evicted it: its event names the victim.
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
+    let victim = pods[0].name_any();
+    wait_for("the scheduler's Preempted event", WAIT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Preempted")
+                    && e.involved_object.name.as_deref() == Some(victim.as_str())
+            })
+            .then_some(())
+    })
+    .await;
+    let s = wait_status(&env, "work", "interrupted once and running again", |s| {
+        s.interrupted_count == 1 && s.running_timestamps.len() == 2
+    })
+    .await;
+    assert_eq!(s.interrupted_timestamps.len(), 1, "{s:?}");
+    // Room is back on the other node: it runs again.
+    let again = wait_running(&env, "work", 1, 1).await;
+    assert_ne!(again[0].name_any(), victim);
+    // It finishes with exit code 0: Completed.
+    end_pods(&env, &again, "Succeeded").await;
+    let s = wait_status(&env, "work", "Completed", |s| {
+        s.phase == ScavengerPhase::Completed
+    })
+    .await;
+    assert!(s.finished_timestamp.is_some());
+    assert_eq!(s.interrupted_count, 1);
+    finish(env).await;
+}
+
+async fn end_pods(env: &TestEnv, pods: &[Pod], phase: &str) {
+    for p in pods {
+        env.pods()
+            .patch(
+                &p.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"sluice.dev/kwok-phase": phase}}}),
+                ),
+            )
+            .await
+            .expect("annotate the pod");
+    }
+}
+
+#[tokio::test]
+async fn an_interrupted_one_starts_before_a_fresh_one() {
+    let Some(env) = TestEnv::new_or_skip("sj-order").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (room, _) = cpu_room(&env.client).await;
+    // Leave scavengers 1.5 cpu: room for one 1-cpu job, never two.
+    let blocker = room - 1500;
+    assert!(
+        blocker > 0,
+        "the cluster needs more than 1.5 cpu of scavenger room, has {room}m"
+    );
+    env.create_pod(unplaceable_pod("blocker", blocker)).await;
+    create_sj(&env, "started", spec(1000))
+        .await
+        .expect("create");
+    let pods = wait_running(&env, "started", 1, 0).await;
+    create_sj(&env, "fresh", spec(1000)).await.expect("create");
+    wait_status(&env, "fresh", "waiting for capacity", |s| {
+        s.phase == ScavengerPhase::Waiting && s.message.contains("idle capacity")
+    })
+    .await;
+    // Someone deletes the running pod: an interruption, not a failure.
+    env.pods()
+        .delete(&pods[0].name_any(), &DeleteParams::default())
+        .await
+        .expect("delete the pod");
+    wait_running(&env, "started", 1, 1).await;
+    let fresh = status(&env, "fresh").await.expect("status");
+    assert_eq!(fresh.phase, ScavengerPhase::Waiting, "{fresh:?}");
+    assert!(fresh.running_timestamps.is_empty(), "{fresh:?}");
+    finish(env).await;
+}
+
+#[tokio::test]
+async fn the_threshold_holds_and_the_least_progressed_goes_first() {
+    let Some(env) = TestEnv::new_or_skip("sj-threshold").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (room, free) = cpu_room(&env.client).await;
+    let fit = (free / 1000) as usize;
+    assert!(
+        fit >= 2,
+        "the scenario needs 2 cpu free for scavengers, has {free}m of {room}m"
+    );
+    // The oldest first, a second apart, so that their progress differs.
+    create_sj(&env, "oldest", spec(1000)).await.expect("create");
+    wait_running(&env, "oldest", 1, 0).await;
+    let started = status(&env, "oldest")
+        .await
+        .and_then(|s| s.running_timestamps.first().cloned())
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .expect("the oldest's start");
+    wait_for("the clock to pass the oldest's start", WAIT, || async {
+        (jiff::Timestamp::now().as_second() > started.as_second()).then_some(())
+    })
+    .await;
+    let names: Vec<String> = (0..fit).map(|i| format!("more-{i}")).collect();
+    for n in &names {
+        create_sj(&env, n, spec(1000)).await.expect("create");
+    }
+    // One more than fits: `fit` run in all, and the rest waits, saying why.
+    let sjs = scavengers(&env);
+    let (running, waiting) = wait_for(&format!("{fit} running, 1 waiting"), WAIT, || async {
+        let list = sjs.list(&ListParams::default()).await.ok()?;
+        let phase = |p| {
+            list.items
+                .iter()
+                .filter(|s| s.status.as_ref().map(|s| s.phase) == Some(p))
+                .map(|s| s.name_any())
+                .collect::<Vec<_>>()
+        };
+        let (r, w) = (
+            phase(ScavengerPhase::Running),
+            phase(ScavengerPhase::Waiting),
+        );
+        (r.len() == fit && w.len() == 1).then_some((r, w))
+    })
+    .await;
+    assert!(running.contains(&"oldest".to_string()));
+    let (room_now, free_now) = cpu_room(&env.client).await;
+    assert!(
+        free_now < 1000,
+        "room {room_now}m, free {free_now}m with {running:?} running"
+    );
+    let w = status(&env, &waiting[0]).await.expect("status");
+    assert!(w.message.contains("waiting for idle capacity"), "{w:?}");
+    // Ordinary work takes all but 1.5 cpu of the scavengers' room: sluice stops all but one, the
+    // least progressed first, so the oldest keeps running.
+    let blocker = room_now - 1500;
+    env.create_pod(unplaceable_pod("owner", blocker)).await;
+    wait_status(&env, "oldest", "still running", |s| {
+        s.phase == ScavengerPhase::Running
+    })
+    .await;
+    for n in running.iter().filter(|n| *n != "oldest") {
+        let s = wait_status(&env, n, "interrupted by sluice", |s| {
+            s.interrupted_count == 1
+        })
+        .await;
+        assert!(s.interrupted_timestamps.len() == 1, "{n}: {s:?}");
+    }
+    let oldest = status(&env, "oldest").await.expect("status");
+    assert_eq!(oldest.interrupted_count, 0, "{oldest:?}");
+    assert_eq!(oldest.phase, ScavengerPhase::Running, "{oldest:?}");
+    finish(env).await;
+}
+
+#[tokio::test]
+async fn a_failing_pod_fails_it_for_good() {
+    let Some(env) = TestEnv::new_or_skip("sj-fail").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let mut s = spec(500);
+    s["parallelism"] = json!(2);
+    create_sj(&env, "crash", s).await.expect("create");
+    let pods = wait_running(&env, "crash", 2, 0).await;
+    end_pods(&env, &pods[..1], "Failed").await;
+    let s = wait_status(&env, "crash", "Failed", |s| {
+        s.phase == ScavengerPhase::Failed
+    })
+    .await;
+    assert!(s.message.contains("exit"), "{s:?}");
+    assert_eq!(s.running_timestamps.len(), 1, "never retried: {s:?}");
+    assert_eq!(s.interrupted_count, 0);
+    finish(env).await;
+}
+
+#[tokio::test]
+async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one() {
+    let Some(env) = TestEnv::new_or_skip("sj-refuse").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let mut missing = spec(100);
+    missing["mounts"] = json!([{"configMap": "settings", "mountPath": "/etc/work"}]);
+    let e = create_sj(&env, "missing", missing.clone())
+        .await
+        .expect_err("a missing ConfigMap is refused");
+    let text = e.to_string();
+    assert!(
+        text.contains("spec.mounts[0].configMap") && text.contains("does not exist"),
+        "{text}"
+    );
+    for (field, value, says) in [
+        ("duration", json!("a while"), "spec.duration"),
+        (
+            "resources",
+            json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+            "must equal limits.cpu",
+        ),
+        (
+            "resources",
+            json!({"requests": {"cpu": "lots", "memory": "1Gi"}, "limits": {"cpu": "lots", "memory": "1Gi"}}),
+            "spec.resources.requests.cpu",
+        ),
+        ("queueName", json!("no-such-queue"), "spec.queueName"),
+    ] {
+        let mut bad = spec(100);
+        bad[field] = value;
+        let e = create_sj(&env, "bad", bad).await.expect_err(field);
+        assert!(e.to_string().contains(says), "{field}: {e}");
+    }
+    // With the ConfigMap it is accepted; when the ConfigMap goes, it fails at once, saying so.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "settings"}, "data": {"a": "1"}}))
+            .expect("ConfigMap");
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .expect("ConfigMap");
+    wait_for("the webhook to see the ConfigMap", WAIT, || async {
+        create_sj(&env, "missing", missing.clone())
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    wait_running(&env, "missing", 1, 0).await;
+    cms.delete("settings", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let s = wait_status(&env, "missing", "Failed", |s| {
+        s.phase == ScavengerPhase::Failed
+    })
+    .await;
+    assert!(s.message.contains("spec.mounts[0].configMap"), "{s:?}");
+    finish(env).await;
+}
+
+#[tokio::test]
+async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
+    let Some(env) = TestEnv::new_or_skip("sj-abuse").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let base = ordinary_pod("forged", 100, None);
+    let mut labelled = base.clone();
+    labelled.metadata.labels = Some(BTreeMap::from([(
+        SCAVENGER_JOB_LABEL.to_string(),
+        "x".to_string(),
+    )]));
+    let mut classed = base.clone();
+    if let Some(spec) = classed.spec.as_mut() {
+        spec.priority_class_name = Some(SCAVENGER_PRIORITY_CLASS.into());
+    }
+    let mut owned = labelled.clone();
+    if let Some(spec) = owned.spec.as_mut() {
+        spec.priority_class_name = Some(SCAVENGER_PRIORITY_CLASS.into());
+    }
+    owned.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job", "name": "x-run-1",
+            "uid": "00000000-0000-0000-0000-000000000000", "controller": true,
+        }))
+        .expect("owner"),
+    ]);
+    for (what, pod) in [
+        ("label", labelled),
+        ("PriorityClass", classed),
+        ("forged owner", owned),
+    ] {
+        let e = env
+            .pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect_err(what);
+        assert!(e.to_string().contains("ScavengerJob"), "{what}: {e}");
+    }
+    let job: Job = serde_json::from_value(json!({"metadata": {"name": "sneaky"}, "spec": {
+        "template": {"metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}},
+            "spec": {"restartPolicy": "Never", "priorityClassName": SCAVENGER_PRIORITY_CLASS,
+                     "containers": [{"name": "c", "image": "busybox"}]}}}}))
+    .expect("job");
+    let e = Api::<Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect_err("a user's scavenger Job");
+    assert!(e.to_string().contains("submit a ScavengerJob"), "{e}");
+    // Labelling an ordinary running pod as a scavenger's afterwards is refused too.
+    env.create_pod(ordinary_pod("plain", 100, None)).await;
+    let e = env
+        .pods()
+        .patch(
+            "plain",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}}})),
+        )
+        .await
+        .expect_err("relabel");
+    assert!(e.to_string().contains("only sluice"), "{e}");
+    env.cleanup().await;
+}
