@@ -371,10 +371,12 @@ impl RefQueue<'_> {
         // Tallies after the decisions.
         let admitted: std::collections::HashSet<PodRef> = decisions.admit.iter().copied().collect();
         // Positions: the order of each workload's first item, among those with pods still waiting.
-        let mut first_item: Vec<usize> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut positions: BTreeMap<usize, u32> = BTreeMap::new();
         for item in &self.items {
-            if !first_item.contains(&item.workload) {
-                first_item.push(item.workload);
+            if seen.insert(item.workload) && still_waits(snapshot, item.workload, &admitted) {
+                let next = positions.len() as u32 + 1;
+                positions.insert(item.workload, next);
             }
         }
         let mut tally = QueueTally {
@@ -411,13 +413,7 @@ impl RefQueue<'_> {
                     .unwrap_or(&[]),
             );
             if wt.pending_pods > 0 {
-                wt.position = first_item.iter().position(|f| *f == w).map(|at| {
-                    let before = &first_item[..at];
-                    1 + before
-                        .iter()
-                        .filter(|b| still_waits(snapshot, **b, &admitted))
-                        .count() as u32
-                });
+                wt.position = positions.get(&w).copied();
                 wt.waiting = self.waiting.remove(&w).or_else(|| {
                     (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
                         queue: self.queue.name.clone(),
