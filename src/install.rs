@@ -40,16 +40,12 @@ pub fn manifests() -> Result<Vec<DynamicObject>, InstallError> {
     // The RBAC as generated (the same as manifests/install/01-rbac*.yaml, which tests/manifests.rs
     // checks); the Task rights bound in every namespace as shipped (the file says how to narrow them).
     let (rbac, rbac_tasks) = (rbac_yaml()?, rbac_tasks_yaml()?);
-    for text in
-        crds.iter()
-            .map(String::as_str)
-            .chain([
-                NAMESPACE_YAML,
-                PRIORITY_CLASSES_YAML,
-                rbac.as_str(),
-                rbac_tasks.as_str(),
-            ])
-    {
+    for text in crds.iter().map(String::as_str).chain([
+        NAMESPACE_YAML,
+        PRIORITY_CLASSES_YAML,
+        rbac.as_str(),
+        rbac_tasks.as_str(),
+    ]) {
         for doc in serde_yaml::Deserializer::from_str(text) {
             let value = serde_yaml::Value::deserialize(doc)?;
             if value.is_null() {

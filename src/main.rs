@@ -76,6 +76,31 @@ fn print_manifest(what: &str, rendered: Result<String, serde_yaml::Error>) -> Ex
     }
 }
 
+/// Runs a command that reads the cluster and prints a report (`sluice scavengers`, `sluice queue`).
+fn print_report(report: impl std::future::Future<Output = anyhow::Result<String>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match runtime.block_on(report) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -105,52 +130,8 @@ fn main() -> ExitCode {
             print!("{}", sluice::integrations::docs_table());
             ExitCode::SUCCESS
         }
-        Command::Scavengers(args) => {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: could not start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            match runtime.block_on(sluice::scavenger::report::run(args)) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Queue(args) => {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: could not start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            match runtime.block_on(sluice::queue::cli::run(args)) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Scavengers(args) => print_report(sluice::scavenger::report::run(args)),
+        Command::Queue(args) => print_report(sluice::queue::cli::run(args)),
         Command::Task(command) => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -125,16 +125,7 @@ pub struct ScavengerMount {
 
 /// Where a ScavengerJob is in its life.
 #[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
 )]
 pub enum ScavengerPhase {
     /// Waiting for idle capacity (never started yet).

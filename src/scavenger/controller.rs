@@ -104,7 +104,11 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
             all.clone().labels(SCAVENGER_JOB_LABEL),
             changed,
         ),
-        scavengers: watch(Api::<ScavengerJob>::all(client.clone()), all.clone(), changed),
+        scavengers: watch(
+            Api::<ScavengerJob>::all(client.clone()),
+            all.clone(),
+            changed,
+        ),
         queues: watch(Api::<CapacityQueue>::all(client.clone()), all, changed),
         mounts: Mounts::watch(client, Some(changed.clone())),
     }
@@ -131,7 +135,10 @@ pub async fn run(
         _ = shutdown.cancelled() => return,
         r = ready => if let Err(e) = r { warn!(error = %e, "scavenger watches stopped"); return; },
     }
-    info!(threshold = settings.threshold, "ScavengerJob controller running");
+    info!(
+        threshold = settings.threshold,
+        "ScavengerJob controller running"
+    );
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -202,8 +209,20 @@ fn seconds(text: Option<&str>) -> Option<i64> {
 
 impl Controller {
     fn capacity(&self) -> Capacity {
-        let nodes: Vec<_> = self.stores.nodes.state().iter().map(|n| node_facts(n)).collect();
-        let pods: Vec<_> = self.stores.pods.state().iter().map(|p| pod_facts(p)).collect();
+        let nodes: Vec<_> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .map(|n| node_facts(n))
+            .collect();
+        let pods: Vec<_> = self
+            .stores
+            .pods
+            .state()
+            .iter()
+            .map(|p| pod_facts(p))
+            .collect();
         capacity(&nodes, &pods, self.settings.threshold)
     }
 
@@ -269,29 +288,40 @@ impl Controller {
                 match self.judge_run(s, now) {
                     Some(step) => steps.push((i, step)),
                     None => {
-                        let started = seconds(s.status.running_timestamps.last().map(String::as_str))
-                            .unwrap_or(now);
-                        running.push((i, Running {
-                            key: s.key.clone(),
-                            demand,
-                            queue: s.sj.spec.queue_name.clone(),
-                            started,
-                            duration: super::spec::duration(&s.sj.spec.duration)
-                                .unwrap_or(Duration::from_secs(1800)),
-                            interrupted_count: s.status.interrupted_count,
-                        }));
+                        let started =
+                            seconds(s.status.running_timestamps.last().map(String::as_str))
+                                .unwrap_or(now);
+                        running.push((
+                            i,
+                            Running {
+                                key: s.key.clone(),
+                                demand,
+                                queue: s.sj.spec.queue_name.clone(),
+                                started,
+                                duration: super::spec::duration(&s.sj.spec.duration)
+                                    .unwrap_or(Duration::from_secs(1800)),
+                                interrupted_count: s.status.interrupted_count,
+                            },
+                        ));
                     }
                 }
             } else {
                 let uid = s.sj.uid().unwrap_or_default();
-                waiting.push((i, Waiting {
-                    key: s.key.clone(),
-                    interrupted_count: s.status.interrupted_count,
-                    created: s.sj.creation_timestamp().map(|t| t.0.as_second()).unwrap_or(now),
-                    demand,
-                    queue: s.sj.spec.queue_name.clone(),
-                    not_before: self.memory.retry_at.get(&uid).copied().unwrap_or(0),
-                }));
+                waiting.push((
+                    i,
+                    Waiting {
+                        key: s.key.clone(),
+                        interrupted_count: s.status.interrupted_count,
+                        created: s
+                            .sj
+                            .creation_timestamp()
+                            .map(|t| t.0.as_second())
+                            .unwrap_or(now),
+                        demand,
+                        queue: s.sj.spec.queue_name.clone(),
+                        not_before: self.memory.retry_at.get(&uid).copied().unwrap_or(0),
+                    },
+                ));
             }
         }
         let plain_running: Vec<Running> = running.iter().map(|(_, r)| r.clone()).collect();
@@ -304,13 +334,20 @@ impl Controller {
                 ))));
             } else {
                 let duration_secs = r.duration.as_secs();
-                steps.push((*i, Step::Progress { started: r.started, duration_secs }));
+                steps.push((
+                    *i,
+                    Step::Progress {
+                        started: r.started,
+                        duration_secs,
+                    },
+                ));
             }
         }
         // Room freed this pass is counted once the pods are gone: no starts until then.
         if evict.is_empty() {
             let plain_waiting: Vec<Waiting> = waiting.iter().map(|(_, w)| w.clone()).collect();
-            let (start, held) = plan_starts(&plain_waiting, &plain_running, &capacity, &quotas, now);
+            let (start, held) =
+                plan_starts(&plain_waiting, &plain_running, &capacity, &quotas, now);
             for (i, w) in &waiting {
                 if start.contains(&w.key) {
                     steps.push((*i, Step::Start { job: String::new() }));
@@ -396,7 +433,13 @@ impl Controller {
                                 .unwrap_or(0.0);
                             self.metrics.first_start_seconds.observe(waited.max(0.0));
                         }
-                        self.event(s, EventType::Normal, "Started", format!("run {run} started as Job {job}")).await;
+                        self.event(
+                            s,
+                            EventType::Normal,
+                            "Started",
+                            format!("run {run} started as Job {job}"),
+                        )
+                        .await;
                         Step::Start { job }
                     }
                     Err(e) => {
@@ -407,9 +450,17 @@ impl Controller {
             }
             Step::Interrupt(m) => {
                 self.delete_job(s).await;
-                let by = if m.starts_with("sluice stopped") { "sluice" } else { "outside" };
-                self.metrics.interrupted.get_or_create(&ReasonLabels { by: by.into() }).inc();
-                self.event(s, EventType::Warning, "Interrupted", m.clone()).await;
+                let by = if m.starts_with("sluice stopped") {
+                    "sluice"
+                } else {
+                    "outside"
+                };
+                self.metrics
+                    .interrupted
+                    .get_or_create(&ReasonLabels { by: by.into() })
+                    .inc();
+                self.event(s, EventType::Warning, "Interrupted", m.clone())
+                    .await;
                 Step::Interrupt(m)
             }
             Step::Requeue(m) => {
@@ -417,7 +468,8 @@ impl Controller {
                 self.metrics.unschedulable.inc();
                 let retry = now + self.settings.retry_after.as_secs() as i64;
                 self.memory.retry_at.insert(uid.clone(), retry);
-                self.event(s, EventType::Warning, "Unschedulable", m.clone()).await;
+                self.event(s, EventType::Warning, "Unschedulable", m.clone())
+                    .await;
                 Step::Requeue(m)
             }
             Step::Fail(m) => {
@@ -430,7 +482,13 @@ impl Controller {
             }
             Step::Complete => {
                 self.metrics.finished.inc();
-                self.event(s, EventType::Normal, "Completed", "every pod finished".into()).await;
+                self.event(
+                    s,
+                    EventType::Normal,
+                    "Completed",
+                    "every pod finished".into(),
+                )
+                .await;
                 Step::Complete
             }
             other => other,
@@ -457,7 +515,9 @@ impl Controller {
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(format!("creating Job {}/{name}: {e}", s.namespace)),
         }
-        self.memory.created.insert(format!("{}/{name}", s.namespace), now);
+        self.memory
+            .created
+            .insert(format!("{}/{name}", s.namespace), now);
         info!(scavengerjob = %s.key, job = %name, run, "started");
         Ok(name)
     }
@@ -546,7 +606,10 @@ fn describe(list: &ResourceList) -> String {
 }
 
 fn describe_over(capacity: &Capacity) -> String {
-    format!("scavengers hold {} over what ordinary work leaves them", describe(&capacity.over()))
+    format!(
+        "scavengers hold {} over what ordinary work leaves them",
+        describe(&capacity.over())
+    )
 }
 
 /// Why a waiting job waits, for its message. Pure.

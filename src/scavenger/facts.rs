@@ -46,7 +46,9 @@ pub fn node_facts(node: &Node) -> NodeFacts {
 /// Whether a pod is a scavenger pod: created with the scavenger PriorityClass (immutable; the
 /// scavenger webhook lets only a ScavengerJob's Job create one).
 pub fn is_scavenger(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
         == Some(SCAVENGER_PRIORITY_CLASS)
 }
 
@@ -95,7 +97,11 @@ pub fn run_pod(pod: &Pod) -> RunPod {
         deleting: pod.metadata.deletion_timestamp.is_some(),
         disrupted: condition("DisruptionTarget"),
         exit_code,
-        scheduled: pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some(),
+        scheduled: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some(),
     }
 }
 

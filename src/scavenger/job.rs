@@ -43,7 +43,8 @@ pub fn job(sj: &ScavengerJob, run: usize) -> Result<Job, String> {
     let name = sj.name_any();
     let uid = sj.uid().ok_or("the ScavengerJob has no uid yet")?;
     let (volumes, mounts) = volumes(sj)?;
-    let resources = json!({"requests": sj.spec.resources.requests, "limits": sj.spec.resources.limits});
+    let resources =
+        json!({"requests": sj.spec.resources.requests, "limits": sj.spec.resources.limits});
     let mut container = json!({
         "name": "work",
         "image": sj.spec.image,
@@ -129,29 +130,53 @@ mod tests {
         let job = job(&sj(), 2).expect("job");
         assert_eq!(job.metadata.name.as_deref(), Some("counter-run-2"));
         let owner = &job.metadata.owner_references.as_ref().expect("owner")[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("ScavengerJob", "uid-1"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("ScavengerJob", "uid-1")
+        );
         assert_eq!(owner.controller, Some(true));
         let spec = job.spec.as_ref().expect("spec");
         assert_eq!(spec.backoff_limit, Some(0));
         assert_eq!((spec.parallelism, spec.completions), (Some(3), Some(3)));
         let labels = job.metadata.labels.as_ref().expect("labels");
-        assert_eq!(labels.get(SCAVENGER_JOB_LABEL).map(String::as_str), Some("counter"));
-        let pod_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
-        assert_eq!(pod_labels.and_then(|l| l.get(SCAVENGER_JOB_LABEL)).map(String::as_str), Some("counter"));
+        assert_eq!(
+            labels.get(SCAVENGER_JOB_LABEL).map(String::as_str),
+            Some("counter")
+        );
+        let pod_labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref());
+        assert_eq!(
+            pod_labels
+                .and_then(|l| l.get(SCAVENGER_JOB_LABEL))
+                .map(String::as_str),
+            Some("counter")
+        );
         // Never governed by the queue gate as ordinary work.
         assert!(!labels.contains_key(QUEUE_LABEL));
         assert!(!pod_labels.is_some_and(|l| l.contains_key(QUEUE_LABEL)));
         let pod = spec.template.spec.as_ref().expect("pod spec");
-        assert_eq!(pod.priority_class_name.as_deref(), Some(SCAVENGER_PRIORITY_CLASS));
+        assert_eq!(
+            pod.priority_class_name.as_deref(),
+            Some(SCAVENGER_PRIORITY_CLASS)
+        );
         assert_eq!(pod.preemption_policy.as_deref(), Some("Never"));
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
         let c = &pod.containers[0];
         let r = c.resources.as_ref().expect("resources");
         assert_eq!(r.requests, r.limits);
         assert_eq!(pod_requests(pod).expect("requests").get("cpu"), 1000);
-        assert_eq!(c.security_context.as_ref().and_then(|s| s.run_as_user), Some(1000));
+        assert_eq!(
+            c.security_context.as_ref().and_then(|s| s.run_as_user),
+            Some(1000)
+        );
         assert_eq!(pod.volumes.as_ref().map(Vec::len), Some(2));
-        assert_eq!(c.volume_mounts.as_ref().map(|m| m[1].read_only), Some(Some(true)));
+        assert_eq!(
+            c.volume_mounts.as_ref().map(|m| m[1].read_only),
+            Some(Some(true))
+        );
     }
 
     #[test]

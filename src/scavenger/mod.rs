@@ -8,13 +8,13 @@
 //! (`metrics.rs`) and `sluice scavengers` (`report.rs`).
 
 pub mod capacity;
-pub mod job;
-pub mod plan;
-pub mod run;
-pub mod spec;
 pub mod controller;
 pub mod facts;
+pub mod job;
 pub mod metrics;
 pub mod mounts;
-pub mod webhook;
+pub mod plan;
 pub mod report;
+pub mod run;
+pub mod spec;
+pub mod webhook;

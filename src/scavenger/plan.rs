@@ -90,7 +90,10 @@ fn queue_fits(
     };
     let mut total = used.get(queue).cloned().unwrap_or_default();
     total.add_all(demand);
-    quota.0.iter().all(|(name, limit)| total.get(name) <= *limit)
+    quota
+        .0
+        .iter()
+        .all(|(name, limit)| total.get(name) <= *limit)
 }
 
 /// Why a waiting job did not start, for its message.
@@ -345,8 +348,8 @@ mod tests {
         let c = cap(10_000, 4000, 6000);
         let now = 1000;
         let jobs = [
-            running("old", now - 500, 2000),   // step 4
-            running("young", now - 30, 2000),  // step 0, 30 s in
+            running("old", now - 500, 2000),    // step 4
+            running("young", now - 30, 2000),   // step 0, 30 s in
             running("middle", now - 250, 2000), // step 2
             // Started 650 s ago: its window started over 50 s ago, so it has least progress.
             running("wrapped", now - 650, 2000),

@@ -25,6 +25,9 @@ pub struct ScavengersArgs {
     pub json: bool,
 }
 
+/// Amounts per resource, milli-units.
+pub type Amounts = BTreeMap<String, i64>;
+
 /// What `sluice scavengers` shows.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Report {
@@ -34,7 +37,7 @@ pub struct Report {
     /// ScavengerJobs per phase.
     pub phases: BTreeMap<String, usize>,
     /// Per queue with a scavengerQuota: (quota, in use by its running ScavengerJobs), milli-units.
-    pub queues: BTreeMap<String, (BTreeMap<String, i64>, BTreeMap<String, i64>)>,
+    pub queues: BTreeMap<String, (Amounts, Amounts)>,
 }
 
 /// The report of a capacity, ScavengerJobs and queues. Pure.
@@ -95,7 +98,11 @@ pub fn render(r: &Report) -> String {
         // cpu in millicores; other resources in whole units (the threshold leaves fractions).
         let q = |k: &str| {
             let value = v.get(k).copied().unwrap_or(0);
-            let value = if name == "cpu" { value } else { value - value % 1000 };
+            let value = if name == "cpu" {
+                value
+            } else {
+                value - value % 1000
+            };
             format_quantity(name, value)
         };
         out.push_str(&format!(

@@ -128,9 +128,14 @@ pub enum Step {
     /// It waits; the message says why.
     Wait(String),
     /// Its Job `job` was created: a run starts.
-    Start { job: String },
+    Start {
+        job: String,
+    },
     /// It runs; progress on the ramp is recorded.
-    Progress { started: i64, duration_secs: u64 },
+    Progress {
+        started: i64,
+        duration_secs: u64,
+    },
     /// Its run was interrupted (from outside, or by sluice to give the room back).
     Interrupt(String),
     /// The start did not get scheduled in time: back to waiting.
@@ -204,10 +209,9 @@ pub fn next_status(
             }
             s.priority_step = step as i32;
             s.message = format!(
-                "running as Job {}; priority step {} of {}",
+                "running as Job {}; ramp step {step} of 0..{} (the lowest goes first when room is needed)",
                 s.job_name.clone().unwrap_or_default(),
-                step + 1,
-                super::plan::RAMP_STEPS
+                super::plan::RAMP_STEPS - 1
             );
         }
         Step::Interrupt(message) => {
@@ -313,7 +317,10 @@ mod tests {
         failed.exit_code = Some(("work".into(), 3));
         match observe(&job(), &[failed, pod("b", "Running")], 2, 110, 60) {
             RunState::Failed(m) => {
-                assert!(m.contains("pod a") && m.contains("work") && m.contains("code 3"), "{m}")
+                assert!(
+                    m.contains("pod a") && m.contains("work") && m.contains("code 3"),
+                    "{m}"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -330,7 +337,10 @@ mod tests {
             "Container work for pod x failed with exit code 2 matching FailJob rule at index 1"
                 .into(),
         ));
-        assert!(matches!(observe(&policy, &[], 1, 110, 60), RunState::Failed(_)));
+        assert!(matches!(
+            observe(&policy, &[], 1, 110, 60),
+            RunState::Failed(_)
+        ));
         let mut vanished = job();
         vanished.failed = Some(("BackoffLimitExceeded".into(), "limit".into()));
         assert!(matches!(

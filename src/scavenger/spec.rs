@@ -35,8 +35,8 @@ pub fn pod_requests(spec: &ScavengerJobSpec) -> Result<ResourceList, String> {
         let mut list = ResourceList::new();
         for (name, q) in map {
             let q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity = q;
-            let value = parse_amount(&q.0)
-                .map_err(|e| format!("spec.resources.{field}.{name}: {e}"))?;
+            let value =
+                parse_amount(&q.0).map_err(|e| format!("spec.resources.{field}.{name}: {e}"))?;
             list.0.insert(name.clone(), value);
         }
         Ok::<_, String>(list)
@@ -53,8 +53,13 @@ pub fn pod_requests(spec: &ScavengerJobSpec) -> Result<ResourceList, String> {
     for name in requests.0.keys().chain(limits.0.keys()) {
         let (r, l) = (requests.0.get(name), limits.0.get(name));
         if r != l {
-            let show = |m: &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-                m.get(name).map(|q| q.0.clone()).unwrap_or_else(|| "(not set)".into())
+            let show = |m: &std::collections::BTreeMap<
+                String,
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+            >| {
+                m.get(name)
+                    .map(|q| q.0.clone())
+                    .unwrap_or_else(|| "(not set)".into())
             };
             return Err(format!(
                 "spec.resources: requests.{name} ({}) must equal limits.{name} ({}): scavenger pods are Guaranteed",
@@ -73,14 +78,19 @@ pub fn demand(spec: &ScavengerJobSpec) -> Result<ResourceList, String> {
     let mut total = ResourceList::new();
     total
         .try_add_scaled(&one, i64::from(spec.parallelism.max(1)))
-        .map_err(|name| format!("spec.resources.requests.{name} × spec.parallelism is too large"))?;
+        .map_err(|name| {
+            format!("spec.resources.requests.{name} × spec.parallelism is too large")
+        })?;
     Ok(total)
 }
 
 /// What a mount names: (kind as people say it, name).
 pub fn mount_source(mount: &ScavengerMount, index: usize) -> Result<(MountKind, &str), String> {
     let set: Vec<(MountKind, &str)> = [
-        (MountKind::PersistentVolumeClaim, &mount.persistent_volume_claim),
+        (
+            MountKind::PersistentVolumeClaim,
+            &mount.persistent_volume_claim,
+        ),
         (MountKind::ConfigMap, &mount.config_map),
         (MountKind::Secret, &mount.secret),
     ]
@@ -213,7 +223,10 @@ mod tests {
         let mut v = good();
         v["resources"]["limits"]["cpu"] = json!("1");
         let e = check(&spec(v)).expect_err("differs");
-        assert!(e.contains("requests.cpu (500m) must equal limits.cpu (1)"), "{e}");
+        assert!(
+            e.contains("requests.cpu (500m) must equal limits.cpu (1)"),
+            "{e}"
+        );
         let mut v = good();
         v["resources"]["limits"]["nvidia.com/gpu"] = json!("1");
         let e = check(&spec(v)).expect_err("limit only");
@@ -251,7 +264,10 @@ mod tests {
             v["mounts"] = mounts;
             check_mounts(&spec(v), "ns", &exists)
         };
-        assert_eq!(with(json!([{"configMap": "here", "mountPath": "/in"}])), Ok(()));
+        assert_eq!(
+            with(json!([{"configMap": "here", "mountPath": "/in"}])),
+            Ok(())
+        );
         assert_eq!(
             with(json!([{"configMap": "gone", "mountPath": "/in"}])),
             Err("spec.mounts[0].configMap: ConfigMap ns/gone does not exist".into())

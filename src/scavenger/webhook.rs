@@ -17,9 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 
 use super::mounts::Mounts;
-use crate::api::{
-    CapacityQueue, SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJobSpec,
-};
+use crate::api::{CapacityQueue, SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJobSpec};
 
 /// The users the Job controller acts as: its own ServiceAccount when kube-controller-manager runs
 /// with `--use-service-account-credentials` (kubeadm and most distributions), else the
@@ -45,6 +43,10 @@ impl ValidateScavengerJobs {
         super::spec::check(&spec)?;
         super::spec::check_mounts(&spec, namespace, &|kind, name| {
             self.mounts.exists(kind, namespace, name)
+        })
+        .map_err(|e| {
+            // sluice judges from a watch of the names: one created a moment ago may not be in it.
+            format!("{e} (if it was created a moment ago, retry in a second)")
         })?;
         if let (Some(queue), Some(queues)) = (&spec.queue_name, &self.queues) {
             match queues.get(&ObjectRef::new(queue)) {
@@ -200,7 +202,10 @@ impl ValidateScavengerWorkloads {
         let owner_name = owner.get("name").and_then(Value::as_str).unwrap_or("");
         // sluice names a run's Job <name>-run-<n> (`job::job_name`, the name cut to fit).
         let prefix: String = name.chars().take(40).collect();
-        if !is_job || !owner_name.starts_with(prefix.trim_end_matches('-')) || !owner_name.contains("-run-") {
+        if !is_job
+            || !owner_name.starts_with(prefix.trim_end_matches('-'))
+            || !owner_name.contains("-run-")
+        {
             return refuse(&format!(
                 "its controller owner is not the Job of ScavengerJob {name:?}"
             ));

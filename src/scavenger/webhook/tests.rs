@@ -70,7 +70,9 @@ fn a_forged_owner_or_a_pod_of_another_job_is_refused_even_from_the_job_controlle
     }
     let mut pod = scavenger_pod(job_owner("counter-run-1"));
     pod["spec"]["priorityClassName"] = json!("high");
-    let e = workloads().judge(JOBS, "Pod", &pod, None).expect_err("class");
+    let e = workloads()
+        .judge(JOBS, "Pod", &pod, None)
+        .expect_err("class");
     assert!(e.contains("lacks the scavenger PriorityClass"), "{e}");
 }
 
@@ -80,31 +82,51 @@ fn only_sluice_creates_scavenger_jobs() {
         "metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}},
         "spec": {"containers": [{"name": "c"}]}}}});
     assert_eq!(workloads().judge(SLUICE, "Job", &job, None), Ok(()));
-    let e = workloads().judge("alice", "Job", &job, None).expect_err("user");
+    let e = workloads()
+        .judge("alice", "Job", &job, None)
+        .expect_err("user");
     assert!(e.contains("submit a ScavengerJob"), "{e}");
     let classed = json!({"metadata": {"name": "j"}, "spec": {"template": {
         "spec": {"priorityClassName": SCAVENGER_PRIORITY_CLASS, "containers": [{"name": "c"}]}}}});
     assert!(workloads().judge("alice", "Job", &classed, None).is_err());
-    let plain = json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {"containers": []}}}});
+    let plain =
+        json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {"containers": []}}}});
     assert_eq!(workloads().judge("alice", "Job", &plain, None), Ok(()));
 }
 
 #[test]
 fn nobody_but_sluice_adds_or_removes_the_mark_on_an_update() {
     let ordinary = json!({"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {}});
-    let labelled = json!({"metadata": {"name": "p", "labels": {SCAVENGER_JOB_LABEL: "x"}}, "spec": {}});
-    assert!(workloads().judge("alice", "Pod", &labelled, Some(&ordinary)).is_err());
-    assert!(workloads().judge("alice", "Pod", &ordinary, Some(&labelled)).is_err());
+    let labelled =
+        json!({"metadata": {"name": "p", "labels": {SCAVENGER_JOB_LABEL: "x"}}, "spec": {}});
+    assert!(
+        workloads()
+            .judge("alice", "Pod", &labelled, Some(&ordinary))
+            .is_err()
+    );
+    assert!(
+        workloads()
+            .judge("alice", "Pod", &ordinary, Some(&labelled))
+            .is_err()
+    );
     // Other edits of a scavenger pod (an annotation) pass.
     let mut annotated = labelled.clone();
     annotated["metadata"]["annotations"] = json!({"note": "x"});
-    assert_eq!(workloads().judge("alice", "Pod", &annotated, Some(&labelled)), Ok(()));
-    assert_eq!(workloads().judge(SLUICE, "Pod", &ordinary, Some(&labelled)), Ok(()));
+    assert_eq!(
+        workloads().judge("alice", "Pod", &annotated, Some(&labelled)),
+        Ok(())
+    );
+    assert_eq!(
+        workloads().judge(SLUICE, "Pod", &ordinary, Some(&labelled)),
+        Ok(())
+    );
 }
 
 fn sj(spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "ScavengerJob",
-        "metadata": {"name": "s", "namespace": "ns"}, "spec": spec}))
+    serde_json::from_value(
+        json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "ScavengerJob",
+        "metadata": {"name": "s", "namespace": "ns"}, "spec": spec}),
+    )
     .expect("object")
 }
 
@@ -119,12 +141,24 @@ fn a_scavenger_job_with_a_bad_field_is_refused_naming_it() {
     assert_eq!(v.judge("ns", &sj(good.clone())), Ok(()));
     let mut bad = good.clone();
     bad["duration"] = json!("a while");
-    assert!(v.judge("ns", &sj(bad)).expect_err("duration").starts_with("spec.duration"));
+    assert!(
+        v.judge("ns", &sj(bad))
+            .expect_err("duration")
+            .starts_with("spec.duration")
+    );
     let mut bad = good.clone();
     bad["parallelism"] = json!("two");
-    assert!(v.judge("ns", &sj(bad)).expect_err("type").starts_with("spec:"));
+    assert!(
+        v.judge("ns", &sj(bad))
+            .expect_err("type")
+            .starts_with("spec:")
+    );
     let mut bad = good;
     bad["resources"]["limits"]["memory"] = json!("2Gi");
-    assert!(v.judge("ns", &sj(bad)).expect_err("limits").contains("limits.memory (2Gi)"));
+    assert!(
+        v.judge("ns", &sj(bad))
+            .expect_err("limits")
+            .contains("limits.memory (2Gi)")
+    );
     assert!(v.judge("ns", &sj(Value::Null)).is_err());
 }
