@@ -26,11 +26,14 @@ use support::*;
 const TIMEOUT: Duration = Duration::from_secs(60);
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
+/// The most cpu held at once by the whole namespace and by each queue, and the samples taken.
+type Peaks = (i64, BTreeMap<String, i64>, u32);
+
 /// Watches the namespace's pods: the most cpu (millicores) held at once by the whole namespace
 /// and by each queue, over every sample.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    peaks: Arc<Mutex<(i64, BTreeMap<String, i64>, u32)>>,
+    peaks: Arc<Mutex<Peaks>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -66,7 +69,7 @@ impl Sampler {
     }
 
     /// Stops sampling: (the peak of the whole namespace, each queue's peak, samples taken).
-    async fn finish(self) -> (i64, BTreeMap<String, i64>, u32) {
+    async fn finish(self) -> Peaks {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.task.await;
         self.peaks.lock().map(|p| p.clone()).unwrap_or_default()
@@ -170,7 +173,7 @@ async fn a_lender_reclaims_only_what_was_borrowed_and_limits_hold() {
         let status = env
             .wait_workload_status(name, "a workload's status", TIMEOUT, |_| true)
             .await;
-        if status.borrowed.get("cpu").is_some() {
+        if status.borrowed.contains_key("cpu") {
             borrowing.push(name.clone());
         }
     }

@@ -1087,7 +1087,9 @@ impl<'a> QueuePass<'a> {
                     let reason = turn.reason(self, &over);
                     match nominal {
                         Some(nominal) => {
-                            self.keep_waiting(p, &item, &nominal, Some(reason), admit, evict)
+                            self.keep_waiting(p, &item, &nominal, Some(reason), admit, evict);
+                            // Room held for an in-queue preemptor is the queue's in the pool too.
+                            self.held_in_cohort(turn);
                         }
                         None => self.waits(p, &item, reason),
                     }

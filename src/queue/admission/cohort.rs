@@ -285,6 +285,11 @@ impl QueuePass<'_> {
         turn.pool.update(turn.k, &self.load());
     }
 
+    /// The pool learns what the queue holds now (after room was held for a preemptor).
+    pub(super) fn held_in_cohort(&self, turn: &mut Turn) {
+        turn.pool.update(turn.k, &self.load());
+    }
+
     /// The queue's share once the item is admitted: the largest, over resources, of what it
     /// would use above its quota per million of what the cohort lends, per unit of weight.
     pub(super) fn borrow_share(&self, item: &Item, turn: &Turn) -> u128 {
