@@ -365,3 +365,53 @@ async fn positions_follow_admissions_and_deletions() {
     assert_eq!(position("p3".into()).await, Some(1));
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn hostile_cohort_settings_are_refused_naming_the_field() {
+    let Some(mut env) = TestEnv::new_or_skip("cohort-hostile").await else {
+        return;
+    };
+    let api: Api<CapacityQueue> = Api::all(env.client.clone());
+    // A cohort name that is no DNS label is refused by the API server (the CRD's rule).
+    for bad in [
+        "Team_A",
+        "a-very-long-cohort-name-that-goes-on-and-on-past-sixty-three-chars-x",
+        "-x",
+    ] {
+        let q: CapacityQueue = serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": format!("{}-bad", env.namespace)},
+            "spec": {"quota": {"cpu": "1"}, "cohort": bad},
+        }))
+        .expect("queue");
+        let err = api
+            .create(&kube::api::PostParams::default(), &q)
+            .await
+            .expect_err("a bad cohort name is refused");
+        assert!(
+            err.to_string().contains("cohort must be a DNS label"),
+            "{bad}: {err}"
+        );
+    }
+    // A negative weight passes the schema (a quantity) but not sluice: the queue is inactive and
+    // says which fields to look at; its pods wait.
+    let name = format!("{}-weight", env.namespace);
+    let q: CapacityQueue = serde_json::from_value(json!({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+        "metadata": {"name": name},
+        "spec": {"quota": {"cpu": "1"}, "cohort": env.namespace, "fairSharing": {"weight": "-1"}},
+    }))
+    .expect("queue");
+    api.create(&kube::api::PostParams::default(), &q)
+        .await
+        .expect("create queue");
+    env.queues.push(name.clone());
+    let message = wait_for("the queue to say it is inactive", TIMEOUT, || async {
+        let s = api.get(&name).await.ok()?.status?;
+        let c = s.conditions.iter().find(|c| c.type_ == "Active")?;
+        (c.status == sluice::api::ConditionStatus::False).then(|| c.message.clone())
+    })
+    .await;
+    assert!(message.contains("spec.fairSharing.weight"), "{message}");
+    env.cleanup().await;
+}
