@@ -11,6 +11,9 @@
 
 mod support;
 
+#[path = "real_node/scavenger.rs"]
+mod scavenger;
+
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;

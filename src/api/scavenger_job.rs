@@ -87,6 +87,13 @@ pub struct ScavengerJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 0").message("runAsUser must not be negative"))]
     pub run_as_user: Option<i64>,
+    /// Labels a node must have to run its pods (the pods' `nodeSelector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints its pods tolerate (the pods' `tolerations`). The scavenger capacity counts only nodes
+    /// without NoSchedule or NoExecute taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     /// The CapacityQueue whose `spec.scavengerQuota` this job counts against. Absent: only the
     /// cluster's scavenger capacity limits it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -97,6 +97,8 @@ pub fn job(sj: &ScavengerJob, run: usize) -> Result<Job, String> {
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
                     "volumes": volumes,
+                    "nodeSelector": sj.spec.node_selector,
+                    "tolerations": sj.spec.tolerations,
                 },
             },
         },
@@ -113,7 +115,8 @@ mod tests {
     fn sj() -> ScavengerJob {
         let spec: ScavengerJobSpec = serde_json::from_value(json!({
             "image": "busybox", "command": ["sh", "-c", "sleep 1"], "parallelism": 3,
-            "runAsUser": 1000, "queueName": "team",
+            "runAsUser": 1000, "queueName": "team", "nodeSelector": {"disk": "ssd"},
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
             "mounts": [{"persistentVolumeClaim": "data", "mountPath": "/data"},
                        {"configMap": "cfg", "mountPath": "/cfg", "readOnly": true}],
@@ -173,6 +176,14 @@ mod tests {
             Some(1000)
         );
         assert_eq!(pod.volumes.as_ref().map(Vec::len), Some(2));
+        assert_eq!(
+            pod.node_selector
+                .as_ref()
+                .and_then(|n| n.get("disk"))
+                .map(String::as_str),
+            Some("ssd")
+        );
+        assert_eq!(pod.tolerations.as_ref().map(Vec::len), Some(1));
         assert_eq!(
             c.volume_mounts.as_ref().map(|m| m[1].read_only),
             Some(Some(true))
