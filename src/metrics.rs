@@ -19,6 +19,12 @@ pub struct PreemptionLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueResourceLabels {
+    pub queue: String,
+    pub resource: String,
+}
+
 #[derive(Clone)]
 pub struct ControllerMetrics {
     /// Pods ungated, per queue.
@@ -51,6 +57,8 @@ pub struct ControllerMetrics {
     pub evicted_pods: Family<PreemptionLabels, Counter>,
     /// Seconds from a preemptor's first eviction decision to its admission, per queue.
     pub preemption_admission_seconds: Family<QueueLabels, Histogram>,
+    /// A cohort queue's usage and reservations above its quota, per resource (milli-units).
+    pub borrowed: Family<QueueResourceLabels, Gauge>,
 }
 
 impl ControllerMetrics {
@@ -74,6 +82,7 @@ impl ControllerMetrics {
             preemption_admission_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.25, 2.0, 14))
             }),
+            borrowed: Family::default(),
         };
         m.register_admission(registry);
         m.register_preemption(registry);
@@ -96,6 +105,11 @@ impl ControllerMetrics {
             "sluice_queue_pending_pods",
             "Pods waiting behind the gate per queue",
             m.pending_pods.clone(),
+        );
+        registry.register(
+            "sluice_queue_borrowed_milli",
+            "Quota a cohort queue uses above its own, borrowed from its cohort, per resource (milli-units)",
+            m.borrowed.clone(),
         );
         registry.register(
             "sluice_queue_pending_workloads",

@@ -28,7 +28,7 @@ use crate::api::{
 };
 use crate::integrations::Adapters;
 use crate::leader::Term;
-use crate::metrics::{ControllerMetrics, QueueLabels};
+use crate::metrics::{ControllerMetrics, QueueLabels, QueueResourceLabels};
 use crate::queue::admission::{
     Decisions, PodState, QueueTally, Snapshot, WorkloadKey, WorkloadSnapshot, decide,
 };
@@ -676,6 +676,15 @@ impl Controller {
                 .pending_workloads
                 .get_or_create(&labels)
                 .set(i64::from(tally.pending_workloads));
+            // A cohort queue: every resource its quota names (0 once given back).
+            for resource in tally.ceiling.iter().flat_map(|c| c.0.keys()) {
+                let labels = QueueResourceLabels {
+                    queue: queue.clone(),
+                    resource: resource.clone(),
+                };
+                let milli = tally.borrowed.get(resource);
+                self.metrics.borrowed.get_or_create(&labels).set(milli);
+            }
         }
     }
 
