@@ -430,3 +430,123 @@ async fn hostile_jobs_are_refused_naming_the_field_and_scavenger_jobs_are_left_a
     );
     env.cleanup().await;
 }
+
+/// Admitted, not ended and not being deleted.
+fn holds_quota(pod: &Pod) -> bool {
+    !is_gated(pod) && !is_ended(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+async fn holding(env: &TestEnv, job: &str) -> Vec<String> {
+    let mut names: Vec<String> = pods_of(env, job)
+        .await
+        .into_iter()
+        .filter(holds_quota)
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Preemption reads the ledger a Job's integration fills: pods above the gang (a raised
+/// `parallelism`) go first; a Job whose gang must go goes whole.
+#[tokio::test]
+async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
+    let Some(mut env) = TestEnv::new_or_skip("jobs-preempt").await else {
+        return;
+    };
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+        Api::all(env.client.clone());
+    let (low, high) = (
+        format!("{}-low", env.namespace),
+        format!("{}-high", env.namespace),
+    );
+    for (name, value) in [(&low, 100), (&high, 1000)] {
+        let class = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"sluice-e2e": "true"}}, "value": value}),
+        )
+        .expect("class");
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("create PriorityClass");
+    }
+    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let with_class = |mut job: Job, class: &str| {
+        if let Some(spec) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+            spec.priority_class_name = Some(class.to_string());
+        }
+        job
+    };
+    // Evicted pods do not count against the Job (podFailurePolicy: Ignore disruptions).
+    let ignore =
+        json!({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+
+    // The low Job: a gang of 2, then raised to 3 (one elastic pod): the queue is full.
+    create(
+        &env,
+        &with_class(
+            job(
+                "low",
+                Some(&queue),
+                json!({"parallelism": 2, "podFailurePolicy": ignore}),
+                true,
+            ),
+            &low,
+        ),
+    )
+    .await
+    .expect("create low");
+    env.wait_queue_counts(&queue, 0, 2).await;
+    let gang = holding(&env, "low").await;
+    patch_spec(&env, "low", json!({"parallelism": 3})).await;
+    env.wait_queue_counts(&queue, 0, 3).await;
+
+    // A high Job of 1 pod: the elastic pod above the gang is the victim, the gang keeps running.
+    create(
+        &env,
+        &with_class(
+            job("high1", Some(&queue), json!({"parallelism": 1}), true),
+            &high,
+        ),
+    )
+    .await
+    .expect("create high1");
+    wait_for("high1 admitted", Duration::from_secs(60), || async {
+        (holding(&env, "high1").await.len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        holding(&env, "low").await,
+        gang,
+        "the gang kept, the elastic pod taken"
+    );
+
+    // A high Job of 2 pods: the low Job's gang goes whole (its replacements wait).
+    create(
+        &env,
+        &with_class(
+            job("high2", Some(&queue), json!({"parallelism": 2}), true),
+            &high,
+        ),
+    )
+    .await
+    .expect("create high2");
+    wait_for("high2 admitted", Duration::from_secs(60), || async {
+        (holding(&env, "high2").await.len() == 2).then_some(())
+    })
+    .await;
+    assert!(holding(&env, "low").await.is_empty(), "the whole gang went");
+    let status = env
+        .wait_workload_status(
+            "job-low",
+            "job-low's preemption recorded",
+            Duration::from_secs(30),
+            |s| s.interrupted_count >= 1,
+        )
+        .await;
+    assert!(status.interrupted_count >= 1);
+    for name in [&low, &high] {
+        let _ = classes.delete(name, &Default::default()).await;
+    }
+    env.cleanup().await;
+}

@@ -71,13 +71,18 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
     // shutdownAfterJobFinishes has KubeRay delete the cluster.
     let extra = json!({"shutdownAfterJobFinishes": true, "ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 25});
     rayjobs
-        .create(&PostParams::default(), &rayjob("rj", &queue, cluster_spec(1), extra))
+        .create(
+            &PostParams::default(),
+            &rayjob("rj", &queue, cluster_spec(1), extra),
+        )
         .await
         .expect("create rj");
 
-    let dwl = wait_for("rayjob-rj's DynamicWorkload", Duration::from_secs(30), || async {
-        env.workloads().get("rayjob-rj").await.ok()
-    })
+    let dwl = wait_for(
+        "rayjob-rj's DynamicWorkload",
+        Duration::from_secs(30),
+        || async { env.workloads().get("rayjob-rj").await.ok() },
+    )
     .await;
     let sets: Vec<(String, i32)> = dwl
         .spec
@@ -96,24 +101,33 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
     // KubeRay's RayCluster, owned by the RayJob, carries the queue; it has no ledger of its own.
     let clusters = api(&env, "RayCluster", "rayclusters");
-    let cluster = wait_for("the RayJob's RayCluster", Duration::from_secs(30), || async {
-        clusters
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .next()
-    })
+    let cluster = wait_for(
+        "the RayJob's RayCluster",
+        Duration::from_secs(30),
+        || async {
+            clusters
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        },
+    )
     .await;
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     // The head and the worker admitted as the RayJob's gang, with room kept for the submitter.
-    env.wait_workload_status("rayjob-rj", "rayjob-rj admitted", Duration::from_secs(60), |s| {
-        s.pod_sets
-            .iter()
-            .filter(|p| p.name != "submitter")
-            .all(|p| p.admitted + p.running >= 1)
-    })
+    env.wait_workload_status(
+        "rayjob-rj",
+        "rayjob-rj admitted",
+        Duration::from_secs(60),
+        |s| {
+            s.pod_sets
+                .iter()
+                .filter(|p| p.name != "submitter")
+                .all(|p| p.admitted + p.running >= 1)
+        },
+    )
     .await;
     assert!(
         env.workloads()
@@ -123,29 +137,53 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
             .is_none(),
         "the RayJob's RayCluster is not counted twice"
     );
-    let workloads = env.workloads().list(&ListParams::default()).await.expect("list");
-    assert_eq!(workloads.items.len(), 1, "one DynamicWorkload in the namespace");
+    let workloads = env
+        .workloads()
+        .list(&ListParams::default())
+        .await
+        .expect("list");
+    assert_eq!(
+        workloads.items.len(),
+        1,
+        "one DynamicWorkload in the namespace"
+    );
 
     // The submitter pod KubeRay's Job creates is the RayJob's too (once the cluster is ready).
     let submitter = wait_for("the submitter pod", Duration::from_secs(60), || async {
-        pods_labelled(&env, "batch.kubernetes.io/job-name=rj").await.into_iter().next()
+        pods_labelled(&env, "batch.kubernetes.io/job-name=rj")
+            .await
+            .into_iter()
+            .next()
     })
     .await;
     let labels = submitter.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("sluice.dev/workload").map(String::as_str), Some("rayjob-rj"));
-    assert_eq!(labels.get("sluice.dev/pod-set").map(String::as_str), Some("submitter"));
+    assert_eq!(
+        labels.get("sluice.dev/workload").map(String::as_str),
+        Some("rayjob-rj")
+    );
+    assert_eq!(
+        labels.get("sluice.dev/pod-set").map(String::as_str),
+        Some("submitter")
+    );
 
     // The deadline passes: the RayJob fails, KubeRay deletes the cluster, the quota comes back.
-    env.wait_workload_status("rayjob-rj", "rayjob-rj Failed", Duration::from_secs(90), |s| {
-        s.phase == WorkloadPhase::Failed
-    })
+    env.wait_workload_status(
+        "rayjob-rj",
+        "rayjob-rj Failed",
+        Duration::from_secs(90),
+        |s| s.phase == WorkloadPhase::Failed,
+    )
     .await;
-    wait_for("the cluster's pods to be gone", Duration::from_secs(60), || async {
-        pods_labelled(&env, &format!("ray.io/cluster={cluster_name}"))
-            .await
-            .is_empty()
-            .then_some(())
-    })
+    wait_for(
+        "the cluster's pods to be gone",
+        Duration::from_secs(60),
+        || async {
+            pods_labelled(&env, &format!("ray.io/cluster={cluster_name}"))
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
     .await;
     env.wait_queue_counts(&queue, 0, 0).await;
     env.cleanup().await;
@@ -165,7 +203,10 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
 
     // Larger than the quota: the cluster's gang and the submitter, with the numbers.
     let err = refusal(create(rayjob("big", &queue, cluster_spec(2), json!({}))).await);
-    assert!(err.contains("needs 3.5 cpu") && err.contains("quota of 3 cpu"), "{err}");
+    assert!(
+        err.contains("needs 3.5 cpu") && err.contains("quota of 3 cpu"),
+        "{err}"
+    );
 
     // A huge rayClusterSpec: more worker groups than sluice counts.
     let mut huge = cluster_spec(0);
@@ -180,17 +221,24 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
             .collect(),
     );
     let err = refusal(create(rayjob("huge", &queue, huge, json!({}))).await);
-    assert!(err.contains("spec.rayClusterSpec.workerGroupSpecs: 65 worker groups"), "{err}");
+    assert!(
+        err.contains("spec.rayClusterSpec.workerGroupSpecs: 65 worker groups"),
+        "{err}"
+    );
 
     // A worker group named like the submitter's pod set.
     let mut clash = cluster_spec(0);
     clash["workerGroupSpecs"][0]["groupName"] = json!("submitter");
     let err = refusal(create(rayjob("clash", &queue, clash, json!({}))).await);
-    assert!(err.contains("spec.rayClusterSpec.workerGroupSpecs[0].groupName"), "{err}");
+    assert!(
+        err.contains("spec.rayClusterSpec.workerGroupSpecs[0].groupName"),
+        "{err}"
+    );
 
     // A RayCluster of its own claiming a RayJob's label.
     let mut spec = cluster_spec(0);
-    spec["headGroupSpec"]["template"]["metadata"] = json!({"labels": {"sluice.dev/ray-job": "victim"}});
+    spec["headGroupSpec"]["template"]["metadata"] =
+        json!({"labels": {"sluice.dev/ray-job": "victim"}});
     let stray: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": "stray", "labels": {"sluice.dev/queue": queue}},

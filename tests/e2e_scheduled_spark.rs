@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
@@ -45,7 +45,10 @@ fn scheduled(name: &str, queue: &str, schedule: &str, template: Value) -> Dynami
 
 async fn runs(env: &TestEnv, name: &str) -> Vec<DynamicObject> {
     let mut items = api(env, "SparkApplication", "sparkapplications")
-        .list(&ListParams::default().labels(&format!("sparkoperator.k8s.io/scheduled-app-name={name}")))
+        .list(
+            &ListParams::default()
+                .labels(&format!("sparkoperator.k8s.io/scheduled-app-name={name}")),
+        )
         .await
         .expect("list runs")
         .items;
@@ -60,10 +63,18 @@ fn time_at(app: &DynamicObject, pointer: &str) -> Option<Timestamp> {
 /// The driver pod of `run`, once the operator's spark-submit has created it.
 async fn driver_of(env: &TestEnv, run: &str) -> String {
     let selector = format!("spark-role=driver,sparkoperator.k8s.io/app-name={run}");
-    wait_for(&format!("{run}'s driver pod"), Duration::from_secs(120), || async {
-        let pods = env.pods().list(&ListParams::default().labels(&selector)).await.ok()?;
-        pods.items.into_iter().next().map(|p| p.name_any())
-    })
+    wait_for(
+        &format!("{run}'s driver pod"),
+        Duration::from_secs(120),
+        || async {
+            let pods = env
+                .pods()
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            pods.items.into_iter().next().map(|p| p.name_any())
+        },
+    )
     .await
 }
 
@@ -81,20 +92,34 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     .await
     .expect("sa");
 
-    let schedules = api(&env, "ScheduledSparkApplication", "scheduledsparkapplications");
+    let schedules = api(
+        &env,
+        "ScheduledSparkApplication",
+        "scheduledsparkapplications",
+    );
     let created = schedules
-        .create(&PostParams::default(), &scheduled("nightly", &queue, "@every 10s", template(1)))
+        .create(
+            &PostParams::default(),
+            &scheduled("nightly", &queue, "@every 10s", template(1)),
+        )
         .await
         .expect("create the ScheduledSparkApplication");
     for role in ["driver", "executor"] {
         assert_eq!(
-            created.data.pointer(&format!("/spec/template/{role}/labels/sluice.dev~1queue")),
+            created
+                .data
+                .pointer(&format!("/spec/template/{role}/labels/sluice.dev~1queue")),
             Some(&json!(queue)),
             "the queue label is in the template's {role}"
         );
     }
     assert!(
-        env.workloads().list(&ListParams::default()).await.expect("list").items.is_empty(),
+        env.workloads()
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty(),
         "the schedule records no ledger of its own"
     );
 
@@ -103,7 +128,8 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
         runs(&env, "nightly").await.into_iter().next()
     })
     .await;
-    if let (Some(run), Some(schedule)) = (first.creation_timestamp(), created.creation_timestamp()) {
+    if let (Some(run), Some(schedule)) = (first.creation_timestamp(), created.creation_timestamp())
+    {
         eprintln!(
             "@every 10s: the first run was created {} s after the schedule",
             run.0.as_second() - schedule.0.as_second()
@@ -112,33 +138,53 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     assert_eq!(first.labels().get("sluice.dev/queue"), Some(&queue));
     let first_name = first.name_any();
     let first_workload = format!("sparkapplication-{first_name}");
-    let dwl = wait_for("the first run's DynamicWorkload", Duration::from_secs(30), || async {
-        env.workloads().get(&first_workload).await.ok()
-    })
+    let dwl = wait_for(
+        "the first run's DynamicWorkload",
+        Duration::from_secs(30),
+        || async { env.workloads().get(&first_workload).await.ok() },
+    )
     .await;
     assert_eq!(dwl.spec.queue_name, queue);
     let driver = driver_of(&env, &first_name).await;
-    env.wait_workload_status(&first_workload, "the first run admitted", Duration::from_secs(60), |s| {
-        s.pod_sets.iter().any(|p| p.name == "driver" && p.admitted + p.running >= 1)
-    })
+    env.wait_workload_status(
+        &first_workload,
+        "the first run admitted",
+        Duration::from_secs(60),
+        |s| {
+            s.pod_sets
+                .iter()
+                .any(|p| p.name == "driver" && p.admitted + p.running >= 1)
+        },
+    )
     .await;
 
     // Forbid: while the first run runs, the schedule's next time passes without a second run.
     let schedule_at = |app: &DynamicObject| time_at(app, "/status/nextRun");
-    wait_for("the schedule's next time to pass", Duration::from_secs(60), || async {
-        let app = schedules.get("nightly").await.ok()?;
-        let next = schedule_at(&app)?;
-        (Timestamp::now().as_second() > next.as_second() + 3).then_some(())
-    })
+    wait_for(
+        "the schedule's next time to pass",
+        Duration::from_secs(60),
+        || async {
+            let app = schedules.get("nightly").await.ok()?;
+            let next = schedule_at(&app)?;
+            (Timestamp::now().as_second() > next.as_second() + 3).then_some(())
+        },
+    )
     .await;
-    assert_eq!(runs(&env, "nightly").await.len(), 1, "Forbid: no second run while the first runs");
+    assert_eq!(
+        runs(&env, "nightly").await.len(),
+        1,
+        "Forbid: no second run while the first runs"
+    );
 
     // The first run's driver ends: the operator completes it, and the next time starts a second
     // run, with its own ledger.
     end_pod(&env.pods(), &driver, "Succeeded").await;
-    env.wait_workload_status(&first_workload, "the first run Finished", Duration::from_secs(60), |s| {
-        s.phase == WorkloadPhase::Finished
-    })
+    env.wait_workload_status(
+        &first_workload,
+        "the first run Finished",
+        Duration::from_secs(60),
+        |s| s.phase == WorkloadPhase::Finished,
+    )
     .await;
     let second = wait_for("a second run", Duration::from_secs(60), || async {
         runs(&env, "nightly").await.into_iter().nth(1)
@@ -146,9 +192,11 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     .await;
     assert_eq!(second.labels().get("sluice.dev/queue"), Some(&queue));
     let second_workload = format!("sparkapplication-{}", second.name_any());
-    wait_for("the second run's DynamicWorkload", Duration::from_secs(30), || async {
-        env.workloads().get(&second_workload).await.ok()
-    })
+    wait_for(
+        "the second run's DynamicWorkload",
+        Duration::from_secs(30),
+        || async { env.workloads().get(&second_workload).await.ok() },
+    )
     .await;
     schedules
         .delete("nightly", &Default::default())
@@ -163,17 +211,30 @@ async fn a_schedule_whose_run_could_never_fit_is_refused_naming_the_field() {
         return;
     };
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let schedules = api(&env, "ScheduledSparkApplication", "scheduledsparkapplications");
+    let schedules = api(
+        &env,
+        "ScheduledSparkApplication",
+        "scheduledsparkapplications",
+    );
     let err = schedules
-        .create(&PostParams::default(), &scheduled("big", &queue, "@every 1m", template(4)))
+        .create(
+            &PostParams::default(),
+            &scheduled("big", &queue, "@every 1m", template(4)),
+        )
         .await
         .expect_err("5 cpu in a 2 cpu queue")
         .to_string();
-    assert!(err.contains("needs 5 cpu") && err.contains("quota of 2 cpu"), "{err}");
+    assert!(
+        err.contains("needs 5 cpu") && err.contains("quota of 2 cpu"),
+        "{err}"
+    );
     let mut negative = template(1);
     negative["executor"]["instances"] = json!(-1);
     let err = schedules
-        .create(&PostParams::default(), &scheduled("neg", &queue, "@every 1m", negative))
+        .create(
+            &PostParams::default(),
+            &scheduled("neg", &queue, "@every 1m", negative),
+        )
         .await
         .expect_err("negative instances")
         .to_string();
