@@ -58,7 +58,8 @@ export SLUICE_REQUIRE_CLUSTER=1
 # The real node's tests, on a cluster with the real node and without sluice on the host.
 real_node_phase() { # cargo test arguments (naming --test real_node)...
   ((EUID == 0)) || { echo "test.sh: the real node's tests need root (containerd, runc, mounts); SLUICE_TEST_REAL_NODE=0 skips them" >&2; exit 1; }
-  hack/cluster.sh up --real-node
+  # KubeRay and the Spark and Ray images (hack/images/, cached) for tests/real_node/{spark,ray}.rs.
+  SLUICE_REAL_NODE_IMAGES="spark ray" hack/cluster.sh up --real-node --with-kuberay
   eval "$(hack/cluster.sh env)"
   cargo test "$@"
 }

@@ -11,8 +11,16 @@
 
 mod support;
 
+#[path = "real_node/ray.rs"]
+mod ray;
 #[path = "real_node/scavenger.rs"]
 mod scavenger;
+#[path = "real_node/spark.rs"]
+mod spark;
+
+/// Held by the tests that run real workloads (Spark executors, Ray nodes) on the real node: one at
+/// a time, on a machine of 2 cores.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 use std::time::Duration;
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The real demo (root only): Spark executors and Ray workers that really run, on the real node,
+# through sluice deployed in-cluster. Brings up a cluster with the real node, KubeRay and the Spark
+# and Ray images (hack/images/, built once and cached), runs the two end-to-end stories of
+# tests/real_node/{spark,ray}.rs and prints what they show step by step: the ledger (admitted,
+# pending) as quota frees, the computed results, the quota given back. Holds
+# /tmp/sluice-real-node.lock while the real node is up (one per machine) and brings it down at the end.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+((EUID == 0)) || { echo "demo-real.sh: the real node needs root" >&2; exit 1; }
+export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
+
+exec 9>/tmp/sluice-real-node.lock
+echo "demo-real.sh: waiting for the real node's lock (/tmp/sluice-real-node.lock)" >&2
+flock 9
+trap 'hack/cluster.sh down' EXIT
+cargo test --quiet --test real_node --no-run
+SLUICE_REAL_NODE_IMAGES="spark ray" hack/cluster.sh up --real-node --with-kuberay
+eval "$(hack/cluster.sh env)"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+# The tests narrate on stderr (ledger, results); everything else they print is left out here.
+narrate() { grep --line-buffered -E '^(spark-submit log|ledger|job result|queue after|the ledger|program result|test |test result)'; }
+
+step "Spark: spark-submit (client mode, driver on the host at 10.88.0.1), dynamic allocation up to 3 executors of 500m in a 1-cpu queue where another pod holds 500m"
+cargo test --quiet --test real_node -- --nocapture spark_executors 2>&1 | narrate
+step "Ray: a RayCluster with the in-tree autoscaler, a program needing 3 CPUs on 3 nodes, an 850m queue where another pod holds 250m"
+cargo test --quiet --test real_node -- --nocapture ray_autoscaler 2>&1 | narrate
+kubectl get nodes -o wide
