@@ -9,7 +9,8 @@
 #
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
-# With no arguments, a second phase follows on a cluster of its own: the real node's tests
+# With no arguments, the fuzz targets run first (hack/fuzz.sh, 20 s each), and a second phase follows
+# on a cluster of its own: the real node's tests
 # (tests/real_node.rs: containers that really run, sluice deployed in-cluster from manifests/), with
 # 'hack/cluster.sh up --real-node' and no sluice on the host. It needs root. `hack/test.sh --test
 # real_node` runs only that phase.
@@ -18,6 +19,7 @@
 #   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay
 #                              --with-spark-operator)
 #   SLUICE_TEST_REAL_NODE      0: skip the real node's phase of a full run (default 1)
+#   SLUICE_TEST_FUZZ_SECONDS   seconds each fuzz target runs in a full run (default 20; 0 skips them)
 #   SLUICE_CACHE               where the cluster's binaries are built (default ~/.cache/sluice)
 #   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
 # Exits with cargo test's status (or the cluster's, if it could not come up).
@@ -72,6 +74,8 @@ fi
 
 # Compile everything before the cluster is up, so the cluster runs no longer than the tests need.
 cargo test --workspace --no-run
+# The fuzz targets for a bounded time each (hack/fuzz.sh; longer runs on demand): no cluster needed.
+if (($# == 0)) && [[ ${SLUICE_TEST_FUZZ_SECONDS:-20} != 0 ]]; then hack/fuzz.sh --time "${SLUICE_TEST_FUZZ_SECONDS:-20}"; fi
 if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then cargo test --test real_node --no-run; fi
 hack/cluster.sh up "${CLUSTER_FLAGS[@]}"
 eval "$(hack/cluster.sh env)"

@@ -96,8 +96,9 @@ impl Namespaces {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod testing {
+/// Namespaces from fixtures: for unit tests and the fuzz targets (feature `fuzzing`).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod testing {
     use super::*;
     use kube::runtime::watcher::Event;
 

@@ -713,3 +713,6 @@ impl AdmitAtCreation {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fixture;

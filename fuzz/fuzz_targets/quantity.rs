@@ -1,0 +1,13 @@
+//! Resource quantities as users write them: sluice's parser must never panic, overflow or take
+//! time that grows with the exponent (README "Reliability").
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        sluice_fuzz::timed(data.len(), || {
+            let _ = sluice::resources::parse_quantity(text);
+        });
+    }
+});
