@@ -257,3 +257,106 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
     );
     env.cleanup().await;
 }
+
+/// Preemption reads the ledger the RayJob integration fills: a RayJob's workers above its
+/// minimum go before anything of its gang.
+#[tokio::test]
+async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
+    let Some(mut env) = TestEnv::new_or_skip("rayjob-preempt").await else {
+        return;
+    };
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+        Api::all(env.client.clone());
+    let (low, high) = (
+        format!("{}-low", env.namespace),
+        format!("{}-high", env.namespace),
+    );
+    for (name, value) in [(&low, 100), (&high, 1000)] {
+        let class = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"sluice-e2e": "true"}}, "value": value}),
+        )
+        .expect("class");
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("create PriorityClass");
+    }
+    // Head 1 + 2 workers (minimum 1) + submitter 500m = 3.5 of 4 cpu.
+    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let mut cluster = cluster_spec(1);
+    cluster["workerGroupSpecs"][0]["replicas"] = json!(2);
+    for template in [
+        "/headGroupSpec/template/spec",
+        "/workerGroupSpecs/0/template/spec",
+    ] {
+        if let Some(spec) = cluster.pointer_mut(template) {
+            spec["priorityClassName"] = json!(low);
+        }
+    }
+    api(&env, "RayJob", "rayjobs")
+        .create(
+            &PostParams::default(),
+            &rayjob("low", &queue, cluster, json!({})),
+        )
+        .await
+        .expect("create low");
+    let holding_workers = || async {
+        let mut names: Vec<String> =
+            pods_labelled(&env, "sluice.dev/ray-job=low,ray.io/node-type=worker")
+                .await
+                .into_iter()
+                .filter(|p| !is_gated(p) && !is_ended(p) && p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.metadata.name)
+                .collect();
+        names.sort();
+        names
+    };
+    let before = wait_for("both workers admitted", Duration::from_secs(60), || async {
+        let w = holding_workers().await;
+        (w.len() == 2).then_some(w)
+    })
+    .await;
+    let head = wait_for("the head admitted", Duration::from_secs(60), || async {
+        pods_labelled(&env, "sluice.dev/ray-job=low,ray.io/node-type=head")
+            .await
+            .into_iter()
+            .find(|p| !is_gated(p))
+            .and_then(|p| p.metadata.name)
+    })
+    .await;
+
+    // A high-priority pod of 1.5 cpu (whether the submitter has run or not, one worker's 1 cpu
+    // makes it fit): one worker above the minimum goes, the head stays.
+    let mut urgent = pod("urgent", &queue, "1500m");
+    urgent.spec.as_mut().expect("spec").priority_class_name = Some(high.clone());
+    env.create_pod(urgent).await;
+    wait_for(
+        "the urgent pod admitted",
+        Duration::from_secs(60),
+        || async {
+            env.pods()
+                .get("urgent")
+                .await
+                .ok()
+                .filter(|p| !is_gated(p))
+                .map(|_| ())
+        },
+    )
+    .await;
+    let after = holding_workers().await;
+    assert_eq!(
+        after.len(),
+        1,
+        "one worker taken, the minimum kept: {after:?}"
+    );
+    assert!(before.contains(&after[0]));
+    let head_now = env.pods().get(&head).await.expect("the head");
+    assert!(
+        head_now.metadata.deletion_timestamp.is_none(),
+        "the head stays"
+    );
+    for name in [&low, &high] {
+        let _ = classes.delete(name, &Default::default()).await;
+    }
+    env.cleanup().await;
+}
