@@ -563,3 +563,38 @@ async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
     assert!(e.to_string().contains("only sluice"), "{e}");
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
+    let Some(env) = TestEnv::new_or_skip("sj-unschedulable").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let mut s = spec(100);
+    s["nodeSelector"] = json!({"sluice.dev/e2e-no-such-node": "true"});
+    create_sj(&env, "nowhere", s).await.expect("create");
+    let started = wait_status(&env, "nowhere", "started", |s| s.job_name.is_some()).await;
+    let job = started.job_name.clone().unwrap_or_default();
+    // sluice's default --scavenger-start-timeout is 60 s; a pass runs at least every 5 s.
+    let waiting = wait_for(
+        "the start to be given up and the ScavengerJob to wait again",
+        Duration::from_secs(150),
+        || async {
+            status(&env, "nowhere").await.filter(|s| {
+                s.phase == ScavengerPhase::Waiting && s.message.contains("scheduled within")
+            })
+        },
+    )
+    .await;
+    assert!(waiting.message.contains("0 of 1"), "{waiting:?}");
+    assert_eq!(waiting.interrupted_count, 0, "{waiting:?}");
+    let jobs: Api<Job> = Api::namespaced(env.client.clone(), &env.namespace);
+    wait_for(&format!("Job {job} removed"), WAIT, || async {
+        let j = jobs.get_opt(&job).await.ok()?;
+        j.is_none_or(|j| j.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+    finish(env).await;
+}

@@ -66,13 +66,18 @@ struct Stores {
     mounts: Mounts,
 }
 
-fn watch<K>(api: Api<K>, config: watcher::Config, changed: &Arc<Notify>) -> Store<K>
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    changed: &Arc<Notify>,
+) -> Store<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(trim));
     let changed = changed.clone();
     tokio::spawn(async move {
         stream
@@ -91,25 +96,38 @@ where
 fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
     let all = watcher::Config::default();
     Stores {
-        nodes: watch(Api::<Node>::all(client.clone()), all.clone(), changed),
-        // Pods that ended hold nothing: never cached.
+        nodes: watch(
+            Api::<Node>::all(client.clone()),
+            all.clone(),
+            |_| {},
+            changed,
+        ),
+        // Pods that ended hold nothing: never cached; the rest trimmed to what is read.
         pods: watch(
             Api::<Pod>::all(client.clone()),
             all.clone()
                 .fields("status.phase!=Succeeded,status.phase!=Failed"),
+            super::facts::trim_pod,
             changed,
         ),
         jobs: watch(
             Api::<Job>::all(client.clone()),
             all.clone().labels(SCAVENGER_JOB_LABEL),
+            |_| {},
             changed,
         ),
         scavengers: watch(
             Api::<ScavengerJob>::all(client.clone()),
             all.clone(),
+            |_| {},
             changed,
         ),
-        queues: watch(Api::<CapacityQueue>::all(client.clone()), all, changed),
+        queues: watch(
+            Api::<CapacityQueue>::all(client.clone()),
+            all,
+            |_| {},
+            changed,
+        ),
         mounts: Mounts::watch(client, Some(changed.clone())),
     }
 }
@@ -240,8 +258,11 @@ impl Controller {
             .collect()
     }
 
-    /// The ScavengerJobs with the newest status this controller knows of.
+    /// The ScavengerJobs with the newest status this controller knows of. Forgets what it no
+    /// longer needs (Jobs the watch shows by now, pauses that are over).
     fn seen(&mut self, now: i64) -> Vec<Seen> {
+        self.memory.created.retain(|_, at| now - *at < 120);
+        self.memory.retry_at.retain(|_, at| *at > now);
         let mut out = Vec::new();
         for sj in self.stores.scavengers.state() {
             let uid = sj.uid().unwrap_or_default();
