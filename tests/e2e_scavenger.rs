@@ -598,3 +598,42 @@ async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
     .await;
     finish(env).await;
 }
+
+#[tokio::test]
+async fn a_scavenger_job_in_a_namespace_with_a_default_queue_is_not_gated() {
+    let Some(mut env) = TestEnv::new_or_skip("sj-default-queue").await else {
+        return;
+    };
+    let _one = LOCK.lock().await;
+    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .patch(
+            &env.namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
+        )
+        .await
+        .expect("label the namespace");
+    create_sj(&env, "outside-the-gate", spec(500))
+        .await
+        .expect("create");
+    let pods = wait_running(&env, "outside-the-gate", 1, 0).await;
+    let pod = &pods[0];
+    assert!(
+        !pod.labels().contains_key("sluice.dev/queue"),
+        "a scavenger pod is not queued: {:?}",
+        pod.labels()
+    );
+    assert!(!support::is_gated(pod), "{:?}", pod.spec);
+    let job = Api::<Job>::namespaced(env.client.clone(), &env.namespace)
+        .get("outside-the-gate-run-1")
+        .await
+        .expect("the Job");
+    assert!(
+        !job.labels().contains_key("sluice.dev/queue"),
+        "{:?}",
+        job.labels()
+    );
+    finish(env).await;
+}
