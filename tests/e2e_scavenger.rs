@@ -346,13 +346,15 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, free) = cpu_room(&env.client).await;
-    let fit = (free / 1000) as usize;
+    // About six jobs whatever the cluster (1 to 4 cpu each: a bigger cluster, bigger jobs).
+    let unit = (free / 6 / 100 * 100).clamp(1000, 4000);
+    let fit = (free / unit) as usize;
     assert!(
         fit >= 2,
         "the scenario needs 2 cpu free for scavengers, has {free}m of {room}m"
     );
     // The oldest first, a second apart, so that their progress differs.
-    create_sj(&env, "oldest", spec(1000)).await.expect("create");
+    create_sj(&env, "oldest", spec(unit)).await.expect("create");
     wait_running(&env, "oldest", 1, 0).await;
     let started = status(&env, "oldest")
         .await
@@ -365,7 +367,7 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
     .await;
     let names: Vec<String> = (0..fit).map(|i| format!("more-{i}")).collect();
     for n in &names {
-        create_sj(&env, n, spec(1000)).await.expect("create");
+        create_sj(&env, n, spec(unit)).await.expect("create");
     }
     // One more than fits: `fit` run in all, and the rest waits, saying why.
     let sjs = scavengers(&env);
@@ -388,14 +390,14 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
     assert!(running.contains(&"oldest".to_string()));
     let (room_now, free_now) = cpu_room(&env.client).await;
     assert!(
-        free_now < 1000,
+        free_now < unit,
         "room {room_now}m, free {free_now}m with {running:?} running"
     );
     let w = status(&env, &waiting[0]).await.expect("status");
     assert!(w.message.contains("waiting for idle capacity"), "{w:?}");
-    // Ordinary work takes all but 1.5 cpu of the scavengers' room: sluice stops all but one, the
-    // least progressed first, so the oldest keeps running.
-    let blocker = room_now - 1500;
+    // Ordinary work takes all but one and a half jobs' worth of the scavengers' room: sluice stops
+    // all but one, the least progressed first, so the oldest keeps running.
+    let blocker = room_now - unit * 3 / 2;
     env.create_pod(unplaceable_pod("owner", blocker)).await;
     wait_status(&env, "oldest", "still running", |s| {
         s.phase == ScavengerPhase::Running
