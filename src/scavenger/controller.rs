@@ -617,7 +617,7 @@ fn describe(list: &ResourceList) -> String {
         .0
         .iter()
         .filter(|(name, v)| **v > 0 && name.as_str() != "pods")
-        .map(|(name, v)| describe_quantity(name, *v))
+        .map(|(name, v)| format!("{name} {}", describe_quantity(name, *v)))
         .collect();
     if parts.is_empty() {
         "nothing".into()
@@ -652,5 +652,32 @@ pub fn waiting_message(why: &Held, demand: &ResourceList, now: i64) -> String {
                 .map(|t| t.to_string())
                 .unwrap_or_else(|_| format!("{}s", (at - now).max(0)))
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_messages_say_why_without_numbers_that_churn() {
+        let demand = ResourceList([("cpu".to_string(), 1500), ("pods".to_string(), 1000)].into());
+        let a = waiting_message(&Held::Capacity(ResourceList::new()), &demand, 0);
+        let b = waiting_message(
+            &Held::Capacity(ResourceList([("cpu".to_string(), 700)].into())),
+            &demand,
+            5,
+        );
+        // What is free is left out: the status is not rewritten whenever a pod comes or goes.
+        assert_eq!(a, b);
+        assert!(a.contains("it needs cpu 1.5"), "{a}");
+        assert!(!a.contains("pods"), "{a}");
+        let q = waiting_message(&Held::Queue("team".into()), &demand, 0);
+        assert!(
+            q.contains("\"team\"") && q.contains("scavengerQuota"),
+            "{q}"
+        );
+        let r = waiting_message(&Held::Backoff(1_800_000_000), &demand, 0);
+        assert!(r.contains("2027-01-15T08:00:00Z"), "{r}");
     }
 }
