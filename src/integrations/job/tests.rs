@@ -254,3 +254,31 @@ fn a_job_ends_with_its_final_conditions() {
     app.data["status"] = json!({"conditions": "garbage"});
     assert_eq!(Jobs.ended(&app), None);
 }
+
+/// A Job's template claiming another kind's labels (Ray's, Spark's, a TaskCluster's): its pods
+/// are still the Job's (the Job integration comes before them in the registry), never counted in
+/// that application's ledger.
+#[test]
+fn a_jobs_pods_claiming_another_kinds_labels_stay_the_jobs() {
+    let mut p = Pod::default();
+    p.metadata.labels = Some(
+        [
+            (JOB_NAME_LABEL, "etl"),
+            (QUEUE_LABEL, "q"),
+            ("ray.io/cluster", "victim"),
+            ("ray.io/node-type", "worker"),
+            ("spark-app-selector", "spark-victim"),
+            ("spark-role", "executor"),
+            ("sparkoperator.k8s.io/app-name", "victim"),
+            ("sluice.dev/task-cluster", "victim"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    p.metadata.annotations = Some([(JOB_GANG_ANNOTATION.to_string(), "1".to_string())].into());
+    let id = crate::integrations::Adapters::default()
+        .identify(&p)
+        .expect("governed");
+    assert_eq!(id.workload.as_deref(), Some("job-etl"));
+}
