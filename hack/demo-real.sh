@@ -21,11 +21,11 @@ SLUICE_REAL_NODE_IMAGES="spark ray" hack/cluster.sh up --real-node --with-kubera
 eval "$(hack/cluster.sh env)"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-# The tests narrate on stderr (ledger, results); everything else they print is left out here.
-narrate() { grep --line-buffered -E '^(spark-submit log|ledger|job result|queue after|the ledger|program result|test |test result)'; }
+# The tests narrate on stderr (ledger, results, and why, if one fails); the rest is left out here.
+narrate() { grep --line-buffered -A3 -E '^(spark-submit log|ledger|job result|queue after|the ledger|program result|test |test result|thread .* panicked)'; }
 
 step "Spark: spark-submit (client mode, driver on the host at 10.88.0.1), dynamic allocation up to 3 executors of 500m in a 1-cpu queue where another pod holds 500m"
-cargo test --quiet --test real_node -- --nocapture spark_executors 2>&1 | narrate
 step "Ray: a RayCluster with the in-tree autoscaler, a program needing 3 CPUs on 3 nodes, an 850m queue where another pod holds 250m"
-cargo test --quiet --test real_node -- --nocapture ray_autoscaler 2>&1 | narrate
+echo "(one test process: sluice is deployed in-cluster once; the two stories run one after the other)"
+cargo test --test real_node -- --nocapture --test-threads 2 spark_executors ray_autoscaler 2>&1 | narrate
 kubectl get nodes -o wide
