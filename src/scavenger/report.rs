@@ -95,14 +95,16 @@ pub fn render(r: &Report) -> String {
         "RESOURCE", "ALLOCATABLE", "THRESHOLD", "ORDINARY", "SCAVENGERS", "IN-USE", "FREE"
     ));
     for (name, v) in &r.resources {
-        // cpu in millicores; other resources in whole units (the threshold leaves fractions).
+        // cpu in millicores, memory in whole Mi, the rest in whole units (the threshold leaves
+        // fractions).
         let q = |k: &str| {
             let value = v.get(k).copied().unwrap_or(0);
-            let value = if name == "cpu" {
-                value
-            } else {
-                value - value % 1000
+            let unit = match name.as_str() {
+                "cpu" => 1,
+                "memory" | "ephemeral-storage" => 1024 * 1024 * 1000,
+                _ => 1000,
             };
+            let value = value - value % unit;
             format_quantity(name, value)
         };
         out.push_str(&format!(
