@@ -97,6 +97,12 @@ Environment:
   SLUICE_CLUSTER_STATE the cluster's state directory (default .cluster/ of the repository); another one runs
                        a second cluster beside the first, with its own ports (tests find it through
                        'hack/cluster.sh env', which exports it)
+  SLUICE_REAL_NODE_IMAGES
+                       images of real workloads for the real node, built here once (cached in
+                       \$SLUICE_CACHE/images/, keyed on their inputs) and imported by up --real-node:
+                       "spark" (sluice.local/spark:$PYSPARK_VERSION, Java 17 and pyspark's jars), "ray"
+                       (sluice.local/ray:$RAY_VERSION, Python 3.11 and ray[default]); default none
+                       (hack/images/images.sh)
   SLUICE_REAL_NODE_SNAPSHOTTER
                        containerd's snapshotter on the real node (default overlayfs; native where overlay
                        mounts are refused)
