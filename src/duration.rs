@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-/// Parses "500ms", "20s", "5m", "1h", "365d" (a bare number is seconds).
+/// The longest duration sluice accepts (ten years): longer ones are refused rather than kept,
+/// since a deadline computed from one (`Instant + Duration`) would overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(3650 * 86400);
+
+/// Parses "500ms", "20s", "5m", "1h", "365d" (a bare number is seconds), up to [`MAX_DURATION`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -14,18 +18,30 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let n: u64 = number
         .parse()
         .map_err(|_| format!("{text:?} is not a duration like 500ms, 20s, 5m, 1h or 365d"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" | "" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        "d" => Duration::from_secs(n * 86400),
+    let seconds_per_unit = match unit {
+        "ms" => return bounded(text, Duration::from_millis(n)),
+        "s" | "" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
         _ => {
             return Err(format!(
                 "{text:?}: unknown unit {unit:?} (use ms, s, m, h or d)"
             ));
         }
     };
+    match n.checked_mul(seconds_per_unit) {
+        Some(seconds) => bounded(text, Duration::from_secs(seconds)),
+        None => bounded(text, Duration::MAX),
+    }
+}
+
+fn bounded(text: &str, d: Duration) -> Result<Duration, String> {
+    if d > MAX_DURATION {
+        return Err(format!(
+            "{text:?} is longer than sluice accepts (3650d, ten years)"
+        ));
+    }
     Ok(d)
 }
 
@@ -62,5 +78,14 @@ mod tests {
         assert_eq!(parse_duration("365d"), Ok(Duration::from_secs(365 * 86400)));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("5y").is_err());
+    }
+
+    #[test]
+    fn absurd_durations_are_refused_not_wrapped() {
+        assert_eq!(parse_duration("3650d"), Ok(super::MAX_DURATION));
+        for absurd in ["3651d", "99999999999999d", "18446744073709551615s", "99999999999999999999"] {
+            let refused = parse_duration(absurd).expect_err(absurd);
+            assert!(refused.contains(absurd) || refused.contains("not a duration"), "{refused}");
+        }
     }
 }
