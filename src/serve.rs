@@ -620,6 +620,7 @@ impl WebhookState {
             queues: self.queues.clone(),
             namespaces: self.namespaces.clone(),
             at_creation: self.at_creation.clone(),
+            mounts: self.mounts.clone(),
         }
     }
 }
@@ -657,8 +658,7 @@ fn start_webhook_server(
     metrics: sluice_webhooks::WebhookMetrics,
     shutdown: &CancellationToken,
 ) -> JoinHandle<Result<(), sluice_webhooks::WebhookError>> {
-    let webhooks = webhook_routes(&state.inputs(), &settings.controller_user);
-    let webhooks = scavenger_routes(webhooks, state, &settings.controller_user)
+    let webhooks = webhook_routes(&state.inputs(), &settings.controller_user)
         .readiness(state.ready.clone())
         .metrics(metrics)
         .max_body_bytes(args.max_body_bytes);
@@ -676,12 +676,15 @@ pub struct WebhookInputs {
     pub queues: Store<crate::api::CapacityQueue>,
     pub namespaces: crate::namespaces::Namespaces,
     pub at_creation: Arc<AdmitAtCreation>,
+    /// The PVCs, ConfigMaps and Secrets a ScavengerJob may mount.
+    pub mounts: Mounts,
 }
 
-/// Every webhook sluice serves (the pods', each integration's application webhooks) with the real
-/// classifier and admission at creation: one list, for the server and for the fuzz targets.
+/// Every webhook sluice serves (the pods', each integration's application webhooks, the
+/// ScavengerJobs') with the real classifier and admission at creation: one list, for the server
+/// and for the fuzz targets.
 pub fn webhook_routes(inputs: &WebhookInputs, controller_user: &str) -> sluice_webhooks::Webhooks {
-    sluice_webhooks::Webhooks::new(
+    let webhooks = sluice_webhooks::Webhooks::new(
         gate_settings(controller_user),
         Arc::new(crate::queue::at_creation::Classifier {
             adapters: Adapters::with_namespaces(inputs.namespaces.clone()),
@@ -703,22 +706,23 @@ pub fn webhook_routes(inputs: &WebhookInputs, controller_user: &str) -> sluice_w
             queues: inputs.queues.clone(),
             namespaces: inputs.namespaces.clone(),
         }),
-    )
+    );
+    scavenger_routes(webhooks, inputs, controller_user)
 }
 
 /// The ScavengerJob webhooks: the ScavengerJob validator (mounts from watches) and the guard of
 /// the scavenger marks on pods and Jobs.
 fn scavenger_routes(
     webhooks: sluice_webhooks::Webhooks,
-    state: &WebhookState,
+    inputs: &WebhookInputs,
     controller_user: &str,
 ) -> sluice_webhooks::Webhooks {
     webhooks
         .application(
             "/validate-scavengerjobs",
             Arc::new(crate::scavenger::webhook::ValidateScavengerJobs {
-                mounts: state.mounts.clone(),
-                queues: Some(state.queues.clone()),
+                mounts: inputs.mounts.clone(),
+                queues: Some(inputs.queues.clone()),
             }),
         )
         .application(
@@ -845,6 +849,8 @@ async fn run_controllers_while_leading(
 ) {
     let elector = LeaderElector::new(client.clone(), settings.lease);
     let leader_gauge = metrics.leader.clone();
+    let term_gauge = metrics.leader_term.clone();
+    let ended_term_gauge = term_gauge.clone();
     // The moment a term ends the webhook admits nothing more at creation, before the controller
     // has even stopped.
     let stop_admitting: Arc<dyn Fn() + Send + Sync> = {
@@ -858,9 +864,13 @@ async fn run_controllers_while_leading(
             shutdown.clone(),
             move |leading| {
                 leader_gauge.set(i64::from(leading));
+                if !leading {
+                    ended_term_gauge.set(-1);
+                }
             },
             stop_admitting,
             move |term: Arc<crate::leader::Term>| {
+                term_gauge.set(i64::from(term.generation()));
                 lead(
                     client.clone(),
                     metrics.clone(),

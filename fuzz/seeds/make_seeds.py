@@ -140,6 +140,41 @@ def app_seeds():
     return seeds
 
 
+def scavenger_seeds():
+    sj = {"apiVersion": "sluice.dev/v1alpha1", "kind": "ScavengerJob",
+          "metadata": {"name": "counter", "namespace": "ns"},
+          "spec": {"image": "busybox", "command": ["sh", "-c", "true"],
+                   "resources": {"requests": {"cpu": "500m", "memory": "64Mi"},
+                                 "limits": {"cpu": "500m", "memory": "64Mi"}},
+                   "parallelism": 2, "duration": "10m", "runAsUser": 1000, "queueName": "q",
+                   "mounts": [{"persistentVolumeClaim": "counter", "mountPath": "/data"},
+                              {"configMap": "cfg", "mountPath": "/etc/cfg"},
+                              {"secret": "s", "mountPath": "/etc/s"}]}}
+    kw = dict(group="sluice.dev", version="v1alpha1", resource="scavengerjobs")
+    seeds = {"validate-sj": (0, review("ScavengerJob", sj, **kw))}
+    bad = copy.deepcopy(sj)
+    bad["spec"]["resources"]["limits"]["cpu"] = "1"
+    bad["spec"]["duration"] = "99999999999999d"
+    bad["spec"]["parallelism"] = -1
+    seeds["validate-sj-bad"] = (0, review("ScavengerJob", bad, **kw))
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "counter-run-1", "namespace": "ns",
+                        "labels": {"sluice.dev/scavenger-job": "counter"}},
+           "spec": {"template": {"metadata": {"labels": {"sluice.dev/scavenger-job": "counter"}},
+                                 "spec": {"priorityClassName": "sluice-scavenger",
+                                          "containers": [{"name": "c", "image": "busybox"}]}}}}
+    seeds["workloads-job-by-user"] = (1, review("Job", job, group="batch", resource="jobs"))
+    seeds["workloads-job-by-sluice"] = (1, review("Job", job, group="batch", resource="jobs",
+                                                  user=CONTROLLER))
+    p = pod({"sluice.dev/scavenger-job": "counter"}, extra_spec={"priorityClassName": "sluice-scavenger"})
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "counter-run-1",
+                                         "uid": "u", "controller": True}]
+    seeds["workloads-pod-by-job-controller"] = (1, review(
+        "Pod", p, user="system:serviceaccount:kube-system:job-controller"))
+    seeds["workloads-pod-forged"] = (1, review("Pod", p))
+    return seeds
+
+
 def quantity_seeds():
     values = ["1", "500m", "1Gi", "1.5", "0.001", "1e3", "1E-3", "12Ki", "-1", "+1", ".5", "5.",
               "9223372036854775807", "1e18Ei", "0e2000000000", "100n", "1u", "123456789012345678901234",
@@ -159,8 +194,13 @@ def main():
         write("pod_webhooks", name, bytes([selector]) + json.dumps(body).encode())
     for name, (selector, body) in app_seeds().items():
         write("application_webhooks", name, bytes([selector]) + json.dumps(body).encode())
+    for name, (selector, body) in scavenger_seeds().items():
+        write("scavenger_webhooks", name, bytes([selector]) + json.dumps(body).encode())
     for name, text in quantity_seeds().items():
         write("quantity", name, text.encode())
+    for i, text in enumerate(["500ms", "20s", "5m", "1h", "365d", "3650d", "3651d", "99999999999999d",
+                              "18446744073709551615s", "", "5y", "-1s", " 1m "]):
+        write("duration", f"d{i}", text.encode())
 
 
 if __name__ == "__main__":

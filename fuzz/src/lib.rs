@@ -17,7 +17,7 @@ use kube::runtime::watcher::Event;
 use sluice::api::CapacityQueue;
 use tower::ServiceExt;
 
-/// The webhooks over two queues ("q": 8 cpu and 16Gi with room left for admission at creation;
+/// Every webhook `sluice serve` serves, over two queues ("q": 8 cpu and 16Gi with room left for admission at creation;
 /// "capped": maxPriority 10, withinQueue preemption) and namespaces "ns" (default queue "q"),
 /// "plain" (none). Built once per process.
 pub fn routes() -> &'static Router {
@@ -47,6 +47,8 @@ pub fn routes() -> &'static Router {
                     ("capped", &[("cpu", 2_000)]),
                 ]),
             ),
+            // Every mount exists: the ScavengerJob validator's other checks are reached.
+            mounts: sluice::scavenger::mounts::Mounts::none(),
         };
         sluice::serve::webhook_routes(&inputs, "system:serviceaccount:sluice-system:sluice")
             .router()

@@ -40,9 +40,8 @@ use crate::resources::ResourceList;
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// In a governed Job's pod template (so on its pods): the gang fixed at submission.
 pub const JOB_GANG_ANNOTATION: &str = "sluice.dev/job-gang";
-/// On the Jobs a ScavengerJob creates (and their pods): another part of sluice governs them. The
-/// two integrations agree on this label only.
-pub const SCAVENGER_JOB_LABEL: &str = "sluice.dev/scavenger-job";
+/// On the Jobs a ScavengerJob creates (and their pods): src/scavenger/ governs them, not the gate.
+pub use crate::api::SCAVENGER_JOB_LABEL;
 /// The pod set of a Job's pods.
 pub const POD_SET: &str = "main";
 
