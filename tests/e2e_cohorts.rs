@@ -415,3 +415,92 @@ async fn hostile_cohort_settings_are_refused_naming_the_field() {
     assert!(message.contains("spec.fairSharing.weight"), "{message}");
     env.cleanup().await;
 }
+
+/// A pod no node can take: a node selector no node has.
+fn unschedulable(pod: Pod) -> Pod {
+    let mut pod = pod;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_selector = Some(BTreeMap::from([(
+            "sluice.dev/no-such-node".to_string(),
+            "true".to_string(),
+        )]));
+    }
+    pod
+}
+
+#[tokio::test]
+async fn an_admitted_pod_no_node_takes_gives_its_quota_back_then_fails_past_the_limit() {
+    let Some(mut env) = TestEnv::new_or_skip("pods-ready").await else {
+        return;
+    };
+    let q = env
+        .queue_with_spec(
+            "q",
+            json!({"quota": {"cpu": "1"}, "admission": "InPass",
+                   "podsReadyTimeout": "3s", "requeueLimit": 1}),
+        )
+        .await;
+    // "stuck": three pods no node can take, one at a time (min-count 1, 1 cpu each, quota 1).
+    for i in 0..3 {
+        let p = in_gang(
+            unschedulable(pod(&format!("stuck-{i}"), &q, "1")),
+            "stuck",
+            1,
+        );
+        env.create_pod(p).await;
+    }
+    env.wait_queue_counts(&q, 2, 1).await;
+    env.create_pod(pod("other", &q, "1")).await;
+    // After the timeout the stuck pod is evicted; "stuck" goes to the back of its priority level,
+    // so "other", queued before that, is admitted first.
+    wait_for("other to be admitted", TIMEOUT, || async {
+        env.pods()
+            .get("other")
+            .await
+            .ok()
+            .filter(|p| !is_gated(p))
+            .map(|_| ())
+    })
+    .await;
+    let status = env
+        .wait_workload_status("stuck", "stuck to be requeued", TIMEOUT, |s| {
+            s.requeue_count >= 1
+        })
+        .await;
+    let requeued = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Requeued")
+        .expect("a Requeued condition");
+    assert_eq!(requeued.reason, "PodsReadyTimeout");
+    assert!(
+        requeued.message.contains("podsReadyTimeout"),
+        "{}",
+        requeued.message
+    );
+    assert_eq!(status.interrupted_count, 0, "a requeue is no preemption");
+    let pods = env.list_pods().await;
+    let stuck_held = holding(&pods)
+        .iter()
+        .filter(|p| p.name_any().starts_with("stuck"))
+        .count();
+    assert_eq!(stuck_held, 0, "stuck holds nothing while other runs");
+    // other ends: stuck's next pod is admitted, not taken either, and past the limit it fails.
+    end_pod(&env.pods(), "other", "Succeeded").await;
+    let status = env
+        .wait_workload_status("stuck", "stuck to be Failed", TIMEOUT, |s| {
+            s.phase == sluice::api::WorkloadPhase::Failed
+        })
+        .await;
+    assert!(status.requeue_count >= 2, "{status:?}");
+    // Its last pod stays behind the gate: a Failed workload is admitted no more.
+    let pods = env.list_pods().await;
+    let left: Vec<String> = gated(&pods).iter().map(|p| p.name_any()).collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "one stuck pod left behind the gate: {left:?}"
+    );
+    assert_eq!(queue_status(&env, &q).await.admitted_pods, 0);
+    env.cleanup().await;
+}

@@ -135,6 +135,19 @@ pub struct CapacityQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_sharing: Option<FairSharing>,
 
+    /// How long an admitted workload may hold quota while some of its admitted pods are not
+    /// running (e.g. a node selector no node has), as `90s`, `5m`, `1h`. Past it, its admitted pods
+    /// are evicted (an owner such as a Job recreates them, gated), it goes to the back of its
+    /// priority level, and its DynamicWorkload says why (condition `Requeued`). Absent: forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_ready_timeout: Option<String>,
+
+    /// How many times `podsReadyTimeout` may send a workload back: once more and it is marked
+    /// Failed, and none of its pods is admitted again. Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("requeueLimit must be 0 or more"))]
+    pub requeue_limit: Option<i32>,
+
     /// The most this queue's ScavengerJobs (those naming it in `spec.queueName`) may request
     /// together while they run on idle capacity, per resource. A ScavengerJob naming a queue
     /// without it never starts: nobody escapes their quota by turning work into ScavengerJobs.

@@ -208,6 +208,13 @@ pub struct DynamicWorkloadStatus {
     /// waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_since: Option<String>,
+    /// How often its queue's `podsReadyTimeout` sent it back (its admitted pods did not all run
+    /// in time): each time it waits again at the back of its priority level.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requeue_count: i32,
+    /// When it was last sent back (RFC 3339): its place in its priority level counts from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_at: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -222,4 +229,8 @@ pub struct PodSetStatus {
     pub running: i32,
     /// Pods that ended (succeeded or failed).
     pub finished: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

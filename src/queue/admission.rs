@@ -374,6 +374,9 @@ pub enum EvictionReason {
     /// A queue of the cohort takes back its quota that the victim's queue borrowed
     /// (`spec.preemption.reclaimWithinCohort`).
     CohortReclaim,
+    /// The victim's own admitted pods did not all run within its queue's `spec.podsReadyTimeout`
+    /// (the victim is its own preemptor).
+    PodsReadyTimeout,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

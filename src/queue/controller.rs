@@ -35,6 +35,7 @@ use crate::queue::admission::{
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
 use crate::queue::evictor::{self, Evictor};
+use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self, WorkloadView};
 use crate::queue::writer::Writer;
@@ -319,6 +320,8 @@ struct Controller {
     pod_memo: snapshot::PodMemo,
     /// Passes run in this term, to tell their logs apart.
     passes: u64,
+    /// When an admitted workload's podsReadyTimeout next falls due (a pass then, change or not).
+    ready_due: Option<std::time::SystemTime>,
 }
 
 /// Turns admission at creation off when dropped.
@@ -516,6 +519,7 @@ impl Controller {
             at_creation,
             pod_memo: snapshot::PodMemo::default(),
             passes: 0,
+            ready_due: None,
         }
     }
 
@@ -528,7 +532,11 @@ impl Controller {
         shutdown: &CancellationToken,
     ) -> bool {
         let idle_interval = self.settings.idle_interval;
-        let resync = tokio::time::sleep(self.settings.resync_period);
+        // A podsReadyTimeout falling due before the resync period ends the wait then.
+        let until_due = (self.ready_due)
+            .and_then(|due| due.duration_since(std::time::SystemTime::now()).ok())
+            .unwrap_or(self.settings.resync_period);
+        let resync = tokio::time::sleep(until_due.min(self.settings.resync_period));
         if waiting || idle_interval.is_zero() {
             tokio::select! {
                 _ = shutdown.cancelled() => false,
@@ -576,7 +584,13 @@ impl Controller {
         }
         subtract_holds(&mut built.snapshot, &holds);
         mark_eviction_blocked(&mut built, &self.evictor.blocked_uids());
-        let decisions = decide(&built.snapshot);
+        let rules = ready::rules(&queues);
+        if !rules.is_empty() {
+            let pending = self.evictor.for_statuses().preempted;
+            ready::apply_pending_requeues(&mut built, &rules, &pending);
+        }
+        let mut decisions = decide(&built.snapshot);
+        self.requeue_overdue(&rules, &built, &mut decisions);
         if let Some(mark) = mark {
             self.publish_room(mark, &queues, &built, &decisions);
         }
@@ -597,6 +611,30 @@ impl Controller {
             "admission pass"
         );
         waiting
+    }
+
+    /// podsReadyTimeout: the admitted pods of workloads whose pods did not all run in time join the
+    /// pass's evictions, and the next time one falls due is kept for the wait between passes.
+    fn requeue_overdue(
+        &mut self,
+        rules: &HashMap<String, (i64, Option<i32>)>,
+        built: &Built,
+        decisions: &mut Decisions,
+    ) {
+        if rules.is_empty() {
+            self.ready_due = None;
+            return;
+        }
+        let now = jiff::Timestamp::now().as_millisecond();
+        let overdue = ready::overdue(built, rules, now);
+        for (w, pods) in &overdue.workloads {
+            let key = &built.snapshot.workloads[*w].key;
+            info!(workload = %key, pods = pods.len(), "podsReadyTimeout: admitted pods not running in time are evicted");
+        }
+        ready::add_evictions(decisions, &overdue.workloads);
+        self.ready_due = (overdue.next_due)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms));
     }
 
     /// Room the webhook gave pods at creation that the pod cache does not show yet, per queue, and
@@ -832,6 +870,7 @@ impl Controller {
         preemptions: &evictor::ForStatuses,
     ) {
         let now = now_rfc3339();
+        let limits = ready::rules(&self.stores.queues.state());
         let mut admitted: HashMap<usize, HashSet<(usize, usize)>> = HashMap::new();
         for r in &decisions.admit {
             admitted
@@ -859,11 +898,18 @@ impl Controller {
             }
             let newer = self.writer.newer_workload_status(&workload.key, seen);
             let old = newer.as_ref().or(seen);
-            let view = WorkloadView {
+            let mut view = WorkloadView {
                 preempted,
                 held: preemptions.held.get(&workload.key).map(String::as_str),
                 ..WorkloadView::of(built, w)
             };
+            // Sent back more often than its queue's requeueLimit: Failed, as an application that
+            // failed (its gated pods were left out of the pass).
+            let limit = limits.get(&workload.queue).and_then(|(_, l)| *l);
+            let exhausted = limit.is_some_and(|l| ready::requeues(old, preempted) > l);
+            if view.ended.is_none() && exhausted {
+                view.ended = Some(crate::api::ApplicationEnd::Failed);
+            }
             let status = status::workload_status(
                 &view,
                 &decisions.workloads[w],

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod controller;
 mod evictor;
 pub mod preemption;
+pub mod ready;
 pub mod snapshot;
 pub mod status;
 mod writer;

@@ -16,6 +16,7 @@ use crate::api::{
     ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, CapacityQueueSpec, DynamicWorkload,
     QueuePreemption, ReclaimWithinCohort, WithinQueuePreemption,
 };
+use crate::duration::parse_duration;
 use crate::integrations::{Adapters, workload_object_name};
 use crate::queue::admission::{
     CohortMembership, PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot,
@@ -366,6 +367,7 @@ pub fn build_from_facts(
         if let (Some(cap), Some(workload)) = (max_priority, built.snapshot.workloads.last_mut()) {
             workload.priority = workload.priority.min(cap);
         }
+        requeued(&mut built, dwl, rule.and_then(|r| r.requeue_limit));
     }
     built
 }
@@ -375,6 +377,7 @@ pub fn build_from_facts(
 struct QueueRules {
     selector: Option<LabelSelector>,
     max_priority: Option<i32>,
+    requeue_limit: Option<i32>,
 }
 
 /// The queues whose quota can be read, and each one's namespace selector and priority cap; a
@@ -389,7 +392,8 @@ fn queue_snapshots(
         let name = q.name_any();
         let read = ResourceList::from_quantities(&q.spec.quota)
             .map_err(|e| e.to_string())
-            .and_then(|quota| Ok((quota, cohort_membership(&q.spec)?)));
+            .and_then(|quota| Ok((quota, cohort_membership(&q.spec)?)))
+            .and_then(|read| timeout_ms(&q.spec).map(|_| read));
         match read {
             Ok((quota, cohort)) => {
                 let preemption = q.spec.preemption();
@@ -405,6 +409,7 @@ fn queue_snapshots(
                     QueueRules {
                         selector: q.spec.namespace_selector.clone(),
                         max_priority: preemption.max_priority,
+                        requeue_limit: q.spec.requeue_limit,
                     },
                 );
             }
@@ -550,6 +555,73 @@ fn pod_sets(
         sets.pods.push(kept);
     }
     sets
+}
+
+/// The last workload added, if its queue's podsReadyTimeout sent it back: it queues from then (the
+/// back of its priority level); sent back more than the queue's requeueLimit, it is Failed and its
+/// gated pods are left out of the pass.
+fn requeued(built: &mut Built, dwl: Option<&Arc<DynamicWorkload>>, limit: Option<i32>) {
+    let status = dwl.and_then(|d| d.status.as_ref());
+    let since = status
+        .and_then(|s| s.requeued_at.as_deref())
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_millisecond());
+    let Some(workload) = built.snapshot.workloads.last_mut() else {
+        return;
+    };
+    if let Some(since) = since {
+        workload.queued_at = workload.queued_at.max(since);
+    }
+    if exhausted(dwl.map(|d| d.as_ref()), limit) {
+        let w = built.snapshot.workloads.len() - 1;
+        leave_gated_behind(built, w);
+    }
+}
+
+/// Takes workload `w`'s gated pods out of the pass (they are never admitted; counted as left
+/// behind): a workload that is Failed.
+pub fn leave_gated_behind(built: &mut Built, w: usize) {
+    let (Some(workload), Some(pods)) = (built.snapshot.workloads.get_mut(w), built.pods.get_mut(w))
+    else {
+        return;
+    };
+    let mut dropped = 0u32;
+    for (set, objects) in workload.pod_sets.iter_mut().zip(pods.iter_mut()) {
+        let snaps = std::mem::take(&mut set.pods);
+        let kept = std::mem::take(objects);
+        let (snaps, kept) = drop_gated_if(true, snaps, kept, &mut dropped);
+        set.pods = snaps;
+        *objects = kept;
+    }
+    if let Some(left) = built.left_behind.get_mut(w) {
+        *left += dropped;
+    }
+}
+
+/// A queue's timeout, in milliseconds; None when it sets none. An unreadable one is refused with
+/// the field's name (the queue is then left out of the pass, as for an unreadable quota).
+pub fn timeout_ms(spec: &CapacityQueueSpec) -> Result<Option<i64>, String> {
+    let Some(text) = &spec.pods_ready_timeout else {
+        return Ok(None);
+    };
+    if text.chars().filter(char::is_ascii_digit).count() > 12 {
+        return Err(format!(
+            "spec.podsReadyTimeout: {text:?} is too long a duration"
+        ));
+    }
+    let timeout = parse_duration(text).map_err(|e| format!("spec.podsReadyTimeout: {e}"))?;
+    if timeout.is_zero() {
+        return Err("spec.podsReadyTimeout: must be more than 0 (absent: no timeout)".into());
+    }
+    Ok(Some(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX)))
+}
+
+/// Whether a workload was sent back more often than its queue allows: it is Failed.
+pub fn exhausted(dwl: Option<&DynamicWorkload>, limit: Option<i32>) -> bool {
+    let count = dwl
+        .and_then(|d| d.status.as_ref())
+        .map_or(0, |s| s.requeue_count);
+    limit.is_some_and(|limit| count > limit)
 }
 
 /// With `drop`, keeps only the pods that are not gated and counts the others in `dropped`.

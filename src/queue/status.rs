@@ -30,6 +30,10 @@ pub struct WorkloadView<'a> {
     pub held: Option<&'a str>,
 }
 
+/// The reason of the evictions of a workload whose pods did not all run within its queue's
+/// `podsReadyTimeout` (it is its own "preemptor"), and of its `Requeued` condition.
+pub const REQUEUE_REASON: &str = "PodsReadyTimeout";
+
 /// One preemption of a workload: some of its pods were evicted to make room for `by`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Preemption {
@@ -57,6 +61,9 @@ impl Preemption {
 
     /// Whether `status` already counts this preemption.
     fn recorded_in(&self, status: Option<&DynamicWorkloadStatus>) -> bool {
+        if self.reason == REQUEUE_REASON {
+            return status.is_some_and(|s| s.requeued_at.as_deref() == Some(self.at.as_str()));
+        }
         status.is_some_and(|s| {
             s.preempted_at.as_deref() == Some(self.at.as_str())
                 && s.last_preempted_by.as_deref() == Some(self.by.as_str())
@@ -254,6 +261,10 @@ fn conditions_of(
 /// What a status says of the workload's preemptions.
 struct PreemptionFields {
     interrupted_count: i32,
+    /// Sent back by its queue's podsReadyTimeout: how often, the newest time, condition `Requeued`.
+    requeue_count: i32,
+    requeued_at: Option<String>,
+    requeued: Option<Condition>,
     last_preempted_by: Option<String>,
     preempted_at: Option<String>,
     /// `Preempted`: True since the newest preemption, its message naming the preemptor and what
@@ -268,8 +279,54 @@ fn preemption_fields(
     old: Option<&DynamicWorkloadStatus>,
     newest: Option<&Preemption>,
 ) -> PreemptionFields {
+    let requeue = || {
+        (
+            old.map_or(0, |s| s.requeue_count),
+            old.and_then(|s| s.requeued_at.clone()),
+            old.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Requeued"))
+                .cloned(),
+        )
+    };
+    let kept = || PreemptionFields {
+        interrupted_count: old.map_or(0, |s| s.interrupted_count),
+        requeue_count: requeue().0,
+        requeued_at: requeue().1,
+        requeued: requeue().2,
+        last_preempted_by: old.and_then(|s| s.last_preempted_by.clone()),
+        preempted_at: old.and_then(|s| s.preempted_at.clone()),
+        condition: old
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Preempted"))
+            .cloned(),
+    };
     match newest.filter(|p| !p.recorded_in(old)) {
+        // Its own pods did not run in time: sent back, not preempted by another workload.
+        Some(p) if p.reason == REQUEUE_REASON => {
+            let count = old.map_or(0, |s| s.requeue_count).saturating_add(1);
+            PreemptionFields {
+                requeue_count: count,
+                requeued_at: Some(p.at.clone()),
+                requeued: Some(Condition {
+                    type_: "Requeued".into(),
+                    status: ConditionStatus::True,
+                    reason: p.reason.clone(),
+                    message: format!(
+                        "{} admitted pod(s) not running within queue {}'s podsReadyTimeout were evicted (requeue {count}): it waits again at the back of its priority level, or is Failed past the queue's requeueLimit",
+                        p.pods, p.queue
+                    ),
+                    last_transition_time: p.at.clone(),
+                    observed_generation: None,
+                }),
+                // The evictor's record names it as its own preemptor (kept so that the evictor
+                // sees it recorded); the interrupted count and `Preempted` stay as they were.
+                last_preempted_by: Some(p.by.clone()),
+                preempted_at: Some(p.at.clone()),
+                ..kept()
+            }
+        }
         Some(p) => PreemptionFields {
+            requeue_count: requeue().0,
+            requeued_at: requeue().1,
+            requeued: requeue().2,
             interrupted_count: old.map_or(0, |s| s.interrupted_count).saturating_add(1),
             last_preempted_by: Some(p.by.clone()),
             preempted_at: Some(p.at.clone()),
@@ -282,14 +339,7 @@ fn preemption_fields(
                 observed_generation: None,
             }),
         },
-        None => PreemptionFields {
-            interrupted_count: old.map_or(0, |s| s.interrupted_count),
-            last_preempted_by: old.and_then(|s| s.last_preempted_by.clone()),
-            preempted_at: old.and_then(|s| s.preempted_at.clone()),
-            condition: old
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Preempted"))
-                .cloned(),
-        },
+        None => kept(),
     }
 }
 
@@ -317,6 +367,7 @@ pub fn workload_status(
     let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
     let mut conditions = conditions_of(old, view.ended, phase, holds, &message, now);
     conditions.extend(preempted.condition);
+    conditions.extend(preempted.requeued);
     let pod_set_summary = counts
         .pod_sets
         .iter()
@@ -345,6 +396,8 @@ pub fn workload_status(
         } else {
             None
         },
+        requeue_count: preempted.requeue_count,
+        requeued_at: preempted.requeued_at,
         borrowed: tally.borrowed.to_quantities(),
         position: tally.position.map(|p| i32::try_from(p).unwrap_or(i32::MAX)),
         queued_since: (pending_pods > 0 && !finished).then(|| {
@@ -721,6 +774,39 @@ mod tests {
             pods: 1,
             at: at.into(),
         }
+    }
+
+    #[test]
+    fn a_requeue_is_counted_once_as_a_requeue_not_a_preemption() {
+        let f = fixture(&[(PodState::Admitted, Some("Pending"))]);
+        let tally = WorkloadTally {
+            used: cpu(1),
+            admitted_pods: 1,
+            ..WorkloadTally::default()
+        };
+        let old = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+        let requeue = Preemption {
+            by: "ns/w".into(),
+            reason: REQUEUE_REASON.into(),
+            ..preemption(LATER)
+        };
+        let view = WorkloadView {
+            preempted: Some(&requeue),
+            ..f.view()
+        };
+        let status = workload_status(&view, &tally, &HashSet::new(), Some(&old), LATER);
+        assert_eq!((status.requeue_count, status.interrupted_count), (1, 0));
+        assert_eq!(status.requeued_at.as_deref(), Some(LATER));
+        let requeued = condition(&status, "Requeued");
+        assert_eq!(requeued.reason, "PodsReadyTimeout");
+        assert!(
+            requeued.message.contains("podsReadyTimeout"),
+            "{}",
+            requeued.message
+        );
+        assert!(status.conditions.iter().all(|c| c.type_ != "Preempted"));
+        let again = workload_status(&view, &tally, &HashSet::new(), Some(&status), LATER);
+        assert_eq!(again.requeue_count, 1, "counted once");
     }
 
     #[test]
