@@ -178,6 +178,9 @@ fn admitting_until(sent: Instant, settings: &LeaseSettings) -> Instant {
 /// One leadership term. Admitting acts run through [`Term::while_valid`], which refuses them once
 /// the term has been revoked or its deadline has passed, and holds off revocation while one runs.
 pub struct Term {
+    /// The Lease's `leaseTransitions` when this term began: with the holder it names the term, so
+    /// what a replica admitted is attributable to the term it held (metric and log lines).
+    generation: i32,
     state: Mutex<TermState>,
     token: CancellationToken,
     /// Turns admission at creation off; called once, under the term's lock.
@@ -195,7 +198,18 @@ impl Term {
         token: CancellationToken,
         stop_admitting: Arc<dyn Fn() + Send + Sync>,
     ) -> Arc<Term> {
+        Term::with_generation(0, valid_until, token, stop_admitting)
+    }
+
+    /// A term of the Lease whose `leaseTransitions` is `generation`.
+    pub fn with_generation(
+        generation: i32,
+        valid_until: Instant,
+        token: CancellationToken,
+        stop_admitting: Arc<dyn Fn() + Send + Sync>,
+    ) -> Arc<Term> {
         Arc::new(Term {
+            generation,
             state: Mutex::new(TermState {
                 valid_until,
                 revoked: false,
@@ -203,6 +217,11 @@ impl Term {
             token,
             stop_admitting,
         })
+    }
+
+    /// The Lease's `leaseTransitions` when this term began.
+    pub fn generation(&self) -> i32 {
+        self.generation
     }
 
     fn lock(&self) -> MutexGuard<'_, TermState> {
@@ -249,7 +268,10 @@ impl Term {
             state.revoked = true;
             (self.stop_admitting)();
             self.token.cancel();
-            info!("leadership term ended: admitting nothing more");
+            info!(
+                lease_transitions = self.generation,
+                "leadership term ended: admitting nothing more"
+            );
         }
     }
 
@@ -289,8 +311,13 @@ impl Term {
 /// The outcome of one attempt to take or keep the lease.
 #[derive(Debug, PartialEq, Eq)]
 enum Attempt {
-    Leading,
-    Following { holder: String },
+    /// We hold the Lease; its `leaseTransitions` as written.
+    Leading {
+        generation: i32,
+    },
+    Following {
+        holder: String,
+    },
 }
 
 pub struct LeaderElector {
@@ -328,22 +355,7 @@ impl LeaderElector {
     /// The spec we write: `renewTime` on our wall clock is for people reading the Lease; replicas
     /// judge it by their own clocks.
     fn spec(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
-        let now = jiff::Timestamp::now();
-        let ours = previous.and_then(|s| s.holder_identity.as_deref())
-            == Some(self.settings.identity.as_str());
-        let transitions = previous.and_then(|s| s.lease_transitions).unwrap_or(0);
-        LeaseSpec {
-            holder_identity: Some(self.settings.identity.clone()),
-            lease_duration_seconds: Some(self.settings.duration_seconds()),
-            acquire_time: if ours {
-                previous.and_then(|s| s.acquire_time.clone())
-            } else {
-                Some(MicroTime(now))
-            },
-            renew_time: Some(MicroTime(now)),
-            lease_transitions: Some(if ours { transitions } else { transitions + 1 }),
-            ..LeaseSpec::default()
-        }
+        lease_spec(&self.settings, previous)
     }
 
     /// One attempt, answered within the call timeout of `sent` or failed.
@@ -401,7 +413,9 @@ impl LeaderElector {
         {
             Ok(written) => {
                 *observed = Some(observe(None, Record::of(&written), Instant::now()));
-                Ok(Attempt::Leading)
+                Ok(Attempt::Leading {
+                    generation: generation_of(&written),
+                })
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Following { holder }),
             Err(e) => Err(self.err(e)),
@@ -417,7 +431,9 @@ impl LeaderElector {
             spec: Some(self.spec(None)),
         };
         match self.api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(Attempt::Leading),
+            Ok(written) => Ok(Attempt::Leading {
+                generation: generation_of(&written),
+            }),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Following {
                 holder: "another replica".into(),
             }),
@@ -452,9 +468,10 @@ impl LeaderElector {
         }
     }
 
-    /// Starts a term valid until `until`, running `work` on it.
+    /// Starts a term of `generation` valid until `until`, running `work` on it.
     fn begin<F, Fut>(
         &self,
+        generation: i32,
         until: Instant,
         shutdown: &CancellationToken,
         stop_admitting: &Arc<dyn Fn() + Send + Sync>,
@@ -464,8 +481,18 @@ impl LeaderElector {
         F: Fn(Arc<Term>) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        info!(identity = %self.settings.identity, lease = %self.settings.name, "leading: starting the controller");
-        let term = Term::new(until, shutdown.child_token(), stop_admitting.clone());
+        info!(
+            holder = %self.settings.identity,
+            lease = %self.settings.name,
+            lease_transitions = generation,
+            "leading: starting the controller"
+        );
+        let term = Term::with_generation(
+            generation,
+            until,
+            shutdown.child_token(),
+            stop_admitting.clone(),
+        );
         tokio::spawn(term.clone().watchdog());
         (term.clone(), tokio::spawn(work(term)))
     }
@@ -490,7 +517,7 @@ impl LeaderElector {
             let sent = Instant::now();
             let attempt = self.attempt(&mut observed, sent).await;
             match attempt {
-                Ok(Attempt::Leading) => {
+                Ok(Attempt::Leading { generation }) => {
                     let until = admitting_until(sent, &self.settings);
                     if let Some((term, _)) = &current
                         && !term.extend(until)
@@ -498,7 +525,8 @@ impl LeaderElector {
                         stop(current.take(), &leading).await;
                     }
                     if current.is_none() && Instant::now() < until {
-                        current = Some(self.begin(until, &shutdown, &stop_admitting, &work));
+                        current =
+                            Some(self.begin(generation, until, &shutdown, &stop_admitting, &work));
                         leading(true);
                     }
                 }
@@ -533,6 +561,44 @@ impl LeaderElector {
             self.release().await;
         }
     }
+}
+
+/// The spec `settings.identity` writes over `previous`: a takeover counts one more transition
+/// (leaseTransitions names the term), a renewal keeps the count and the acquire time.
+fn lease_spec(settings: &LeaseSettings, previous: Option<&LeaseSpec>) -> LeaseSpec {
+    let now = jiff::Timestamp::now();
+    let ours =
+        previous.and_then(|s| s.holder_identity.as_deref()) == Some(settings.identity.as_str());
+    let transitions = previous
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0)
+        .max(0);
+    LeaseSpec {
+        holder_identity: Some(settings.identity.clone()),
+        lease_duration_seconds: Some(settings.duration_seconds()),
+        acquire_time: if ours {
+            previous.and_then(|s| s.acquire_time.clone())
+        } else {
+            Some(MicroTime(now))
+        },
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(if ours {
+            transitions
+        } else {
+            transitions.saturating_add(1)
+        }),
+        ..LeaseSpec::default()
+    }
+}
+
+/// The `leaseTransitions` a Lease records (0 when it records none; never negative).
+fn generation_of(lease: &Lease) -> i32 {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// Waits for a revoked term's work to end.
@@ -739,6 +805,29 @@ mod tests {
         assert!(Instant::now() >= extended);
         assert_eq!(stops.load(Ordering::SeqCst), 1);
         watchdog.await.expect("watchdog");
+    }
+
+    #[test]
+    fn a_takeover_counts_a_transition_a_renewal_does_not_and_a_hostile_count_is_not_negative() {
+        let elector_spec = |identity: &str, previous: Option<&LeaseSpec>| {
+            let mut s = settings();
+            s.identity = identity.into();
+            // The spec only reads the settings; no API call is made.
+            lease_spec(&s, previous)
+        };
+        let first = elector_spec("me", None);
+        assert_eq!(first.lease_transitions, Some(1));
+        let renewed = elector_spec("me", Some(&first));
+        assert_eq!(renewed.lease_transitions, Some(1));
+        assert_eq!(renewed.acquire_time, first.acquire_time);
+        let taken = elector_spec("other", Some(&renewed));
+        assert_eq!(taken.lease_transitions, Some(2));
+        let mut hostile = lease("5", "other", jiff::Timestamp::now());
+        if let Some(spec) = hostile.spec.as_mut() {
+            spec.lease_transitions = Some(-7);
+        }
+        assert_eq!(generation_of(&hostile), 0);
+        assert_eq!(generation_of(&Lease::default()), 0);
     }
 
     #[tokio::test]

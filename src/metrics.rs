@@ -50,6 +50,9 @@ pub struct ControllerMetrics {
     pub status_writes_pending: Gauge,
     /// 1 while this replica leads and runs the controller.
     pub leader: Gauge,
+    /// The Lease's `leaseTransitions` of the term this replica holds, -1 while it holds none:
+    /// with the replica's identity (the Lease's holder) it names the term its admissions belong to.
+    pub leader_term: Gauge,
     /// Preemptors whose evictions were sent, per queue and reason (one per preemptor and round of
     /// evictions, however many victims).
     pub preemptions: Family<PreemptionLabels, Counter>,
@@ -77,6 +80,7 @@ impl ControllerMetrics {
             status_writes: Counter::default(),
             status_writes_pending: Gauge::default(),
             leader: Gauge::default(),
+            leader_term: Gauge::default(),
             preemptions: Family::default(),
             evicted_pods: Family::default(),
             preemption_admission_seconds: Family::new_with_constructor(|| {
@@ -84,6 +88,7 @@ impl ControllerMetrics {
             }),
             borrowed: Family::default(),
         };
+        m.leader_term.set(-1);
         m.register_admission(registry);
         m.register_preemption(registry);
         m
@@ -150,6 +155,11 @@ impl ControllerMetrics {
             "sluice_leader",
             "1 while this replica runs the controller",
             m.leader.clone(),
+        );
+        registry.register(
+            "sluice_leader_lease_transitions",
+            "The Lease's leaseTransitions of the term this replica holds (-1: none); names the term its admissions belong to",
+            m.leader_term.clone(),
         );
     }
 
