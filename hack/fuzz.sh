@@ -98,7 +98,7 @@ except FileNotFoundError:
 results["fuzz_inputs_min"] = min(int(r[1]) for r in rows)
 results["fuzz_slowest_ms"] = round(max(int(r[2]) for r in rows) / 1000, 3)
 results["fuzz_targets"] = {r[0]: {"inputs": int(r[1]), "slowest_ms": round(int(r[2]) / 1000, 3)} for r in rows}
-json.dump(results, open(path, "w"), indent=2, sort_keys=True)
+json.dump(results, open(path, "w"), indent=2)
 open(path, "a").write("\n")
 PY
   echo "fuzz.sh: recorded in bench/results.json" >&2
