@@ -83,9 +83,17 @@ mod tests {
     #[test]
     fn absurd_durations_are_refused_not_wrapped() {
         assert_eq!(parse_duration("3650d"), Ok(super::MAX_DURATION));
-        for absurd in ["3651d", "99999999999999d", "18446744073709551615s", "99999999999999999999"] {
+        for absurd in [
+            "3651d",
+            "99999999999999d",
+            "18446744073709551615s",
+            "99999999999999999999",
+        ] {
             let refused = parse_duration(absurd).expect_err(absurd);
-            assert!(refused.contains(absurd) || refused.contains("not a duration"), "{refused}");
+            assert!(
+                refused.contains(absurd) || refused.contains("not a duration"),
+                "{refused}"
+            );
         }
     }
 }
