@@ -493,6 +493,11 @@ async fn an_admitted_pod_no_node_takes_gives_its_quota_back_then_fails_past_the_
         })
         .await;
     assert!(status.requeue_count >= 2, "{status:?}");
+    assert!(
+        status.message.contains("requeueLimit"),
+        "the message says why: {}",
+        status.message
+    );
     // Its last pod stays behind the gate: a Failed workload is admitted no more.
     let pods = env.list_pods().await;
     let left: Vec<String> = gated(&pods).iter().map(|p| p.name_any()).collect();

@@ -909,6 +909,7 @@ impl Controller {
             let exhausted = limit.is_some_and(|l| ready::requeues(old, preempted) > l);
             if view.ended.is_none() && exhausted {
                 view.ended = Some(crate::api::ApplicationEnd::Failed);
+                view.requeue_exhausted = true;
             }
             let status = status::workload_status(
                 &view,

@@ -28,6 +28,9 @@ pub struct WorkloadView<'a> {
     /// Why it waits to preempt, when a PodDisruptionBudget holds its victims (replaces the
     /// message of its wait).
     pub held: Option<&'a str>,
+    /// Failed because its queue's podsReadyTimeout sent it back more than `requeueLimit` times
+    /// (`ended` is then `Failed`): the message says so.
+    pub requeue_exhausted: bool,
 }
 
 /// The reason of the evictions of a workload whose pods did not all run within its queue's
@@ -83,6 +86,7 @@ impl<'a> WorkloadView<'a> {
             left_behind: built.left_behind.get(w).copied().unwrap_or(0),
             preempted: None,
             held: None,
+            requeue_exhausted: false,
         }
     }
 }
@@ -180,6 +184,10 @@ fn message_of(
 ) -> String {
     let (finished, failed) = (counts.finished, counts.failed);
     match (&tally.waiting, phase) {
+        _ if view.requeue_exhausted => format!(
+            "its admitted pods did not all run within queue {}'s podsReadyTimeout more often than its requeueLimit allows: Failed, and {} pod(s) left behind the gate are not admitted",
+            view.workload.queue, view.left_behind
+        ),
         _ if view.ended.is_some() => {
             let how = match phase {
                 WorkloadPhase::Failed => "failed",
@@ -529,6 +537,7 @@ mod tests {
                 left_behind: 0,
                 preempted: None,
                 held: None,
+                requeue_exhausted: false,
             }
         }
     }
@@ -774,6 +783,29 @@ mod tests {
             pods: 1,
             at: at.into(),
         }
+    }
+
+    #[test]
+    fn a_workload_failed_by_its_requeue_limit_says_why() {
+        let f = fixture(&[(PodState::Gated, None)]);
+        let view = WorkloadView {
+            ended: Some(ApplicationEnd::Failed),
+            left_behind: 1,
+            requeue_exhausted: true,
+            ..f.view()
+        };
+        let status = workload_status(&view, &WorkloadTally::default(), &HashSet::new(), None, NOW);
+        assert_eq!(status.phase, WorkloadPhase::Failed);
+        assert!(
+            status.message.contains("requeueLimit"),
+            "{}",
+            status.message
+        );
+        assert!(
+            status.message.contains("1 pod(s) left behind"),
+            "{}",
+            status.message
+        );
     }
 
     #[test]
