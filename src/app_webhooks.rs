@@ -157,7 +157,7 @@ impl ValidateApplications {
             let needed = gang.get(resource);
             if needed > *limit {
                 return Err(format!(
-                    "sluice: the minimum gang of {who} needs {} {resource} but CapacityQueue {queue_name} has a quota of {} {resource}: it could never start. Lower the minimum (e.g. minReplicas) or raise the quota",
+                    "sluice: the minimum gang of {who} needs {} {resource} but CapacityQueue {queue_name} has a quota of {} {resource}: it could never start. Lower its minimum (the gang: e.g. a RayCluster's minReplicas, a SparkApplication's minExecutors, a Job's parallelism, or the annotation sluice.dev/min-count) or raise the quota",
                     describe_quantity(resource, needed),
                     describe_quantity(resource, *limit)
                 ));

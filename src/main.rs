@@ -11,12 +11,14 @@ use sluice::serve::ServeArgs;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// sluice: a capacity gate for dynamic batch workloads (Spark, Ray, plain pods) on Kubernetes.
+/// sluice: a capacity gate for dynamic batch workloads (Spark, Ray, Jobs, plain pods) on Kubernetes.
 ///
 /// Governed pods (labelled `sluice.dev/queue: <queue>`) are created behind the scheduling gate
 /// `sluice.dev/admission`; sluice removes the gate once the queue's quota has room for them, in
-/// priority order, whole gangs at a time. Watch it with `kubectl get dynamicworkloads` and
-/// `kubectl get capacityqueues`.
+/// priority order, whole gangs at a time; queues of a cohort lend each other idle quota and take it
+/// back. ScavengerJobs run on idle capacity and step aside when it is needed. Watch it with
+/// `kubectl get dynamicworkloads`, `kubectl get capacityqueues`, `sluice queue -A` and
+/// `sluice scavengers`.
 #[derive(Parser, Debug)]
 #[command(name = "sluice", version, about, long_about, propagate_version = true)]
 struct Cli {
