@@ -442,6 +442,94 @@ struct UngateItem {
     workload: Option<ObjectReference>,
 }
 
+/// What one pass reads from the caches (besides admission at creation's holds).
+pub(crate) struct PassInputs<'a> {
+    pub queues: &'a [Arc<CapacityQueue>],
+    pub workloads: &'a [Arc<DynamicWorkload>],
+    pub pods: &'a [Arc<Pod>],
+    /// `facts[i]` of `pods[i]` (see [`snapshot::PodMemo`]).
+    pub facts: &'a [Option<Arc<snapshot::PodFacts>>],
+    pub namespaces: &'a [Arc<PartialObjectMeta<Namespace>>],
+    /// Uids of pods whose ungate is in flight.
+    pub in_flight: &'a HashSet<String>,
+    /// Uids of pods a PodDisruptionBudget protects from eviction.
+    pub eviction_blocked: &'a HashSet<String>,
+}
+
+/// What a pass decided, before anything is applied: the mark for [`AdmitAtCreation::publish`]
+/// (None without admission at creation), the snapshot, the decisions, the podsReadyTimeout rules.
+pub(crate) struct PassPlan {
+    pub mark: Option<PassMark>,
+    /// Room admission at creation holds for pods the cache does not show yet, per queue (already
+    /// taken off the snapshot's quotas).
+    pub holds: HashMap<String, ResourceList>,
+    pub built: Built,
+    pub decisions: Decisions,
+    pub rules: HashMap<String, (i64, Option<i32>)>,
+}
+
+/// The pure part of a pass, after the caches were read at `read_at`: admission at creation's holds
+/// taken (and those of pods the cache shows dropped), the snapshot built, the holds taken off
+/// their queues' quotas, the pods a disruption budget protects marked, pending requeues
+/// (`pending_requeues`, asked only when a queue has a podsReadyTimeout) applied, and the decision.
+/// The controller applies the plan; the model-based test (`queue::model_tests`) runs this same glue.
+pub(crate) fn plan_pass(
+    at_creation: Option<&AdmitAtCreation>,
+    inputs: PassInputs<'_>,
+    read_at: std::time::Instant,
+    pending_requeues: impl FnOnce() -> HashMap<WorkloadKey, status::Preemption>,
+) -> PassPlan {
+    let (mark, holds) = match at_creation {
+        Some(at_creation) => {
+            let visible = inputs.facts.iter().flatten().filter_map(|f| {
+                Some(VisibleToken {
+                    token: f.at_creation_token.as_deref()?,
+                    namespace: &f.key.namespace,
+                    name: &f.name,
+                    queue: &f.queue,
+                })
+            });
+            let (mark, holds) = at_creation.holds_for_pass(read_at, visible);
+            (Some(mark), holds)
+        }
+        None => (None, HashMap::new()),
+    };
+    let mut built = snapshot::build_from_facts(
+        inputs.queues,
+        inputs.workloads,
+        inputs.pods,
+        inputs.facts,
+        inputs.namespaces,
+        inputs.in_flight,
+    );
+    for problem in &built.problems {
+        warn!(problem, "object skipped in admission pass");
+    }
+    subtract_holds(&mut built.snapshot, &holds);
+    mark_eviction_blocked(&mut built, inputs.eviction_blocked);
+    let rules = ready::rules(inputs.queues);
+    if !rules.is_empty() {
+        ready::apply_pending_requeues(&mut built, &rules, &pending_requeues());
+    }
+    let decisions = decide(&built.snapshot);
+    PassPlan {
+        mark,
+        holds,
+        built,
+        decisions,
+        rules,
+    }
+}
+
+/// The queues that admit at creation, each with whether it takes pods from every namespace.
+pub(crate) fn open_queues(queues: &[Arc<CapacityQueue>]) -> HashMap<String, bool> {
+    queues
+        .iter()
+        .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
+        .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
+        .collect()
+}
+
 /// Takes the room held for pods admitted at creation (not in the pod cache yet) off each queue's
 /// quota, so that the pass never gives it twice.
 fn subtract_holds(snapshot: &mut Snapshot, holds: &HashMap<String, ResourceList>) {
@@ -567,29 +655,29 @@ impl Controller {
         let _pass = info_span!("pass", pass = self.passes).entered();
         let pods = self.stores.pods.state();
         let facts = self.pod_memo.refresh(&self.adapters, &pods);
-        let (mark, holds) = self.holds_at_creation(&facts, started);
         let in_flight = self.in_flight_now(&pods, started);
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
-        let mut built = snapshot::build_from_facts(
-            &queues,
-            &self.stores.workloads.state(),
-            &pods,
-            &facts,
-            &self.stores.namespaces.state(),
-            &in_flight,
+        let PassPlan {
+            mark,
+            built,
+            mut decisions,
+            rules,
+            ..
+        } = plan_pass(
+            self.at_creation.as_deref(),
+            PassInputs {
+                queues: &queues,
+                workloads: &self.stores.workloads.state(),
+                pods: &pods,
+                facts: &facts,
+                namespaces: &self.stores.namespaces.state(),
+                in_flight: &in_flight,
+                eviction_blocked: &self.evictor.blocked_uids(),
+            },
+            started.into_std(),
+            || self.evictor.for_statuses().preempted,
         );
-        for problem in &built.problems {
-            warn!(problem, "object skipped in admission pass");
-        }
-        subtract_holds(&mut built.snapshot, &holds);
-        mark_eviction_blocked(&mut built, &self.evictor.blocked_uids());
-        let rules = ready::rules(&queues);
-        if !rules.is_empty() {
-            let pending = self.evictor.for_statuses().preempted;
-            ready::apply_pending_requeues(&mut built, &rules, &pending);
-        }
-        let mut decisions = decide(&built.snapshot);
         self.requeue_overdue(&rules, &built, &mut decisions);
         if let Some(mark) = mark {
             self.publish_room(mark, &queues, &built, &decisions);
@@ -637,28 +725,6 @@ impl Controller {
             .map(|ms| std::time::UNIX_EPOCH + Duration::from_millis(ms));
     }
 
-    /// Room the webhook gave pods at creation that the pod cache does not show yet, per queue, and
-    /// the mark the publication after this pass needs. Nothing without admission at creation.
-    fn holds_at_creation(
-        &self,
-        facts: &[Option<Arc<snapshot::PodFacts>>],
-        started: Instant,
-    ) -> (Option<PassMark>, HashMap<String, ResourceList>) {
-        let Some(at_creation) = &self.at_creation else {
-            return (None, HashMap::new());
-        };
-        let visible = facts.iter().flatten().filter_map(|f| {
-            Some(VisibleToken {
-                token: f.at_creation_token.as_deref()?,
-                namespace: &f.key.namespace,
-                name: &f.name,
-                queue: &f.queue,
-            })
-        });
-        let (mark, holds) = at_creation.holds_for_pass(started.into_std(), visible);
-        (Some(mark), holds)
-    }
-
     /// The uids of pods whose ungate is in flight, once those the cache shows ungated or gone, and
     /// those whose outcome stayed unknown too long, are forgotten.
     fn in_flight_now(&self, pods: &[Arc<Pod>], now: Instant) -> HashSet<String> {
@@ -684,11 +750,7 @@ impl Controller {
         let Some(at_creation) = &self.at_creation else {
             return;
         };
-        let open: HashMap<String, bool> = queues
-            .iter()
-            .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
-            .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
-            .collect();
+        let open = open_queues(queues);
         // Under the term's lock: a revocation cannot slip between its check and the publish.
         let published = self.term.while_valid_until(|until| {
             at_creation.publish(mark, built, decisions, &open, Some(until.into_std()))
@@ -965,7 +1027,7 @@ fn mark_eviction_blocked(built: &mut Built, blocked: &HashSet<String>) {
 
 /// This pass's evictions per preemptor (in the order decided), with what sending them, their
 /// events and metrics need.
-fn eviction_orders(built: &Built, decisions: &Decisions) -> Vec<evictor::Order> {
+pub(crate) fn eviction_orders(built: &Built, decisions: &Decisions) -> Vec<evictor::Order> {
     let reference = |w: usize| built.workloads[w].as_ref().map(|d| d.object_ref(&()));
     let mut orders: Vec<evictor::Order> = Vec::new();
     let mut position: HashMap<usize, usize> = HashMap::new();
