@@ -19,3 +19,5 @@ mod writer;
 pub mod admission_reference;
 #[cfg(test)]
 mod admission_tests;
+#[cfg(test)]
+mod model_tests;
