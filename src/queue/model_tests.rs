@@ -207,7 +207,7 @@ struct Stats {
     evicted: u32,
     ungated: u32,
     leader_changes: u32,
-    /// Passes that found a queue's usage + reserved + holds above its quota (see [`World::pass`]).
+    /// Passes that counted a queue's usage + reserved + holds above its limit (see [`World::pass`]).
     over_reserved: u32,
 }
 
@@ -610,15 +610,12 @@ impl World {
             );
             let held = holds.get(q).map(|h| h.get("cpu")).unwrap_or(0);
             let (usage, reserved) = (tally.usage.get("cpu"), tally.reserved.get("cpu"));
-            assert!(
-                usage + held <= limit(q),
-                "pass {}: queue {q}: usage {usage} + holds {held} > {}",
-                self.passes,
-                limit(q)
-            );
-            // A started gang's missing members are reserved whatever the room (its minimum raised
-            // by a later pod, or admitted members ended): reservations may then exceed the quota,
-            // which only blocks the queue. A pass that admits in the queue fits everything.
+            // What the pass counts may exceed the limit without anything running over it (the
+            // independent check in World::check judges that): a started gang's missing members
+            // are reserved whatever the room (its minimum raised by a later pod, or admitted
+            // members ended), and a pod that took a gang place at creation counts in usage while
+            // the first pod's hold, which paid for that place, lives. That only blocks the queue.
+            // A pass that admits in the queue fits everything.
             if usage + reserved + held > limit(q) {
                 let admitted_here = decisions
                     .admit
@@ -807,4 +804,48 @@ fn a_gang_whose_minimum_grows_after_it_started_over_reserves_but_never_over_admi
         "the gang's later pods wait: {stats:?}"
     );
     assert!(stats.over_reserved >= 2, "{stats:?}");
+}
+
+/// Found by the property above (a 50,000-case run): a gang's first pod admitted at creation holds
+/// room for its whole minimum gang; a second pod takes one of those places at creation and is
+/// stored first. Until the first pod appears (or its hold expires), the pass counts the second pod
+/// in usage and in the first pod's hold: counted twice, which only lowers the queue's room.
+#[test]
+fn a_gang_place_taken_at_creation_counts_twice_until_the_first_pod_appears() {
+    let create = |half_cpus: i64, min: u32, then: Then| Op::Create {
+        replica: true,
+        ns: 1,
+        queue: 0,
+        half_cpus,
+        gang: Some((2, min)),
+        high_priority: false,
+        replay: None,
+        then,
+    };
+    let ops = vec![
+        Op::Pass,
+        create(4, 2, Then::Later), // 2 cpu, gang of 2: 4 cpu held, not stored yet
+        create(1, 1, Then::Store), // takes the second place, stored
+        Op::Pass,                  // usage 0.5 + holds 4 > 4
+        Op::Land {
+            pending: only_one(),
+            fail: false,
+        },
+        Op::Pass,
+    ];
+    let stats = run(&ops).expect("the promise holds");
+    assert_eq!(stats.admitted_at_creation, 2, "{stats:?}");
+    assert_eq!(
+        stats.over_reserved, 1,
+        "only while the first pod is not stored: {stats:?}"
+    );
+}
+
+/// An index for a choice among one.
+fn only_one() -> prop::sample::Index {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    any::<prop::sample::Index>()
+        .new_tree(&mut runner)
+        .expect("an index")
+        .current()
 }
