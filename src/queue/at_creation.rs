@@ -264,6 +264,20 @@ impl AdmitAtCreation {
         self.lock().active
     }
 
+    /// For a pass, after it read the pod cache and before [`AdmitAtCreation::holds_for_pass`]:
+    /// `queues` (those in which the pass may admit gated pods) admit nothing at creation until the
+    /// pass publishes. Their room was published by the last pass; this pass may give it to the
+    /// gated pods it read (gated by another replica's webhook, unknown to this one's), so a hold
+    /// taken from it meanwhile could give the same room twice.
+    pub fn pause(&self, queues: impl IntoIterator<Item = impl AsRef<str>>) {
+        let mut state = self.lock();
+        for queue in queues {
+            if let Some(room) = state.queues.get_mut(queue.as_ref()) {
+                room.waiting = true;
+            }
+        }
+    }
+
     /// For a pass, after it read the pod cache: drops the holds of pods the cache shows admitted
     /// (they count as admitted pods now; a token on any other pod is ignored) and those too old,
     /// with the gang places of a first pod that never appeared, and returns the rest per queue.

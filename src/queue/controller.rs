@@ -481,6 +481,11 @@ pub(crate) fn plan_pass(
 ) -> PassPlan {
     let (mark, holds) = match at_creation {
         Some(at_creation) => {
+            at_creation.pause(queues_admitting_gated(
+                inputs.queues,
+                inputs.pods,
+                inputs.facts,
+            ));
             let visible = inputs.facts.iter().flatten().filter_map(|f| {
                 Some(VisibleToken {
                     token: f.at_creation_token.as_deref()?,
@@ -519,6 +524,49 @@ pub(crate) fn plan_pass(
         decisions,
         rules,
     }
+}
+
+/// The queues in which a pass over `pods` may admit a gated pod: the queue of each workload with a
+/// gated pod (its first pod's, as the snapshot groups them), and every queue of such a queue's
+/// cohort (a pass may lend it their room).
+fn queues_admitting_gated(
+    queues: &[Arc<CapacityQueue>],
+    pods: &[Arc<Pod>],
+    facts: &[Option<Arc<snapshot::PodFacts>>],
+) -> HashSet<String> {
+    let mut first: HashMap<&WorkloadKey, &str> = HashMap::new();
+    let mut gated: HashSet<&WorkloadKey> = HashSet::new();
+    for (pod, fact) in pods.iter().zip(facts) {
+        let Some(fact) = fact else {
+            continue;
+        };
+        first.entry(&fact.key).or_insert(fact.queue.as_str());
+        if snapshot::is_gated(pod) {
+            gated.insert(&fact.key);
+        }
+    }
+    let mut names: HashSet<String> = gated
+        .iter()
+        .filter_map(|key| first.get(key))
+        .map(|q| q.to_string())
+        .collect();
+    let cohorts: HashSet<&str> = queues
+        .iter()
+        .filter(|q| names.contains(&q.name_any()))
+        .filter_map(|q| q.spec.cohort.as_deref())
+        .collect();
+    names.extend(
+        queues
+            .iter()
+            .filter(|q| {
+                q.spec
+                    .cohort
+                    .as_deref()
+                    .is_some_and(|c| cohorts.contains(c))
+            })
+            .map(|q| q.name_any()),
+    );
+    names
 }
 
 /// The queues that admit at creation, each with whether it takes pods from every namespace.

@@ -554,3 +554,21 @@ mod max_priority {
         );
     }
 }
+
+/// Issue 23 (found by the model-based test, `queue::model_tests`): a pass may give a queue's
+/// published room to pods another replica's webhook gated; while it runs, that queue admits
+/// nothing at creation, so the same room is never given twice.
+#[test]
+fn a_queue_paused_by_a_pass_admits_nothing_at_creation_until_the_pass_publishes() {
+    let a = open_with_room(4);
+    let one = identity("q", None, None);
+    a.pause(["q", "no-such-queue"]);
+    assert_eq!(a.try_admit(&pod_at("ns"), &one, &list(1)), None);
+    assert_eq!(room(&a), 4, "nothing taken");
+    let other = open_with_room(4);
+    other.pause(["another-queue"]);
+    assert!(
+        other.try_admit(&pod_at("ns"), &one, &list(1)).is_some(),
+        "a queue the pass does not pause still admits"
+    );
+}
