@@ -289,7 +289,7 @@ fn check_samples(samples: &[Sample]) -> (usize, [f64; 2]) {
         assert!(leaders <= 1, "two replicas led at once: {s:?}");
     }
     for pair in samples.windows(2) {
-        for which in 0..2 {
+        for (which, total) in admitted_while_leading.iter_mut().enumerate() {
             let (Some(a), Some(b)) = (pair[0].replicas[which], pair[1].replicas[which]) else {
                 continue;
             };
@@ -303,7 +303,7 @@ fn check_samples(samples: &[Sample]) -> (usize, [f64; 2]) {
                     pair[0],
                     pair[1]
                 );
-                admitted_while_leading[which] += b.admitted - a.admitted;
+                *total += b.admitted - a.admitted;
             }
         }
     }
