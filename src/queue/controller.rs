@@ -708,10 +708,10 @@ impl Controller {
         let queues = self.stores.queues.state();
         let PassPlan {
             mark,
+            holds,
             built,
             mut decisions,
             rules,
-            ..
         } = plan_pass(
             self.at_creation.as_deref(),
             PassInputs {
@@ -742,6 +742,7 @@ impl Controller {
         debug!(
             admitted = decisions.admit.len(),
             workloads = built.snapshot.workloads.len(),
+            queues_with_holds = holds.len(),
             waiting,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "admission pass"

@@ -48,7 +48,14 @@ use crate::resources::pod_requests;
 const CONTROLLER: &str = "system:serviceaccount:sluice-system:sluice";
 const NAMESPACES: [&str; 2] = ["ns1", "ns2"];
 /// (name, cpu quota in millicores, cohort, borrowing limit, admission).
-const QUEUES: [(&str, i64, Option<&str>, Option<i64>, &str); 3] = [
+type QueueDef = (
+    &'static str,
+    i64,
+    Option<&'static str>,
+    Option<i64>,
+    &'static str,
+);
+const QUEUES: [QueueDef; 3] = [
     ("solo", 4000, None, None, "AtCreation"),
     ("a", 3000, Some("c"), Some(2000), "AtCreation"),
     ("b", 2000, Some("c"), None, "InPass"),
@@ -623,19 +630,7 @@ impl World {
         }
         // The pass's usage is exactly what the cluster shows admitted, each pod once.
         for (q, tally) in &decisions.queues {
-            let admitted: i64 = pods
-                .iter()
-                .map(|p| p.as_ref())
-                .filter(|p| queue_of(p) == Some(q.as_str()))
-                .filter(|p| {
-                    !gated(p)
-                        || p.metadata
-                            .uid
-                            .as_ref()
-                            .is_some_and(|u| in_flight.contains(u))
-                })
-                .map(requests_cpu)
-                .sum();
+            let admitted = admitted_cpu(pods, q, in_flight);
             let decided: i64 = decisions
                 .admit
                 .iter()
@@ -711,6 +706,16 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// The cpu of the pods of queue `q` a pass read as admitted: ungated, or their ungate in flight.
+fn admitted_cpu(pods: &[Arc<Pod>], q: &str, in_flight: &HashSet<String>) -> i64 {
+    pods.iter()
+        .map(|p| p.as_ref())
+        .filter(|p| queue_of(p) == Some(q))
+        .filter(|p| !gated(p) || (p.metadata.uid.as_ref()).is_some_and(|u| in_flight.contains(u)))
+        .map(requests_cpu)
+        .sum()
 }
 
 /// The most queue `q` may hold: its quota, plus its borrowing limit (or the rest of its cohort).
