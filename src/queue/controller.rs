@@ -1494,6 +1494,55 @@ mod tests {
         assert_eq!(marks, vec![false, true]);
     }
 
+    /// Issue 23: the queues a pass pauses admission at creation in (see `AdmitAtCreation::pause`).
+    #[test]
+    fn a_pass_pauses_the_queues_of_gated_workloads_and_their_cohorts_only() {
+        let queue = |name: &str, cohort: Option<&str>| -> Arc<CapacityQueue> {
+            let mut spec = json!({"quota": {"cpu": "4"}});
+            if let Some(cohort) = cohort {
+                spec["cohort"] = json!(cohort);
+            }
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))
+                    .expect("queue"),
+            )
+        };
+        let queues = [
+            queue("solo", None),
+            queue("idle", None),
+            queue("a", Some("c")),
+            queue("b", Some("c")),
+            queue("other", Some("d")),
+        ];
+        let pod = |name: &str, queue: &str, workload: &str, gated: bool| -> Arc<Pod> {
+            let gates = if gated {
+                json!([{"name": ADMISSION_GATE}])
+            } else {
+                json!([])
+            };
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "ns",
+                        "labels": {QUEUE_LABEL: queue, "sluice.dev/workload": workload}},
+                    "spec": {"schedulingGates": gates, "containers": [{"name": "c", "image": "i"}]}
+                }))
+                .expect("pod"),
+            )
+        };
+        let pods = [
+            pod("s1", "solo", "ws", true),
+            pod("i1", "idle", "wi", false),
+            // A workload's queue is its first pod's: a gated pod labelled "other" pauses "b".
+            pod("b1", "b", "wb", false),
+            pod("b2", "other", "wb", true),
+        ];
+        let facts = snapshot::PodMemo::default().refresh(&Adapters::default(), &pods);
+        let paused = queues_admitting_gated(&queues, &pods, &facts);
+        let mut paused: Vec<&str> = paused.iter().map(String::as_str).collect();
+        paused.sort();
+        assert_eq!(paused, ["a", "b", "solo"]);
+    }
+
     #[test]
     fn a_pass_still_waits_while_anything_is_gated_admitted_now_or_in_flight() {
         let mut decisions = Decisions::default();
