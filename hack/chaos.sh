@@ -236,7 +236,10 @@ while loads_running && ! settled; do
     apiserver_restarts=1
   elif ((events % 3 == 0)); then
     log "restarting the webhook (replica 1)"
-    kill -TERM "$(cat "$STATE/pids/sluice.pid")"
+    r1_pid=$(cat "$STATE/pids/sluice.pid")
+    kill -TERM "$r1_pid" 2>/dev/null || log "replica 1 was not running (it is started again)"
+    # Gone before 'up' looks, or 'up' finds it alive and leaves it to finish shutting down.
+    for ((w = 0; w < 300; w++)); do kill -0 "$r1_pid" 2>/dev/null || break; sleep 0.1; done
     restart_replica1
     webhook_restarts=$((webhook_restarts + 1))
   else
