@@ -20,4 +20,5 @@ pub mod serve;
 pub mod tasks;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod watch_backoff;
 pub mod webhook_config;

@@ -60,7 +60,7 @@ impl Namespaces {
                 Api::<PartialObjectMeta<Namespace>>::all(client),
                 watcher::Config::default(),
             )
-            .default_backoff(),
+            .backoff(crate::watch_backoff::watch_backoff()),
         );
         let run = async move { stream.for_each(|_| async {}).await };
         (Namespaces(Some(store)), run)

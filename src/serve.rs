@@ -633,7 +633,7 @@ fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) -> WebhookS
             Api::<crate::api::CapacityQueue>::all(client.clone()),
             kube::runtime::watcher::Config::default(),
         )
-        .default_backoff(),
+        .backoff(crate::watch_backoff::watch_backoff()),
     );
     tokio::spawn(async move { stream.for_each(|_| async {}).await });
     let (namespaces, watch_namespaces) = crate::namespaces::Namespaces::watch(client.clone());

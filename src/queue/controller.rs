@@ -257,7 +257,12 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(trim));
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, config)
+            .backoff(crate::watch_backoff::watch_backoff())
+            .modify(trim),
+    );
     let task = spawn_reflector(stream, wake.0.clone(), wake.1, what);
     (store, task)
 }

@@ -44,7 +44,7 @@ where
             Api::<PartialObjectMeta<K>>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff(),
+        .backoff(crate::watch_backoff::watch_backoff()),
     );
     tokio::spawn(async move {
         stream
