@@ -67,10 +67,10 @@ pub fn observe(
             pod.name
         ));
     }
-    if let Some(pod) = pods
-        .iter()
-        .find(|p| p.deleting && p.phase != "Succeeded" && p.exit_code.is_none())
-    {
+    // Deleted from outside while it ran: the container is killed on the way out (exit 137 or 143,
+    // as a kubelet and kwok's stop-on-delete stage report it), which is the deletion's doing, not
+    // the program's.
+    if let Some(pod) = pods.iter().find(|p| p.deleting && p.phase != "Succeeded") {
         return RunState::Interrupted(format!("pod {} was deleted while it ran", pod.name));
     }
     if let Some((pod, (container, code))) = pods
@@ -307,6 +307,14 @@ mod tests {
         deleted.deleting = true;
         assert!(matches!(
             observe(&job(), &[deleted], 1, 110, 60),
+            RunState::Interrupted(_)
+        ));
+        // Killed on its way out of a deletion: Failed with 137, still an interruption.
+        let mut killed = pod("a", "Failed");
+        killed.deleting = true;
+        killed.exit_code = Some(("work".into(), 137));
+        assert!(matches!(
+            observe(&job(), &[killed], 1, 110, 60),
             RunState::Interrupted(_)
         ));
     }
