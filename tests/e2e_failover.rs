@@ -20,11 +20,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use support::*;
 
@@ -104,33 +101,6 @@ fn sample_replicas(addrs: [String; 2]) -> (Arc<Mutex<Vec<Sample>>>, tokio::task:
         }
     });
     (out, task)
-}
-
-/// Follows the namespace's pods and records the largest cpu ever held by admitted pods.
-fn watch_usage(pods: kube::Api<Pod>) -> (Arc<Mutex<i64>>, tokio::task::JoinHandle<()>) {
-    let peak = Arc::new(Mutex::new(0i64));
-    let peak_out = peak.clone();
-    let task = tokio::spawn(async move {
-        let mut holding: HashMap<String, i64> = HashMap::new();
-        let mut stream =
-            std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
-        while let Some(event) = stream.next().await {
-            let (pod, gone) = match event {
-                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => (p, false),
-                Ok(watcher::Event::Delete(p)) => (p, true),
-                _ => continue,
-            };
-            if !gone && !is_gated(&pod) && !is_ended(&pod) {
-                holding.insert(pod.name_any(), cpu_millis(&pod));
-            } else {
-                holding.remove(&pod.name_any());
-            }
-            let total: i64 = holding.values().sum();
-            let mut peak = peak.lock().expect("peak");
-            *peak = (*peak).max(total);
-        }
-    });
-    (peak_out, task)
 }
 
 /// Replica 2: the cluster's sluice binary with its own ports, the same Lease and webhook URL.

@@ -4,45 +4,12 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::{WatchStreamExt, watcher};
 
 use serde_json::json;
 use support::*;
-
-/// Follows every pod of the namespace and records the largest cpu ever held by admitted pods.
-fn watch_usage(pods: kube::Api<Pod>) -> (Arc<Mutex<i64>>, tokio::task::JoinHandle<()>) {
-    let peak = Arc::new(Mutex::new(0i64));
-    let peak_out = peak.clone();
-    let task = tokio::spawn(async move {
-        let mut holding: HashMap<String, i64> = HashMap::new();
-        let mut stream =
-            std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
-        while let Some(event) = stream.next().await {
-            let (pod, gone) = match event {
-                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => (p, false),
-                Ok(watcher::Event::Delete(p)) => (p, true),
-                _ => continue,
-            };
-            let name = pod.name_any();
-            if !gone && !is_gated(&pod) && !is_ended(&pod) {
-                holding.insert(name, cpu_millis(&pod));
-            } else {
-                holding.remove(&name);
-            }
-            let total: i64 = holding.values().sum();
-            let mut peak = peak.lock().expect("peak");
-            *peak = (*peak).max(total);
-        }
-    });
-    (peak_out, task)
-}
 
 fn sluice_pid() -> i32 {
     let path = cluster_state().join("pids/sluice.pid");

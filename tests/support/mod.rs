@@ -366,3 +366,38 @@ pub async fn sluice_metric(name: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|value| value.trim().parse().ok())
 }
+
+/// Follows every pod of the namespace and records the largest cpu ever held by admitted pods.
+pub fn watch_usage(
+    pods: kube::Api<Pod>,
+) -> (
+    std::sync::Arc<std::sync::Mutex<i64>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let peak = std::sync::Arc::new(std::sync::Mutex::new(0i64));
+    let peak_out = peak.clone();
+    let task = tokio::spawn(async move {
+        let mut holding: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+        let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(
+            kube::runtime::watcher(pods, kube::runtime::watcher::Config::default())
+        ));
+        while let Some(event) = futures::StreamExt::next(&mut stream).await {
+            let (pod, gone) = match event {
+                Ok(kube::runtime::watcher::Event::Apply(p))
+                | Ok(kube::runtime::watcher::Event::InitApply(p)) => (p, false),
+                Ok(kube::runtime::watcher::Event::Delete(p)) => (p, true),
+                _ => continue,
+            };
+            let name = pod.name_any();
+            if !gone && !is_gated(&pod) && !is_ended(&pod) {
+                holding.insert(name, cpu_millis(&pod));
+            } else {
+                holding.remove(&name);
+            }
+            let total: i64 = holding.values().sum();
+            let mut peak = peak.lock().expect("peak");
+            *peak = (*peak).max(total);
+        }
+    });
+    (peak_out, task)
+}
