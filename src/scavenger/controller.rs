@@ -4,7 +4,7 @@
 //! deletes Jobs, writes statuses by server-side apply, records events and metrics.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::capacity::{Capacity, capacity};
-use super::facts::{job_facts, node_facts, pod_facts, run_pod};
+use super::facts::{deleted_while_running, job_facts, node_facts, pod_facts, run_pod};
 use super::metrics::{ReasonLabels, ScavengerMetrics};
 use super::mounts::Mounts;
 use super::plan::{Held, Running, Waiting, plan_evictions, plan_starts};
@@ -64,13 +64,18 @@ struct Stores {
     scavengers: Store<ScavengerJob>,
     queues: Store<CapacityQueue>,
     mounts: Mounts,
+    /// Job pods seen being deleted while they ran: `namespace/job` → (pod, seconds when seen).
+    deleted: DeletedPods,
 }
+
+type DeletedPods = Arc<Mutex<HashMap<String, (String, i64)>>>;
 
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
     changed: &Arc<Notify>,
+    seen: impl Fn(&K) + Send + Sync + 'static,
 ) -> Store<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -87,8 +92,10 @@ where
     tokio::spawn(async move {
         stream
             .for_each(|event| {
-                if let Err(e) = event {
-                    debug!(error = %e, "scavenger watch");
+                match event {
+                    Err(e) => debug!(error = %e, "scavenger watch"),
+                    Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)) => seen(&k),
+                    Ok(_) => {}
                 }
                 changed.notify_one();
                 async {}
@@ -100,12 +107,21 @@ where
 
 fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
     let all = watcher::Config::default();
+    let deleted = DeletedPods::default();
+    let remember = deleted.clone();
+    let remember_deleted = move |pod: &Pod| {
+        if let Some((job, pod)) = deleted_while_running(pod) {
+            let mut map = remember.lock().unwrap_or_else(|e| e.into_inner());
+            map.insert(job, (pod, now().0));
+        }
+    };
     Stores {
         nodes: watch(
             Api::<Node>::all(client.clone()),
             all.clone(),
             |_| {},
             changed,
+            |_| {},
         ),
         // Pods that ended hold nothing: never cached; the rest trimmed to what is read.
         pods: watch(
@@ -114,26 +130,31 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
                 .fields("status.phase!=Succeeded,status.phase!=Failed"),
             super::facts::trim_pod,
             changed,
+            remember_deleted,
         ),
         jobs: watch(
             Api::<Job>::all(client.clone()),
             all.clone().labels(SCAVENGER_JOB_LABEL),
             |_| {},
             changed,
+            |_| {},
         ),
         scavengers: watch(
             Api::<ScavengerJob>::all(client.clone()),
             all.clone(),
             |_| {},
             changed,
+            |_| {},
         ),
         queues: watch(
             Api::<CapacityQueue>::all(client.clone()),
             all,
             |_| {},
             changed,
+            |_| {},
         ),
         mounts: Mounts::watch(client, Some(changed.clone())),
+        deleted,
     }
 }
 
@@ -268,6 +289,11 @@ impl Controller {
     fn seen(&mut self, now: i64) -> Vec<Seen> {
         self.memory.created.retain(|_, at| now - *at < 120);
         self.memory.retry_at.retain(|_, at| *at > now);
+        self.stores
+            .deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, (_, at)| now - *at < 600);
         let mut out = Vec::new();
         for sj in self.stores.scavengers.state() {
             let uid = sj.uid().unwrap_or_default();
@@ -433,7 +459,15 @@ impl Controller {
             .map(|p| run_pod(p))
             .collect();
         let bound = self.settings.start_timeout.as_secs() as i64;
-        match observe(&job_facts(&job), &pods, s.sj.spec.parallelism, now, bound) {
+        let mut facts = job_facts(&job);
+        facts.pod_deleted_while_running = self
+            .stores
+            .deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job_key)
+            .map(|(pod, _)| pod.clone());
+        match observe(&facts, &pods, s.sj.spec.parallelism, now, bound) {
             RunState::Starting | RunState::Running => None,
             RunState::Completed => Some(Step::Complete),
             RunState::Failed(m) => Some(Step::Fail(m)),

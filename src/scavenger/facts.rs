@@ -155,13 +155,57 @@ pub fn job_facts(job: &Job) -> JobFacts {
                 c.message.clone().unwrap_or_default(),
             )
         }),
+        pod_deleted_while_running: None,
     }
+}
+
+/// `(namespace/job, pod)` when `pod` is a Job's pod being deleted before it ended: the deletion,
+/// not the program, ends its run.
+pub fn deleted_while_running(pod: &Pod) -> Option<(String, String)> {
+    pod.metadata.deletion_timestamp.as_ref()?;
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let job = pod.labels().get("batch.kubernetes.io/job-name")?;
+    let namespace = pod.namespace()?;
+    Some((format!("{namespace}/{job}"), pod.name_any()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_a_job_pod_deleted_before_it_ended_is_deleted_while_running() {
+        let pod = |phase: &str, deleting: bool, job: Option<&str>| -> Pod {
+            let mut labels = serde_json::Map::new();
+            if let Some(job) = job {
+                labels.insert("batch.kubernetes.io/job-name".into(), json!(job));
+            }
+            let mut meta = json!({"name": "p", "namespace": "ns", "labels": labels});
+            if deleting {
+                meta["deletionTimestamp"] = json!("2026-11-25T10:00:00Z");
+            }
+            serde_json::from_value(json!({"metadata": meta, "status": {"phase": phase}}))
+                .expect("pod")
+        };
+        assert_eq!(
+            deleted_while_running(&pod("Running", true, Some("sj-run-1"))),
+            Some(("ns/sj-run-1".into(), "p".into()))
+        );
+        assert_eq!(
+            deleted_while_running(&pod("Running", false, Some("j"))),
+            None
+        );
+        assert_eq!(deleted_while_running(&pod("Failed", true, Some("j"))), None);
+        assert_eq!(
+            deleted_while_running(&pod("Succeeded", true, Some("j"))),
+            None
+        );
+        assert_eq!(deleted_while_running(&pod("Running", true, None)), None);
+    }
 
     #[test]
     fn a_forged_label_without_the_priority_class_is_ordinary_work() {

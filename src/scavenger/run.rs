@@ -18,6 +18,11 @@ pub struct JobFacts {
     pub complete: bool,
     /// Condition Failed is True: (reason, message).
     pub failed: Option<(String, String)>,
+    /// A pod of the Job the controller saw being deleted while it ran. Remembered from the pod
+    /// watch because the pod may be gone before a pass looks: a program that exits at once on
+    /// SIGTERM with a nonzero code fails the Job by its podFailurePolicy, and the Job controller
+    /// then removes the pod, so the failure alone would look like the program's.
+    pub pod_deleted_while_running: Option<String>,
 }
 
 /// What the judgement needs of one of the Job's pods.
@@ -85,6 +90,9 @@ pub fn observe(
     }
     if job.complete {
         return RunState::Completed;
+    }
+    if let (Some(_), Some(pod)) = (&job.failed, &job.pod_deleted_while_running) {
+        return RunState::Interrupted(format!("pod {pod} was deleted while it ran"));
     }
     if let Some((reason, message)) = &job.failed {
         if reason == "PodFailurePolicy" && !message.contains("DisruptionTarget") {
@@ -317,6 +325,31 @@ mod tests {
             observe(&job(), &[killed], 1, 110, 60),
             RunState::Interrupted(_)
         ));
+    }
+
+    #[test]
+    fn a_job_failed_after_its_pod_was_seen_deleted_while_running_is_interrupted() {
+        // The program exited 1 on SIGTERM: the Job failed by its podFailurePolicy and its pod is
+        // gone before the pass; the watch saw the deletion.
+        let mut failed = job();
+        failed.failed = Some((
+            "PodFailurePolicy".into(),
+            "Container work for pod ns/a failed with exit code 1 matching FailJob rule".into(),
+        ));
+        assert!(matches!(
+            observe(&failed, &[], 1, 110, 60),
+            RunState::Failed(_)
+        ));
+        failed.pod_deleted_while_running = Some("a".into());
+        match observe(&failed, &[], 1, 110, 60) {
+            RunState::Interrupted(m) => assert!(m.contains("pod a was deleted"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // A Job that completed completed, whatever was deleted on the way.
+        let mut complete = job();
+        complete.complete = true;
+        complete.pod_deleted_while_running = Some("a".into());
+        assert_eq!(observe(&complete, &[], 1, 110, 60), RunState::Completed);
     }
 
     #[test]
