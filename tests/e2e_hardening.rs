@@ -15,6 +15,7 @@ mod leader_and_ungate {
     use serde_json::json;
     use sluice::leader::{LeaderElector, LeaseSettings, Term};
     use sluice::queue::controller::ungate_patch;
+    use sluice::queue::pod_cache::CachedPod;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::sync::{mpsc, watch};
     use tokio::time::Instant;
@@ -47,7 +48,8 @@ mod leader_and_ungate {
         let first = env.pods().get("a").await.expect("pod a");
         assert!(is_gated(&first), "the queue is full: a waits");
         // What the controller would send to admit the first pod.
-        let patch = ungate_patch(&first, "2026-01-01T00:00:00Z").expect("ungate patch");
+        let patch = ungate_patch(&CachedPod::from_pod(first.clone()), "2026-01-01T00:00:00Z")
+            .expect("ungate patch");
 
         env.pods()
             .delete("a", &DeleteParams::default())
@@ -75,7 +77,8 @@ mod leader_and_ungate {
         }
         // The same patch for the pod as it is now (its uid the only difference) would apply: the
         // uid test alone refused the first (a dry run, so the second pod stays gated).
-        let fresh = ungate_patch(&second, "2026-01-01T00:00:00Z").expect("ungate patch");
+        let fresh = ungate_patch(&CachedPod::from_pod(second.clone()), "2026-01-01T00:00:00Z")
+            .expect("ungate patch");
         as_sluice
             .patch(
                 "a",

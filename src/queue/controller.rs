@@ -35,6 +35,7 @@ use crate::queue::admission::{
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
 use crate::queue::evictor::{self, Evictor};
+use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self, WorkloadView};
@@ -105,7 +106,7 @@ impl Default for ControllerSettings {
 struct Stores {
     queues: Store<CapacityQueue>,
     workloads: Store<DynamicWorkload>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
 }
 
@@ -218,12 +219,12 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
         (changed, None),
         "dynamicworkloads",
     );
-    let gated: Urgent<Pod> = (wakers.gated.clone(), shows_gated_pod);
+    let gated: Urgent<CachedPod> = (wakers.gated.clone(), shows_gated_pod);
     let (pods, p) = watch(
-        Api::<Pod>::all(client.clone()),
+        // Decoded straight into what admission reads (`CachedPod`): the full pod is never built.
+        Api::<CachedPod>::all(client.clone()),
         config.clone().labels(QUEUE_LABEL),
-        // Only what admission reads is cached: a fraction of each pod's size.
-        snapshot::trim_pod,
+        |_| {},
         (changed, Some(gated)),
         "pods",
     );
@@ -268,7 +269,7 @@ where
 }
 
 /// Whether a pod watch event shows a pod behind sluice's gate (one that may wait for a pass).
-fn shows_gated_pod(event: &watcher::Event<Pod>) -> bool {
+fn shows_gated_pod(event: &watcher::Event<CachedPod>) -> bool {
     match event {
         watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
             snapshot::is_gated(pod) && pod.metadata.deletion_timestamp.is_none()
@@ -405,7 +406,10 @@ enum UngateOutcome {
 /// The JSON patch that admits `pod`: it applies only to this very pod (a `test` of its uid, since
 /// a pod deleted and recreated under the same name is another pod) while it still carries the
 /// gate at the position the cache shows, and notes when it was admitted.
-pub fn ungate_patch(pod: &Pod, admitted_at: &str) -> Result<json_patch::Patch, UngatePatchError> {
+pub fn ungate_patch(
+    pod: &CachedPod,
+    admitted_at: &str,
+) -> Result<json_patch::Patch, UngatePatchError> {
     let name = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -416,16 +420,15 @@ pub fn ungate_patch(pod: &Pod, admitted_at: &str) -> Result<json_patch::Patch, U
         .uid
         .as_deref()
         .ok_or_else(|| UngatePatchError::NoUid(name.clone()))?;
-    let gates = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
-    let index = gates
-        .and_then(|g| g.iter().position(|g| g.name == ADMISSION_GATE))
+    let index = pod
+        .admission_gate
         .ok_or_else(|| UngatePatchError::NotGated { pod: name.clone() })?;
     let mut ops = vec![
         json!({"op": "test", "path": "/metadata/uid", "value": uid}),
         json!({"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": ADMISSION_GATE}),
         json!({"op": "remove", "path": format!("/spec/schedulingGates/{index}")}),
     ];
-    if pod.metadata.annotations.is_some() {
+    if pod.has_annotations {
         ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": admitted_at}));
     } else {
         ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: admitted_at}}));
@@ -438,7 +441,7 @@ pub fn ungate_patch(pod: &Pod, admitted_at: &str) -> Result<json_patch::Patch, U
 
 /// One pod to ungate, with what its metrics, logs and event need.
 struct UngateItem {
-    pod: Arc<Pod>,
+    pod: Arc<CachedPod>,
     /// Its entry in flight.
     ticket: u64,
     queue: String,
@@ -451,7 +454,7 @@ struct UngateItem {
 pub(crate) struct PassInputs<'a> {
     pub queues: &'a [Arc<CapacityQueue>],
     pub workloads: &'a [Arc<DynamicWorkload>],
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<CachedPod>],
     /// `facts[i]` of `pods[i]` (see [`snapshot::PodMemo`]).
     pub facts: &'a [Option<Arc<snapshot::PodFacts>>],
     pub namespaces: &'a [Arc<PartialObjectMeta<Namespace>>],
@@ -536,7 +539,7 @@ pub(crate) fn plan_pass(
 /// cohort (a pass may lend it their room).
 fn queues_admitting_gated(
     queues: &[Arc<CapacityQueue>],
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     facts: &[Option<Arc<snapshot::PodFacts>>],
 ) -> HashSet<String> {
     let mut first: HashMap<&WorkloadKey, &str> = HashMap::new();
@@ -781,7 +784,7 @@ impl Controller {
 
     /// The uids of pods whose ungate is in flight, once those the cache shows ungated or gone, and
     /// those whose outcome stayed unknown too long, are forgotten.
-    fn in_flight_now(&self, pods: &[Arc<Pod>], now: Instant) -> HashSet<String> {
+    fn in_flight_now(&self, pods: &[Arc<CachedPod>], now: Instant) -> HashSet<String> {
         let mut guard = self.ungater.lock_in_flight();
         let gated: HashSet<&str> = pods
             .iter()
@@ -1238,7 +1241,7 @@ impl Ungater {
     /// Removes the gate of this very pod with one JSON patch ([`ungate_patch`]), while the term is
     /// valid. A pod not admitted is no longer counted in flight; one whose fate stayed unknown is
     /// counted until its entry expires.
-    async fn ungate_pod(&self, pod: &Pod, ticket: u64, now: &str) -> UngateOutcome {
+    async fn ungate_pod(&self, pod: &CachedPod, ticket: u64, now: &str) -> UngateOutcome {
         let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
             return UngateOutcome::NotAdmitted;
         };
@@ -1306,7 +1309,7 @@ impl Ungater {
     async fn outcome_after_failure(&self, api: &Api<Pod>, name: &str, uid: &str) -> UngateOutcome {
         match tokio::time::timeout(self.api_timeout, api.get_opt(name)).await {
             Ok(Ok(Some(current))) if current.uid().as_deref() == Some(uid) => {
-                if snapshot::is_gated(&current) {
+                if snapshot::pod_is_gated(&current) {
                     UngateOutcome::NotAdmitted
                 } else {
                     UngateOutcome::Admitted
@@ -1352,7 +1355,10 @@ mod tests {
         assert_eq!(snapshot.queues[1].quota, quota(4000));
     }
 
-    fn workload(name: &str, pods: &[(&str, PodState, i64)]) -> (WorkloadSnapshot, Vec<Arc<Pod>>) {
+    fn workload(
+        name: &str,
+        pods: &[(&str, PodState, i64)],
+    ) -> (WorkloadSnapshot, Vec<Arc<CachedPod>>) {
         let snapshots = pods
             .iter()
             .map(|(pod, state, cpu)| {
@@ -1373,14 +1379,14 @@ mod tests {
             .iter()
             .map(|(pod, _, _)| {
                 let uid = (!pod.starts_with("no-uid")).then(|| format!("uid-{pod}"));
-                Arc::new(Pod {
+                Arc::new(CachedPod {
                     metadata: kube::api::ObjectMeta {
                         name: Some(pod.to_string()),
                         namespace: Some("ns".into()),
                         uid,
                         ..Default::default()
                     },
-                    ..Pod::default()
+                    ..CachedPod::default()
                 })
             })
             .collect();
@@ -1519,7 +1525,7 @@ mod tests {
             queue("b", Some("c")),
             queue("other", Some("d")),
         ];
-        let pod = |name: &str, queue: &str, workload: &str, gated: bool| -> Arc<Pod> {
+        let pod = |name: &str, queue: &str, workload: &str, gated: bool| -> Arc<CachedPod> {
             let gates = if gated {
                 json!([{"name": ADMISSION_GATE}])
             } else {
@@ -1563,8 +1569,12 @@ mod tests {
         assert!(still_waiting(&HashSet::new(), &decisions));
     }
 
-    fn gated_pod(annotations: bool) -> Pod {
-        serde_json::from_value(json!({
+    fn gated_pod(annotations: bool) -> CachedPod {
+        serde_json::from_value(gated_pod_json(annotations)).expect("pod")
+    }
+
+    fn gated_pod_json(annotations: bool) -> serde_json::Value {
+        json!({
             "metadata": {
                 "name": "p", "namespace": "ns", "uid": "uid-a",
                 "annotations": if annotations { json!({"x": "y"}) } else { json!(null) },
@@ -1573,8 +1583,7 @@ mod tests {
                 "containers": [],
                 "schedulingGates": [{"name": "other.dev/gate"}, {"name": ADMISSION_GATE}],
             },
-        }))
-        .expect("pod")
+        })
     }
 
     fn ops(patch: &json_patch::Patch) -> Vec<serde_json::Value> {
@@ -1608,11 +1617,11 @@ mod tests {
             )
         );
         // The same name, gated alike, but another uid: the patch must not apply.
-        let mut recreated = serde_json::to_value(gated_pod(false)).expect("pod");
+        let mut recreated = gated_pod_json(false);
         recreated["metadata"]["uid"] = json!("uid-b");
         let refused = json_patch::patch(&mut recreated.clone(), &patch);
         assert!(refused.is_err(), "{refused:?}");
-        let mut original = serde_json::to_value(gated_pod(false)).expect("pod");
+        let mut original = gated_pod_json(false);
         json_patch::patch(&mut original, &patch).expect("applies to the original pod");
         assert_eq!(
             original["spec"]["schedulingGates"],
@@ -1629,9 +1638,7 @@ mod tests {
             Err(UngatePatchError::NoUid(_))
         ));
         let mut pod = gated_pod(false);
-        if let Some(spec) = pod.spec.as_mut() {
-            spec.scheduling_gates = None;
-        }
+        pod.admission_gate = None;
         assert!(matches!(
             ungate_patch(&pod, "t"),
             Err(UngatePatchError::NotGated { .. })

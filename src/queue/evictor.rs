@@ -31,6 +31,7 @@ use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, PreemptionLabels, QueueLabels};
 use crate::queue::admission::WorkloadKey;
 use crate::queue::clock::now_rfc3339;
+use crate::queue::pod_cache::CachedPod;
 use crate::queue::status::Preemption;
 
 /// How long a pod whose eviction a PodDisruptionBudget refused is left alone before it may be
@@ -45,7 +46,7 @@ const PREEMPTOR_KEPT_FOR: Duration = Duration::from_secs(3600);
 /// One victim pod of one pass's decision, with what its eviction, events and metrics need.
 #[derive(Clone)]
 pub(crate) struct Victim {
-    pub pod: Arc<Pod>,
+    pub pod: Arc<CachedPod>,
     pub uid: String,
     /// Its workload, and the workload's DynamicWorkload when recorded.
     pub workload: WorkloadKey,
@@ -141,7 +142,7 @@ fn outcome_of(result: Result<Result<Status, kube::Error>, tokio::time::error::El
 
 /// The Eviction of `pod` guarded by its uid. (kube's `Api::evict` sends the delete options under
 /// `delete_options`, which the API server does not read: its uid precondition would be lost.)
-fn eviction_body(pod: &Pod, uid: &str) -> EvictionBody {
+fn eviction_body(pod: &CachedPod, uid: &str) -> EvictionBody {
     EvictionBody {
         metadata: ObjectMeta {
             name: pod.metadata.name.clone(),
@@ -237,7 +238,7 @@ impl Evictor {
 
     /// Before a pass: forgets evictions the cache shows done (the pod terminating or gone) or
     /// whose outcome stayed unknown too long, and budgets' refusals that have run out.
-    pub(crate) fn prune(&self, pods: &[Arc<Pod>], now: Instant) {
+    pub(crate) fn prune(&self, pods: &[Arc<CachedPod>], now: Instant) {
         let live: HashSet<&str> = pods
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -593,7 +594,7 @@ fn first_blocked<'a>(order: &'a Order, outcomes: &'a [Outcome]) -> Option<(&'a V
         })
 }
 
-fn pod_name(pod: &Pod) -> String {
+fn pod_name(pod: &CachedPod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
@@ -608,7 +609,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(name: &str, uid: &str) -> Arc<Pod> {
+    fn pod(name: &str, uid: &str) -> Arc<CachedPod> {
         Arc::new(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "ns", "uid": uid},

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod clock;
 pub mod controller;
 mod evictor;
+pub mod pod_cache;
 pub mod preemption;
 pub mod ready;
 pub mod snapshot;

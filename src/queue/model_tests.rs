@@ -42,6 +42,7 @@ use crate::queue::at_creation::{AdmitAtCreation, Classifier};
 use crate::queue::controller::{
     PassInputs, PassPlan, eviction_orders, open_queues, plan_pass, ungate_patch,
 };
+use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::{self, PodMemo};
 use crate::resources::pod_requests;
 
@@ -207,7 +208,7 @@ struct World {
     stored: BTreeMap<String, Pod>,
     answered: Vec<Answered>,
     /// Ungate patches decided and not sent yet (pods as the pass saw them), oldest first.
-    ungates: Vec<Arc<Pod>>,
+    ungates: Vec<Arc<CachedPod>>,
     /// Victims of the last pass's evictions, by uid.
     evictions: Vec<String>,
     /// Tokens handed out so far, for replays.
@@ -279,7 +280,7 @@ fn requests_cpu(pod: &Pod) -> i64 {
 }
 
 fn gated(pod: &Pod) -> bool {
-    snapshot::is_gated(pod)
+    snapshot::pod_is_gated(pod)
 }
 
 fn queue_of(pod: &Pod) -> Option<&str> {
@@ -519,7 +520,7 @@ impl World {
     }
 
     /// An ungate patch reaches the API server: applied only to the very pod it was decided for.
-    fn ungate(&mut self, decided: &Pod) {
+    fn ungate(&mut self, decided: &CachedPod) {
         let Some(uid) = decided.metadata.uid.as_deref() else {
             return;
         };
@@ -544,7 +545,13 @@ impl World {
     fn pass(&mut self, during: Option<&Op>) {
         self.passes += 1;
         let read_at = Instant::now();
-        let pods: Vec<Arc<Pod>> = self.stored.values().cloned().map(Arc::new).collect();
+        // The pods as the API server holds them, and as the controller's cache decodes them.
+        let full: Vec<Pod> = self.stored.values().cloned().collect();
+        let pods: Vec<Arc<CachedPod>> = full
+            .iter()
+            .cloned()
+            .map(|p| Arc::new(CachedPod::from_pod(p)))
+            .collect();
         let leader = &mut self.replicas[self.leader];
         let facts = leader.memo.refresh(&leader.classifier.adapters, &pods);
         // In flight: ungates decided and not applied, of pods the cache still shows gated.
@@ -588,7 +595,7 @@ impl World {
                 Some(until),
             );
         }
-        self.check_pass(&pods, &built, &decisions, &holds, &in_flight);
+        self.check_pass(&full, &built, &decisions, &holds, &in_flight);
         self.evictions = eviction_orders(&built, &decisions)
             .into_iter()
             .flat_map(|o| o.victims.into_iter().map(|v| v.uid))
@@ -599,7 +606,7 @@ impl World {
     /// pass read admitted, a queue that admits within its limit; queues its ungates.
     fn check_pass(
         &mut self,
-        pods: &[Arc<Pod>],
+        pods: &[Pod],
         built: &snapshot::Built,
         decisions: &crate::queue::admission::Decisions,
         holds: &HashMap<String, crate::resources::ResourceList>,
@@ -611,7 +618,7 @@ impl World {
             let pod = &built.pods[r.workload][r.pod_set][r.pod];
             let uid = pod.metadata.uid.clone().expect("stored pods have uids");
             assert!(
-                gated(pod),
+                snapshot::is_gated(pod),
                 "pass {} admits {uid}, which is not gated",
                 self.passes
             );
@@ -635,7 +642,14 @@ impl World {
                 .admit
                 .iter()
                 .filter(|r| built.snapshot.workloads[r.workload].queue == *q)
-                .map(|r| requests_cpu(&built.pods[r.workload][r.pod_set][r.pod]))
+                .filter_map(|r| {
+                    built.pods[r.workload][r.pod_set][r.pod]
+                        .metadata
+                        .uid
+                        .as_ref()
+                })
+                .filter_map(|uid| self.stored.get(uid))
+                .map(requests_cpu)
                 .sum();
             assert_eq!(
                 tally.usage.get("cpu"),
@@ -709,9 +723,8 @@ impl World {
 }
 
 /// The cpu of the pods of queue `q` a pass read as admitted: ungated, or their ungate in flight.
-fn admitted_cpu(pods: &[Arc<Pod>], q: &str, in_flight: &HashSet<String>) -> i64 {
+fn admitted_cpu(pods: &[Pod], q: &str, in_flight: &HashSet<String>) -> i64 {
     pods.iter()
-        .map(|p| p.as_ref())
         .filter(|p| queue_of(p) == Some(q))
         .filter(|p| !gated(p) || (p.metadata.uid.as_ref()).is_some_and(|u| in_flight.contains(u)))
         .map(requests_cpu)

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::api::{ADMITTED_AT_ANNOTATION, CapacityQueue, DynamicWorkloadStatus};
+use crate::api::{CapacityQueue, DynamicWorkloadStatus};
 use crate::queue::admission::{Decisions, Eviction, EvictionReason, PodRef, PodState};
 use crate::queue::snapshot::Built;
 use crate::queue::status::Preemption;
@@ -75,13 +75,8 @@ pub struct Overdue {
 }
 
 /// When a pod was admitted: its `sluice.dev/admitted-at` annotation, else its creation.
-fn admitted_at(pod: &k8s_openapi::api::core::v1::Pod) -> i64 {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ADMITTED_AT_ANNOTATION))
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map(|t| t.as_millisecond())
+fn admitted_at(pod: &crate::queue::pod_cache::CachedPod) -> i64 {
+    pod.admitted_at
         .unwrap_or_else(|| crate::queue::snapshot::millis(pod.metadata.creation_timestamp.as_ref()))
 }
 
@@ -157,7 +152,6 @@ pub fn add_evictions(decisions: &mut Decisions, overdue: &[(usize, Vec<PodRef>)]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::integrations::Adapters;
     use crate::queue::snapshot::build;
 
     fn pod(
@@ -165,7 +159,7 @@ mod tests {
         gated: bool,
         phase: &str,
         admitted_at: &str,
-    ) -> Arc<k8s_openapi::api::core::v1::Pod> {
+    ) -> Arc<crate::queue::pod_cache::CachedPod> {
         let mut json = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ns", "uid": name,
@@ -207,14 +201,7 @@ mod tests {
             pod("b", false, "Pending", "2026-01-01T00:00:30Z"),
             pod("c", true, "Pending", "2026-01-01T00:00:00Z"),
         ];
-        let built = build(
-            &Adapters::default(),
-            &queues,
-            &[],
-            &pods,
-            &[],
-            &Default::default(),
-        );
+        let built = build(&queues, &[], &pods, &[], &Default::default());
         let rules = rules(&queues);
         assert_eq!(rules.get("q"), Some(&(60_000, Some(1))));
         // Before b's minute is up: nothing, and the next check is when it is.
@@ -246,14 +233,7 @@ mod tests {
             pod("a", false, "Running", "2026-01-01T00:00:00Z"),
             pod("b", false, "Pending", "2026-01-01T00:00:00Z"),
         ];
-        let built = build(
-            &Adapters::default(),
-            &queues,
-            &[],
-            &pods,
-            &[],
-            &Default::default(),
-        );
+        let built = build(&queues, &[], &pods, &[], &Default::default());
         let late = overdue(&built, &rules(&queues), at("2026-01-01T00:05:00Z"));
         assert_eq!(late.workloads.len(), 1);
         let victims = &late.workloads[0].1;
@@ -272,14 +252,7 @@ mod tests {
     fn running_pods_are_never_overdue_and_bad_timeouts_are_refused_by_field() {
         let queues = vec![queue("1s")];
         let pods = vec![pod("a", false, "Running", "2026-01-01T00:00:00Z")];
-        let built = build(
-            &Adapters::default(),
-            &queues,
-            &[],
-            &pods,
-            &[],
-            &Default::default(),
-        );
+        let built = build(&queues, &[], &pods, &[], &Default::default());
         let found = overdue(&built, &rules(&queues), at("2027-01-01T00:00:00Z"));
         assert_eq!(found, Overdue::default());
         for bad in ["soon", "0s", "-5m", "99999999999999999999d"] {

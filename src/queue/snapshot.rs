@@ -22,13 +22,14 @@ use crate::queue::admission::{
     CohortMembership, PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot,
     ReclaimPolicy, Snapshot, WithinQueue, WorkloadKey, WorkloadSnapshot,
 };
+use crate::queue::pod_cache::CachedPod;
 use crate::resources::{ResourceList, pod_requests};
 
 /// The snapshot plus what is needed to act on its decisions.
 pub struct Built {
     pub snapshot: Snapshot,
     /// Indexed like `snapshot.workloads`: the pods of each pod set, in snapshot order.
-    pub pods: Vec<Vec<Vec<Arc<Pod>>>>,
+    pub pods: Vec<Vec<Vec<Arc<CachedPod>>>>,
     /// Indexed like `snapshot.workloads`: the DynamicWorkload when it exists.
     pub workloads: Vec<Option<Arc<DynamicWorkload>>>,
     /// Problems with single objects (a bad quantity...), for logs and events; they never stop a pass.
@@ -43,13 +44,12 @@ pub fn millis(ts: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>)
 }
 
 /// The state of a governed pod for admission.
-pub fn pod_state(pod: &Pod, in_flight: &HashSet<String>) -> PodState {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded") | Some("Failed")) {
+pub fn pod_state(pod: &CachedPod, in_flight: &HashSet<String>) -> PodState {
+    if matches!(pod.phase(), Some("Succeeded") | Some("Failed")) {
         return PodState::Ended;
     }
     if is_gated(pod) {
-        if in_flight.contains(pod.uid().as_deref().unwrap_or_default()) {
+        if in_flight.contains(pod.metadata.uid.as_deref().unwrap_or_default()) {
             return PodState::Admitted;
         }
         // A gated pod on its way out will never run: it holds nothing and waits for nothing.
@@ -61,46 +61,9 @@ pub fn pod_state(pod: &Pod, in_flight: &HashSet<String>) -> PodState {
     PodState::Admitted
 }
 
-/// Drops what the controller never reads from a pod before it is cached: managed fields, volumes,
-/// and per container everything but its name, image, resources and restart policy (which decide its
-/// requests); container statuses and conditions. A pod as the API server sends it is several KB; the
-/// controller holds every governed pod, so this is most of its memory.
-pub fn trim_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.affinity = None;
-        spec.tolerations = None;
-        spec.topology_spread_constraints = None;
-        let trim = |c: &mut k8s_openapi::api::core::v1::Container| {
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.volume_devices = None;
-            c.command = None;
-            c.args = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-            c.lifecycle = None;
-            c.ports = None;
-            c.security_context = None;
-        };
-        spec.containers.iter_mut().for_each(trim);
-        spec.init_containers.iter_mut().flatten().for_each(trim);
-        spec.ephemeral_containers = None;
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-        status.conditions = None;
-    }
-}
-
 /// Whether an admitted pod is on its way out (it has a deletionTimestamp): it still holds its
 /// quota until it is gone or ended, but its room is already being freed.
-pub fn is_terminating(pod: &Pod, state: PodState) -> bool {
+pub fn is_terminating(pod: &CachedPod, state: PodState) -> bool {
     state == PodState::Admitted && pod.metadata.deletion_timestamp.is_some()
 }
 
@@ -143,7 +106,13 @@ pub fn cohort_membership(spec: &CapacityQueueSpec) -> Result<Option<CohortMember
     }))
 }
 
-pub fn is_gated(pod: &Pod) -> bool {
+/// Whether a cached pod is behind sluice's gate.
+pub fn is_gated(pod: &CachedPod) -> bool {
+    pod.admission_gate.is_some()
+}
+
+/// Whether a pod as the API server sends it is behind sluice's gate.
+pub fn pod_is_gated(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.scheduling_gates.as_ref())
@@ -183,11 +152,12 @@ struct Group {
 }
 
 /// A pod with what it says about itself.
-type FactfulPod = (Arc<Pod>, Arc<PodFacts>);
+type FactfulPod = (Arc<CachedPod>, Arc<PodFacts>);
 
 /// What a pass reads from a governed pod that changes only when the pod does: its workload,
-/// queue, pod set, size. Kept between passes by [`PodMemo`], so that a pass over thousands of
-/// unchanged pods neither asks the adapters nor parses quantities again.
+/// queue, pod set, size. Read once per pod version, when the pod is decoded into the cache
+/// ([`CachedPod`]), so that a pass over thousands of unchanged pods neither asks the adapters nor
+/// parses quantities again.
 #[derive(Debug)]
 pub struct PodFacts {
     pub key: WorkloadKey,
@@ -205,7 +175,7 @@ pub struct PodFacts {
 
 impl PodFacts {
     /// None when no adapter governs the pod or it has no spec.
-    fn of(adapters: &Adapters, pod: &Pod) -> Option<PodFacts> {
+    pub(crate) fn of(adapters: &Adapters, pod: &Pod) -> Option<PodFacts> {
         let spec = pod.spec.as_ref()?;
         let identity = adapters.identify(pod)?;
         let namespace = pod.namespace().unwrap_or_default();
@@ -231,68 +201,44 @@ impl PodFacts {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(AT_CREATION_ANNOTATION))
-                .filter(|_| !is_gated(pod))
+                .filter(|_| !pod_is_gated(pod))
                 .cloned(),
         })
     }
 }
 
-/// [`PodFacts`] by pod uid and resourceVersion, carried from one pass to the next. Only a pod whose
-/// resourceVersion changed is read again; pods gone are forgotten at each refresh.
+/// Each cached pod's [`PodFacts`], for a pass. The facts are read when a pod version is decoded
+/// into the cache (with the registry of every integration, whatever `adapters` a caller holds:
+/// identification does not depend on namespaces' defaults), so nothing is remembered here.
 #[derive(Default)]
-pub struct PodMemo {
-    entries: HashMap<String, (String, Option<Arc<PodFacts>>)>,
-}
+pub struct PodMemo;
 
 impl PodMemo {
     /// The facts of each of `pods`, in the same order (None: not governed).
     pub fn refresh(
         &mut self,
-        adapters: &Adapters,
-        pods: &[Arc<Pod>],
+        _adapters: &Adapters,
+        pods: &[Arc<CachedPod>],
     ) -> Vec<Option<Arc<PodFacts>>> {
-        let mut previous = std::mem::take(&mut self.entries);
-        self.entries.reserve(pods.len());
-        let mut facts = Vec::with_capacity(pods.len());
-        for pod in pods {
-            let (Some(uid), Some(version)) = (
-                pod.metadata.uid.as_ref(),
-                pod.metadata.resource_version.as_ref(),
-            ) else {
-                // Not from the API server (no identity to remember it by): read it every time.
-                facts.push(PodFacts::of(adapters, pod).map(Arc::new));
-                continue;
-            };
-            // The key moves from the last pass's map to this one's: no copy of the uid.
-            let (key, entry) = match previous.remove_entry(uid) {
-                Some((key, (seen, fact))) if seen == *version => (key, (seen, fact)),
-                known => (
-                    known.map(|(key, _)| key).unwrap_or_else(|| uid.clone()),
-                    (version.clone(), PodFacts::of(adapters, pod).map(Arc::new)),
-                ),
-            };
-            facts.push(entry.1.clone());
-            self.entries.insert(key, entry);
-        }
-        facts
+        facts_of(pods)
     }
+}
+
+/// The facts of each of `pods`, in the same order (None: not governed).
+pub fn facts_of(pods: &[Arc<CachedPod>]) -> Vec<Option<Arc<PodFacts>>> {
+    pods.iter().map(|pod| pod.facts.clone()).collect()
 }
 
 /// Builds the snapshot. Pods are grouped into workloads by the adapters; a workload's shape comes
 /// from its DynamicWorkload when there is one and from its pods otherwise.
 pub fn build(
-    adapters: &Adapters,
     queues: &[Arc<CapacityQueue>],
     workloads: &[Arc<DynamicWorkload>],
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
     in_flight: &HashSet<String>,
 ) -> Built {
-    // Nothing to remember between calls here: each pod read once, straight.
-    let facts: Vec<Option<Arc<PodFacts>>> = pods
-        .iter()
-        .map(|pod| PodFacts::of(adapters, pod).map(Arc::new))
-        .collect();
+    let facts = facts_of(pods);
     build_from_facts(queues, workloads, pods, &facts, namespaces, in_flight)
 }
 
@@ -300,7 +246,7 @@ pub fn build(
 pub fn build_from_facts(
     queues: &[Arc<CapacityQueue>],
     workloads: &[Arc<DynamicWorkload>],
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     facts: &[Option<Arc<PodFacts>>],
     namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
     in_flight: &HashSet<String>,
@@ -421,7 +367,10 @@ fn queue_snapshots(
 
 /// Groups the governed pods by workload, then pod set: each workload's queue (its first pod's),
 /// highest priority and earliest creation, each set's minimum (its pods' annotation) and pods.
-fn group_pods(pods: &[Arc<Pod>], facts: &[Option<Arc<PodFacts>>]) -> BTreeMap<WorkloadKey, Group> {
+fn group_pods(
+    pods: &[Arc<CachedPod>],
+    facts: &[Option<Arc<PodFacts>>],
+) -> BTreeMap<WorkloadKey, Group> {
     let mut groups: BTreeMap<WorkloadKey, Group> = BTreeMap::new();
     for (pod, fact) in pods.iter().zip(facts) {
         let Some(fact) = fact else {
@@ -493,7 +442,7 @@ fn add_workload(
 struct PodSets {
     snapshots: Vec<PodSetSnapshot>,
     /// The pod objects, indexed like `snapshots[s].pods`.
-    pods: Vec<Vec<Arc<Pod>>>,
+    pods: Vec<Vec<Arc<CachedPod>>>,
     /// Gated pods of an ended application, kept out.
     left_behind: u32,
 }
@@ -628,9 +577,9 @@ pub fn exhausted(dwl: Option<&DynamicWorkload>, limit: Option<i32>) -> bool {
 fn drop_gated_if(
     drop: bool,
     snaps: Vec<PodSnapshot>,
-    kept: Vec<Arc<Pod>>,
+    kept: Vec<Arc<CachedPod>>,
     dropped: &mut u32,
-) -> (Vec<PodSnapshot>, Vec<Arc<Pod>>) {
+) -> (Vec<PodSnapshot>, Vec<Arc<CachedPod>>) {
     if !drop {
         return (snaps, kept);
     }
@@ -650,7 +599,7 @@ fn snapshot_pods(
     pods: &[FactfulPod],
     in_flight: &HashSet<String>,
     problems: &mut Vec<String>,
-) -> (Vec<PodSnapshot>, Vec<Arc<Pod>>) {
+) -> (Vec<PodSnapshot>, Vec<Arc<CachedPod>>) {
     let mut snaps = Vec::with_capacity(pods.len());
     let mut kept = Vec::with_capacity(pods.len());
     for (pod, fact) in pods {
@@ -684,21 +633,26 @@ mod tests {
     use super::*;
     use crate::queue::admission::decide;
 
-    fn pod(name: &str, role: &str, gated: bool, phase: &str) -> Arc<Pod> {
+    fn pod(name: &str, role: &str, gated: bool, phase: &str) -> Arc<CachedPod> {
+        decoded(pod_json(name, role, gated, phase))
+    }
+
+    fn decoded(pod: serde_json::Value) -> Arc<CachedPod> {
+        Arc::new(serde_json::from_value(pod).expect("pod"))
+    }
+
+    fn pod_json(name: &str, role: &str, gated: bool, phase: &str) -> serde_json::Value {
         let gates = if gated {
             json!([{"name": ADMISSION_GATE}])
         } else {
             json!([])
         };
-        Arc::new(
-            serde_json::from_value(json!({
+        json!({
                 "metadata": {"name": name, "namespace": "ns", "uid": name, "creationTimestamp": "2026-11-23T00:00:00Z",
                     "labels": {"sluice.dev/queue": "q", "spark-app-selector": "spark-1", "spark-role": role, "sparkoperator.k8s.io/app-name": "etl"}},
                 "spec": {"schedulingGates": gates, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
                 "status": {"phase": phase},
-            }))
-            .expect("pod"),
-        )
+        })
     }
 
     fn workload(ended: Option<&str>) -> Arc<DynamicWorkload> {
@@ -734,14 +688,7 @@ mod tests {
             pod("driver", "driver", false, "Running"),
             pod("exec-1", "executor", true, "Pending"),
         ];
-        let running = build(
-            &Adapters::default(),
-            &[queue()],
-            &[workload(None)],
-            &pods,
-            &[],
-            &HashSet::new(),
-        );
+        let running = build(&[queue()], &[workload(None)], &pods, &[], &HashSet::new());
         let decisions = decide(&running.snapshot);
         assert_eq!(
             decisions.admit.len(),
@@ -755,7 +702,6 @@ mod tests {
         );
 
         let ended = build(
-            &Adapters::default(),
             &[queue()],
             &[workload(Some("Succeeded"))],
             &pods,
@@ -782,27 +728,17 @@ mod tests {
 
     #[test]
     fn a_recorded_workload_takes_its_pods_priority_when_higher() {
-        let mut driver = (*pod("driver", "driver", true, "Pending")).clone();
-        if let Some(spec) = driver.spec.as_mut() {
-            spec.priority = Some(100);
-        }
+        let mut driver = pod_json("driver", "driver", true, "Pending");
+        driver["spec"]["priority"] = json!(100);
         let built = build(
-            &Adapters::default(),
             &[queue()],
             &[workload(None)],
-            &[Arc::new(driver)],
+            &[decoded(driver)],
             &[],
             &HashSet::new(),
         );
         assert_eq!(built.snapshot.workloads[0].priority, 100);
-        let built = build(
-            &Adapters::default(),
-            &[queue()],
-            &[workload(None)],
-            &[],
-            &[],
-            &HashSet::new(),
-        );
+        let built = build(&[queue()], &[workload(None)], &[], &[], &HashSet::new());
         assert_eq!(
             built.snapshot.workloads[0].priority, 0,
             "no pods yet: the ledger's own"
@@ -873,16 +809,9 @@ mod tests {
     #[test]
     fn a_queue_snapshot_carries_its_preemption_policy_lower_priority_by_default() {
         let within = |queue: Arc<CapacityQueue>| {
-            build(
-                &Adapters::default(),
-                &[queue],
-                &[],
-                &[],
-                &[],
-                &HashSet::new(),
-            )
-            .snapshot
-            .queues[0]
+            build(&[queue], &[], &[], &[], &HashSet::new())
+                .snapshot
+                .queues[0]
                 .preemption
                 .within_queue
         };
@@ -903,25 +832,16 @@ mod tests {
 
     #[test]
     fn an_admitted_pod_being_deleted_still_counts_and_is_marked_terminating() {
-        let deleting = |pod: Arc<Pod>| {
-            let mut pod = (*pod).clone();
-            pod.metadata.deletion_timestamp =
-                Some(serde_json::from_value(json!("2026-11-23T00:01:00Z")).expect("time"));
-            Arc::new(pod)
+        let deleting = |mut pod: serde_json::Value| {
+            pod["metadata"]["deletionTimestamp"] = json!("2026-11-23T00:01:00Z");
+            decoded(pod)
         };
         let pods = vec![
             pod("driver", "driver", false, "Running"),
-            deleting(pod("exec-1", "executor", false, "Running")),
-            deleting(pod("exec-2", "executor", true, "Pending")),
+            deleting(pod_json("exec-1", "executor", false, "Running")),
+            deleting(pod_json("exec-2", "executor", true, "Pending")),
         ];
-        let built = build(
-            &Adapters::default(),
-            &[queue()],
-            &[workload(None)],
-            &pods,
-            &[],
-            &HashSet::new(),
-        );
+        let built = build(&[queue()], &[workload(None)], &pods, &[], &HashSet::new());
         let seen: Vec<(&str, PodState, bool)> = built.snapshot.workloads[0]
             .pod_sets
             .iter()
@@ -943,22 +863,13 @@ mod tests {
 
     #[test]
     fn no_workload_counts_above_its_queues_max_priority() {
-        let mut driver = (*pod("driver", "driver", false, "Running")).clone();
-        if let Some(spec) = driver.spec.as_mut() {
-            spec.priority = Some(1_000_000);
-        }
-        let pods = [Arc::new(driver)];
+        let mut driver = pod_json("driver", "driver", false, "Running");
+        driver["spec"]["priority"] = json!(1_000_000);
+        let pods = [decoded(driver)];
         let priority = |queue: Arc<CapacityQueue>| {
-            build(
-                &Adapters::default(),
-                &[queue],
-                &[workload(None)],
-                &pods,
-                &[],
-                &HashSet::new(),
-            )
-            .snapshot
-            .workloads[0]
+            build(&[queue], &[workload(None)], &pods, &[], &HashSet::new())
+                .snapshot
+                .workloads[0]
                 .priority
         };
         assert_eq!(priority(queue()), 1_000_000, "no cap");
@@ -971,18 +882,12 @@ mod tests {
         );
     }
 
-    fn versioned(pod: &Arc<Pod>, version: &str) -> Arc<Pod> {
-        let mut pod = (**pod).clone();
-        pod.metadata.resource_version = Some(version.into());
-        Arc::new(pod)
-    }
-
     #[test]
-    fn the_pod_memo_reads_a_pod_again_only_when_its_version_changes() {
+    fn each_pod_version_is_read_once_when_decoded() {
         let adapters = Adapters::default();
-        let mut memo = PodMemo::default();
-        let driver = versioned(&pod("d", "driver", false, "Running"), "1");
-        let executor = versioned(&pod("e", "executor", true, "Pending"), "1");
+        let mut memo = PodMemo;
+        let driver = pod("d", "driver", false, "Running");
+        let executor = pod("e", "executor", true, "Pending");
         let first = memo.refresh(&adapters, &[driver.clone(), executor.clone()]);
         let fact = |facts: &[Option<Arc<PodFacts>>], i: usize| facts[i].clone().expect("governed");
         assert_eq!(fact(&first, 1).pod_set, "executor");
@@ -990,29 +895,17 @@ mod tests {
             fact(&first, 1).requests.as_ref().map(|r| r.get("cpu")),
             Ok(1000)
         );
-
-        // Same versions: the very same facts, not read again.
+        // The same pods: the very same facts, not read again.
         let second = memo.refresh(&adapters, &[driver.clone(), executor.clone()]);
         assert!(Arc::ptr_eq(&fact(&first, 0), &fact(&second, 0)));
         assert!(Arc::ptr_eq(&fact(&first, 1), &fact(&second, 1)));
-
-        // A new version of a pod is read again; a pod gone is forgotten.
-        let mut bigger = (*versioned(&executor, "2")).clone();
-        if let Some(spec) = bigger.spec.as_mut() {
-            spec.containers[0].resources =
-                Some(serde_json::from_value(json!({"requests": {"cpu": "3"}})).expect("resources"));
-        }
-        let third = memo.refresh(&adapters, &[Arc::new(bigger)]);
-        assert!(!Arc::ptr_eq(&fact(&first, 1), &fact(&third, 0)));
+        // A new version of a pod is a new decode: read again.
+        let mut bigger = pod_json("e", "executor", true, "Pending");
+        bigger["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("3");
+        let third = memo.refresh(&adapters, &[decoded(bigger)]);
         assert_eq!(
             fact(&third, 0).requests.as_ref().map(|r| r.get("cpu")),
             Ok(3000)
-        );
-        assert_eq!(memo.entries.len(), 1);
-        let again = memo.refresh(&adapters, std::slice::from_ref(&driver));
-        assert!(
-            !Arc::ptr_eq(&fact(&first, 0), &fact(&again, 0)),
-            "forgotten, so read again"
         );
     }
 
@@ -1020,16 +913,14 @@ mod tests {
     fn a_snapshot_from_remembered_facts_is_the_snapshot_from_the_pods() {
         let adapters = Adapters::default();
         let pods = vec![
-            versioned(&pod("d", "driver", false, "Running"), "1"),
-            versioned(&pod("e1", "executor", true, "Pending"), "1"),
-            versioned(&pod("e2", "executor", false, "Succeeded"), "1"),
+            pod("d", "driver", false, "Running"),
+            pod("e1", "executor", true, "Pending"),
+            pod("e2", "executor", false, "Succeeded"),
         ];
         let queues = vec![queue()];
         let workloads = vec![workload(None)];
-        let fresh = build(&adapters, &queues, &workloads, &pods, &[], &HashSet::new());
-        let mut memo = PodMemo::default();
-        memo.refresh(&adapters, &pods);
-        let facts = memo.refresh(&adapters, &pods);
+        let fresh = build(&queues, &workloads, &pods, &[], &HashSet::new());
+        let facts = PodMemo.refresh(&adapters, &pods);
         let remembered = build_from_facts(&queues, &workloads, &pods, &facts, &[], &HashSet::new());
         assert_eq!(
             format!("{:?}", fresh.snapshot),
@@ -1043,52 +934,6 @@ mod tests {
                 .map(|s| s.pods.len())
                 .sum::<usize>(),
             3
-        );
-    }
-
-    #[test]
-    fn a_trimmed_pod_keeps_what_admission_reads() {
-        let full: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"sluice.dev/queue": "q"},
-                "annotations": {"sluice.dev/min-count": "2"}, "creationTimestamp": "2026-11-23T00:00:00Z",
-                "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
-            "spec": {
-                "priority": 7,
-                "schedulingGates": [{"name": ADMISSION_GATE}],
-                "overhead": {"cpu": "100m"},
-                "volumes": [{"name": "v", "emptyDir": {}}],
-                "initContainers": [
-                    {"name": "sidecar", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
-                    {"name": "init", "image": "i", "resources": {"requests": {"cpu": "3"}}, "env": [{"name": "A", "value": "b"}]},
-                ],
-                "containers": [{"name": "c", "image": "i", "command": ["run"], "env": [{"name": "A", "value": "b"}],
-                    "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
-            },
-            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
-        }))
-        .expect("pod");
-        let mut trimmed = full.clone();
-        trim_pod(&mut trimmed);
-        let requests = |p: &Pod| pod_requests(p.spec.as_ref().expect("spec")).expect("requests");
-        assert_eq!(requests(&trimmed), requests(&full));
-        assert_eq!(trimmed.metadata.labels, full.metadata.labels);
-        assert_eq!(trimmed.metadata.annotations, full.metadata.annotations);
-        assert_eq!(trimmed.spec.as_ref().and_then(|s| s.priority), Some(7));
-        assert!(is_gated(&trimmed));
-        assert_eq!(
-            pod_state(&trimmed, &HashSet::new()),
-            pod_state(&full, &HashSet::new())
-        );
-        assert!(trimmed.metadata.managed_fields.is_none());
-        assert!(
-            trimmed
-                .spec
-                .as_ref()
-                .is_some_and(|s| s.volumes.is_none() && s.containers[0].env.is_none())
-        );
-        assert!(
-            serde_json::to_vec(&trimmed).expect("json").len()
-                < serde_json::to_vec(&full).expect("json").len()
         );
     }
 }

@@ -5,20 +5,19 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
-
 use crate::api::{
     ApplicationEnd, CapacityQueueStatus, Condition, ConditionStatus, DynamicWorkloadStatus,
     PodSetStatus, WorkloadPhase,
 };
 use crate::queue::admission::{PodState, QueueTally, WorkloadSnapshot, WorkloadTally};
+use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::Built;
 
 /// What a pass knows of one workload, as its status needs it.
 pub struct WorkloadView<'a> {
     pub workload: &'a WorkloadSnapshot,
     /// The pod objects, indexed like `workload.pod_sets[s].pods` (their phases are read).
-    pub pods: &'a [Vec<Arc<Pod>>],
+    pub pods: &'a [Vec<Arc<CachedPod>>],
     /// What the application object said of its end (`spec.applicationEnded`).
     pub ended: Option<ApplicationEnd>,
     /// Gated pods of an ended application, kept out of the pass.
@@ -463,8 +462,8 @@ pub fn queue_status(
 mod tests {
     use super::*;
     use crate::queue::admission::{PodSetSnapshot, PodSnapshot, WaitReason, WorkloadKey};
+    use crate::queue::pod_cache::CachedPodStatus;
     use crate::resources::ResourceList;
-    use k8s_openapi::api::core::v1::PodStatus;
 
     const NOW: &str = "2026-01-01T00:00:00Z";
     const LATER: &str = "2026-01-01T00:01:00Z";
@@ -478,7 +477,7 @@ mod tests {
     /// A workload of one pod set `exec` whose pods are in `states`, their objects in `phases`.
     struct Fixture {
         workload: WorkloadSnapshot,
-        pods: Vec<Vec<Arc<Pod>>>,
+        pods: Vec<Vec<Arc<CachedPod>>>,
     }
 
     fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
@@ -513,12 +512,11 @@ mod tests {
         let objects = pods
             .iter()
             .map(|(_, phase)| {
-                Arc::new(Pod {
-                    status: Some(PodStatus {
-                        phase: phase.map(str::to_string),
-                        ..PodStatus::default()
+                Arc::new(CachedPod {
+                    status: Some(CachedPodStatus {
+                        phase: phase.map(|p| p.to_string().into()),
                     }),
-                    ..Pod::default()
+                    ..CachedPod::default()
                 })
             })
             .collect();

@@ -1,31 +1,47 @@
 //! The controller's pass at scale, in one process: holds N realistic governed pods (Spark executor
 //! shape as the API server returns them, managedFields and status included) in W workloads over 8
-//! CapacityQueues, builds the admission snapshot from them (`queue::snapshot::build`, as each pass
-//! does) and runs the admission function (`queue::admission::decide`). Prints the time of each step
-//! and the peak resident memory (VmHWM) as one JSON line.
+//! CapacityQueues, as the controller's pod cache holds them, then runs the pass on them as the
+//! controller does (each pod's facts, `queue::snapshot::build_from_facts`,
+//! `queue::admission::decide`). Prints the time of each step and the peak resident memory (VmHWM)
+//! as one JSON line.
 //!
 //!   cargo run --release -p sluice-tools --bin admission_scale -- --workloads 10000 --pods 100000
 //!   /usr/bin/time -v target/release/admission_scale --workloads 10000 --pods 100000
 //!
-//! `--strip-managed-fields` drops metadata.managedFields from every pod before holding it;
-//! `--trim-pods` trims each pod as the controller's pod cache does (`queue::snapshot::trim_pod`).
+//! `--hold cached` (the default) is the controller's figure: each pod's JSON decoded straight into
+//! `queue::pod_cache::CachedPod` (what the pod watch decodes) and kept in a kube-runtime reflector
+//! store, as the controller's pod reflector keeps it; each pass reads the store's state and the
+//! pods' facts as `Controller::pass` does. The other modes hold `k8s_openapi` Pods for comparison
+//! (memory only, no pass): `listed` as the API server sends them, `stripped` without managedFields,
+//! `trimmed-before` trimmed as the controller's cache trimmed them before `CachedPod` (the function
+//! is copied here as it was).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector;
+use kube::runtime::watcher;
 use serde_json::json;
 use sluice::api::{CapacityQueue, DynamicWorkload};
 use sluice::integrations::Adapters;
+use sluice::queue::pod_cache::CachedPod;
 use sluice::queue::{admission, snapshot};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Cached,
+    Listed,
+    Stripped,
+    TrimmedBefore,
+}
 
 struct Args {
     workloads: usize,
     pods: usize,
     passes: usize,
-    strip_managed_fields: bool,
-    trim_pods: bool,
+    hold: Hold,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -33,8 +49,7 @@ fn parse_args() -> Result<Args, String> {
         workloads: 10_000,
         pods: 100_000,
         passes: 5,
-        strip_managed_fields: false,
-        trim_pods: false,
+        hold: Hold::Cached,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -45,11 +60,22 @@ fn parse_args() -> Result<Args, String> {
             }
             "--pods" => args.pods = value()?.parse().map_err(|e| format!("--pods: {e}"))?,
             "--passes" => args.passes = value()?.parse().map_err(|e| format!("--passes: {e}"))?,
-            "--strip-managed-fields" => args.strip_managed_fields = true,
-            "--trim-pods" => args.trim_pods = true,
+            "--hold" => {
+                args.hold = match value()?.as_str() {
+                    "cached" => Hold::Cached,
+                    "listed" => Hold::Listed,
+                    "stripped" => Hold::Stripped,
+                    "trimmed-before" => Hold::TrimmedBefore,
+                    other => {
+                        return Err(format!(
+                            "--hold: {other:?} is not cached, listed, stripped or trimmed-before"
+                        ));
+                    }
+                }
+            }
             "-h" | "--help" => {
                 println!(
-                    "admission_scale [--workloads W] [--pods N] [--passes P] [--strip-managed-fields] [--trim-pods]"
+                    "admission_scale [--workloads W] [--pods N] [--passes P] [--hold cached|listed|stripped|trimmed-before]"
                 );
                 std::process::exit(0);
             }
@@ -142,71 +168,159 @@ fn memory_kib() -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// How the controller's pod cache trimmed a decoded `Pod` before `CachedPod` (sluice 8ac1203's
+/// `queue::snapshot::trim_pod`), kept here only to measure against.
+fn trim_before(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        spec.topology_spread_constraints = None;
+        let trim = |c: &mut k8s_openapi::api::core::v1::Container| {
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.command = None;
+            c.args = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+            c.ports = None;
+            c.security_context = None;
+        };
+        spec.containers.iter_mut().for_each(trim);
+        spec.init_containers.iter_mut().flatten().for_each(trim);
+        spec.ephemeral_containers = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.conditions = None;
+    }
+}
+
+/// What a run measured of its pass.
+#[derive(Default)]
+struct PassFigures {
+    build_ms: f64,
+    decide_ms: f64,
+    admitted: usize,
+    workloads: usize,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `passes` passes over the cached pods, as `Controller::pass` reads them: the store's state, each
+/// pod's facts, the snapshot, the decision.
+fn passes(
+    store: &reflector::Store<CachedPod>,
+    queues: &[Arc<CapacityQueue>],
+    passes: usize,
+) -> PassFigures {
+    let adapters = Adapters::default();
+    let workloads: Vec<Arc<DynamicWorkload>> = Vec::new();
+    let in_flight = HashSet::new();
+    let mut memo = snapshot::PodMemo;
+    let (mut build_ms, mut decide_ms) = (Vec::new(), Vec::new());
+    let mut figures = PassFigures::default();
+    for _ in 0..passes {
+        let t = Instant::now();
+        let pods = store.state();
+        let facts = memo.refresh(&adapters, &pods);
+        let built = snapshot::build_from_facts(queues, &workloads, &pods, &facts, &[], &in_flight);
+        build_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let decisions = admission::decide(&built.snapshot);
+        decide_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        figures.admitted = decisions.admit.len();
+        figures.workloads = built.snapshot.workloads.len();
+    }
+    figures.build_ms = median(&mut build_ms);
+    figures.decide_ms = median(&mut decide_ms);
+    figures
+}
+
 fn main() -> Result<(), String> {
     let args = parse_args()?;
     let per_workload = args.pods / args.workloads;
     let (_, rss_start) = memory_kib();
 
     let started = Instant::now();
-    let mut pods: Vec<Arc<Pod>> = Vec::with_capacity(args.pods);
+    // The controller's cache: a reflector store fed by the watch's events.
+    let (store, mut writer) = reflector::store::<CachedPod>();
+    // The comparison modes' k8s Pods.
+    let mut full: Vec<Arc<Pod>> = Vec::new();
     let mut json_bytes = 0usize;
+    let mut held = 0usize;
+    if args.hold == Hold::Cached {
+        writer.apply_watcher_event(&watcher::Event::Init);
+    }
     for w in 0..args.workloads {
         let running = w % 3 == 0;
         for p in 0..per_workload {
             let value = pod(w, p, running && p < per_workload / 2, (w * 7 + p) as u64);
-            json_bytes += value.to_string().len();
-            let mut pod: Pod =
-                serde_json::from_value(value).map_err(|e| format!("decoding pod: {e}"))?;
-            if args.trim_pods {
-                // What the controller's pod cache does to every pod it holds.
-                sluice::queue::snapshot::trim_pod(&mut pod);
-            } else if args.strip_managed_fields {
-                pod.metadata.managed_fields = None;
+            // The bytes of a list page or watch event, as the client reads them.
+            let bytes = serde_json::to_vec(&value).map_err(|e| format!("encoding pod: {e}"))?;
+            drop(value);
+            json_bytes += bytes.len();
+            held += 1;
+            if args.hold == Hold::Cached {
+                let pod: CachedPod =
+                    serde_json::from_slice(&bytes).map_err(|e| format!("decoding pod: {e}"))?;
+                writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+                continue;
             }
-            pods.push(Arc::new(pod));
+            let mut pod: Pod =
+                serde_json::from_slice(&bytes).map_err(|e| format!("decoding pod: {e}"))?;
+            match args.hold {
+                Hold::Stripped => pod.metadata.managed_fields = None,
+                Hold::TrimmedBefore => trim_before(&mut pod),
+                Hold::Listed | Hold::Cached => {}
+            }
+            full.push(Arc::new(pod));
         }
+    }
+    if args.hold == Hold::Cached {
+        writer.apply_watcher_event(&watcher::Event::InitDone);
     }
     let load_s = started.elapsed().as_secs_f64();
     let queues: Vec<Arc<CapacityQueue>> = (0..8)
         .map(|q| serde_json::from_value(queue(q)).map(Arc::new))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("decoding queue: {e}"))?;
-    let workloads: Vec<Arc<DynamicWorkload>> = Vec::new();
     let (_, rss_held) = memory_kib();
 
-    let adapters = Adapters::default();
-    let in_flight = HashSet::new();
-    let mut build_ms = Vec::new();
-    let mut decide_ms = Vec::new();
-    let mut admitted = 0;
-    let mut snapshot_workloads = 0;
-    for _ in 0..args.passes {
-        let t = Instant::now();
-        let built = snapshot::build(&adapters, &queues, &workloads, &pods, &[], &in_flight);
-        build_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
-        let decisions = admission::decide(&built.snapshot);
-        decide_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        admitted = decisions.admit.len();
-        snapshot_workloads = built.snapshot.workloads.len();
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+    let figures = if args.hold == Hold::Cached {
+        passes(&store, &queues, args.passes)
+    } else {
+        PassFigures::default()
     };
     let (peak, rss_end) = memory_kib();
+    let hold = match args.hold {
+        Hold::Cached => "cached",
+        Hold::Listed => "listed",
+        Hold::Stripped => "stripped",
+        Hold::TrimmedBefore => "trimmed-before",
+    };
     println!(
         "{}",
         json!({
-            "workloads": snapshot_workloads,
-            "pods": pods.len(),
-            "pod_json_bytes_avg": json_bytes / pods.len().max(1),
-            "strip_managed_fields": args.strip_managed_fields,
-            "trim_pods": args.trim_pods,
+            "hold": hold,
+            "workloads": figures.workloads,
+            "pods": held,
+            "pods_in_store": store.state().len() + full.len(),
+            "pod_json_bytes_avg": json_bytes / held.max(1),
             "load_s": load_s,
-            "snapshot_build_ms_median": median(&mut build_ms),
-            "decide_ms_median": median(&mut decide_ms),
-            "admitted": admitted,
+            "snapshot_build_ms_median": (args.hold == Hold::Cached).then_some(figures.build_ms),
+            "decide_ms_median": (args.hold == Hold::Cached).then_some(figures.decide_ms),
+            "admitted": figures.admitted,
             "rss_start_mib": rss_start / 1024,
             "rss_holding_pods_mib": rss_held / 1024,
             "rss_end_mib": rss_end / 1024,

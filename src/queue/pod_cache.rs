@@ -1,0 +1,474 @@
+//! The controller's pod cache: [`CachedPod`], a governed pod as the admission pass reads it, decoded
+//! straight from the API server's JSON (list and watch) without ever building the full `Pod`.
+//!
+//! A pod as the API server sends it is several KB (managed fields, environment, volumes, statuses);
+//! the controller holds every governed pod, so what it keeps of each is most of its memory. Only
+//! the fields sluice reads are decoded (serde skips the others without allocating them); what the
+//! pass derives from a pod version ([`PodFacts`]: its workload, queue, pod set, requests) is read
+//! once, here, and the labels it was read from are not kept. Annotations are read only under
+//! `sluice.dev/` (every annotation an integration reads is there): a pod's other annotations,
+//! however large, are skipped while decoding.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSchedulingGate, PodSpec, PodStatus, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION};
+use crate::integrations::Adapters;
+use crate::queue::snapshot::PodFacts;
+
+/// The registry every pod's identity is read with: identification is a pure function of the pod
+/// and the fixed list of integrations (a namespace's default queue plays no part in it).
+static ADAPTERS: LazyLock<Adapters> = LazyLock::new(Adapters::default);
+
+/// The prefix of every annotation sluice reads from a pod.
+const SLUICE_ANNOTATIONS: &str = "sluice.dev/";
+
+/// A governed pod as the controller caches it.
+#[derive(Clone, Debug, Default)]
+pub struct CachedPod {
+    /// name, namespace, uid, resourceVersion, creationTimestamp and deletionTimestamp only.
+    pub metadata: ObjectMeta,
+    /// The phase (as `Pod.status.phase`), when the pod has a status.
+    pub status: Option<CachedPodStatus>,
+    /// Where sluice's gate is among `spec.schedulingGates` (None: not gated by sluice).
+    pub admission_gate: Option<u32>,
+    /// Whether the pod has `metadata.annotations` at all (the ungate patch adds to them or
+    /// creates them).
+    pub has_annotations: bool,
+    /// `sluice.dev/admitted-at`, in milliseconds since the epoch (None: absent or unreadable).
+    pub admitted_at: Option<i64>,
+    /// What the pass reads from this pod version; None when no integration governs it or it has
+    /// no spec.
+    pub facts: Option<Arc<PodFacts>>,
+}
+
+/// A cached pod's status: its phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CachedPodStatus {
+    /// The known phases are shared, not allocated per pod.
+    pub phase: Option<Cow<'static, str>>,
+}
+
+impl CachedPod {
+    /// The cached form of a pod (the same as decoding it from JSON).
+    pub fn from_pod(pod: Pod) -> CachedPod {
+        let facts = PodFacts::of(&ADAPTERS, &pod).map(Arc::new);
+        let admission_gate = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .and_then(|gates| gates.iter().position(|g| g.name == ADMISSION_GATE))
+            .and_then(|i| u32::try_from(i).ok());
+        let meta = pod.metadata;
+        let admitted_at = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ADMITTED_AT_ANNOTATION))
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_millisecond());
+        CachedPod {
+            metadata: ObjectMeta {
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                creation_timestamp: meta.creation_timestamp,
+                deletion_timestamp: meta.deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+            status: pod.status.map(|s| CachedPodStatus {
+                phase: s.phase.map(shared_phase),
+            }),
+            admission_gate,
+            has_annotations: meta.annotations.is_some(),
+            admitted_at,
+            facts,
+        }
+    }
+
+    /// The pod's phase, if it has one.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+}
+
+impl From<Pod> for CachedPod {
+    fn from(pod: Pod) -> CachedPod {
+        CachedPod::from_pod(pod)
+    }
+}
+
+fn shared_phase(phase: String) -> Cow<'static, str> {
+    match phase.as_str() {
+        "Pending" => Cow::Borrowed("Pending"),
+        "Running" => Cow::Borrowed("Running"),
+        "Succeeded" => Cow::Borrowed("Succeeded"),
+        "Failed" => Cow::Borrowed("Failed"),
+        "Unknown" => Cow::Borrowed("Unknown"),
+        _ => Cow::Owned(phase),
+    }
+}
+
+impl k8s_openapi::Resource for CachedPod {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::Metadata for CachedPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = WirePod::deserialize(deserializer)?;
+        Ok(CachedPod::from_pod(wire.into_pod()))
+    }
+}
+
+/// The fields of a pod that sluice reads, as the API server sends them; every other field is
+/// skipped by serde without being built.
+#[derive(Deserialize)]
+struct WirePod {
+    #[serde(default)]
+    metadata: WireMeta,
+    spec: Option<WireSpec>,
+    status: Option<WireStatus>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "sluice_annotations")]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireSpec {
+    containers: Option<Vec<WireContainer>>,
+    init_containers: Option<Vec<WireContainer>>,
+    overhead: Option<BTreeMap<String, Quantity>>,
+    resources: Option<ResourceRequirements>,
+    priority: Option<i32>,
+    scheduling_gates: Option<Vec<PodSchedulingGate>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireContainer {
+    name: Option<String>,
+    resources: Option<ResourceRequirements>,
+    restart_policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireStatus {
+    phase: Option<String>,
+}
+
+impl WireContainer {
+    fn into_container(self) -> Container {
+        Container {
+            name: self.name.unwrap_or_default(),
+            resources: self.resources,
+            restart_policy: self.restart_policy,
+            ..Container::default()
+        }
+    }
+}
+
+impl WirePod {
+    /// A `Pod` holding only the decoded fields: what [`PodFacts`] and [`CachedPod::from_pod`] read.
+    fn into_pod(self) -> Pod {
+        let meta = self.metadata;
+        Pod {
+            metadata: ObjectMeta {
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                creation_timestamp: meta.creation_timestamp,
+                deletion_timestamp: meta.deletion_timestamp,
+                labels: meta.labels,
+                annotations: meta.annotations,
+                ..ObjectMeta::default()
+            },
+            spec: self.spec.map(|s| PodSpec {
+                containers: s
+                    .containers
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(WireContainer::into_container)
+                    .collect(),
+                init_containers: s
+                    .init_containers
+                    .map(|cs| cs.into_iter().map(WireContainer::into_container).collect()),
+                overhead: s.overhead,
+                resources: s.resources,
+                priority: s.priority,
+                scheduling_gates: s.scheduling_gates,
+                ..PodSpec::default()
+            }),
+            status: self.status.map(|s| PodStatus {
+                phase: s.phase,
+                ..PodStatus::default()
+            }),
+        }
+    }
+}
+
+/// `metadata.annotations`, keeping only sluice's (`sluice.dev/...`): the others are skipped
+/// unread. Some (perhaps empty) when the pod has annotations, None when it has none (or null).
+fn sluice_annotations<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Annotations;
+    impl<'v> Visitor<'v> for Annotations {
+        type Value = Option<BTreeMap<String, String>>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of annotations or null")
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'v>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+
+        fn visit_map<A: MapAccess<'v>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(key) = map.next_key::<SluiceKey>()? {
+                match key.0 {
+                    Some(key) => {
+                        let value: String = map.next_value()?;
+                        kept.insert(key, value);
+                    }
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Some(kept))
+        }
+    }
+    deserializer.deserialize_option(Annotations)
+}
+
+/// An annotation's key: Some when it is sluice's, None (never allocated) otherwise.
+struct SluiceKey(Option<String>);
+
+impl<'de> Deserialize<'de> for SluiceKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Key;
+        impl Visitor<'_> for Key {
+            type Value = SluiceKey;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an annotation key")
+            }
+
+            fn visit_str<E>(self, key: &str) -> Result<SluiceKey, E> {
+                Ok(SluiceKey(
+                    key.starts_with(SLUICE_ANNOTATIONS).then(|| key.to_string()),
+                ))
+            }
+        }
+        deserializer.deserialize_str(Key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{AT_CREATION_ANNOTATION, MIN_COUNT_ANNOTATION};
+    use crate::queue::admission::PodState;
+    use crate::queue::snapshot::{is_gated, pod_state};
+    use crate::resources::pod_requests;
+
+    /// A realistic pod with everything sluice reads and much it does not.
+    fn full_pod() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "42",
+                "labels": {"sluice.dev/queue": "q", "sluice.dev/workload": "w", "app": "x"},
+                "annotations": {MIN_COUNT_ANNOTATION: "2", AT_CREATION_ANNOTATION: "t-1",
+                    ADMITTED_AT_ANNOTATION: "2026-11-23T00:00:05Z", "other.io/big": "y".repeat(10_000)},
+                "creationTimestamp": "2026-11-23T00:00:00Z",
+                "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {}}}],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "d", "uid": "d"}]},
+            "spec": {
+                "priority": 7,
+                "schedulingGates": [{"name": "other.io/gate"}, {"name": ADMISSION_GATE}],
+                "overhead": {"cpu": "100m"},
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "initContainers": [
+                    {"name": "sidecar", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                    {"name": "init", "image": "i", "resources": {"requests": {"cpu": "3"}}, "env": [{"name": "A", "value": "b"}]},
+                ],
+                "containers": [{"name": "c", "image": "i", "command": ["run"], "env": [{"name": "A", "value": "b"}],
+                    "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+                    "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+            },
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+        })
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_what_admission_reads() {
+        let full: Pod = serde_json::from_value(full_pod()).expect("pod");
+        let cached: CachedPod = serde_json::from_value(full_pod()).expect("cached pod");
+        let facts = cached.facts.as_deref().expect("governed");
+        let expected = PodFacts::of(&Adapters::default(), &full).expect("governed");
+        assert_eq!(format!("{facts:?}"), format!("{expected:?}"));
+        assert_eq!(
+            facts.requests.as_ref().ok(),
+            Some(&pod_requests(full.spec.as_ref().expect("spec")).expect("requests"))
+        );
+        assert_eq!(facts.requests.as_ref().map(|r| r.get("cpu")), Ok(4100)); // max(2 + sidecar 1, sidecar 1 + init 3) + overhead 0.1
+        assert_eq!(
+            facts.requests.as_ref().map(|r| r.get("nvidia.com/gpu")),
+            Ok(1000),
+            "a request defaulted from a limit"
+        );
+        assert_eq!((facts.priority, facts.min_count), (7, Some(2)));
+        assert_eq!(facts.queue, "q");
+        assert_eq!(cached.admission_gate, Some(1));
+        assert!(is_gated(&cached));
+        assert!(cached.has_annotations);
+        let at = "2026-11-23T00:00:05Z"
+            .parse::<jiff::Timestamp>()
+            .expect("time");
+        assert_eq!(cached.admitted_at, Some(at.as_millisecond()));
+        assert_eq!(cached.phase(), Some("Pending"));
+        assert_eq!(pod_state(&cached, &HashSet::new()), PodState::Gated);
+        assert_eq!(cached.metadata.name.as_deref(), Some("p"));
+        assert_eq!(cached.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(cached.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(cached.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(
+            cached.metadata.creation_timestamp,
+            full.metadata.creation_timestamp
+        );
+        // Nothing else is kept.
+        assert!(cached.metadata.labels.is_none() && cached.metadata.annotations.is_none());
+        assert!(cached.metadata.managed_fields.is_none());
+        assert!(cached.metadata.owner_references.is_none());
+    }
+
+    #[test]
+    fn a_cached_pod_is_the_same_decoded_or_converted() {
+        let full: Pod = serde_json::from_value(full_pod()).expect("pod");
+        let decoded: CachedPod = serde_json::from_value(full_pod()).expect("cached pod");
+        let converted = CachedPod::from_pod(full);
+        assert_eq!(format!("{decoded:?}"), format!("{converted:?}"));
+    }
+
+    #[test]
+    fn annotations_other_than_sluices_are_skipped_but_their_presence_is_kept() {
+        let decode = |annotations: serde_json::Value| -> CachedPod {
+            let mut pod = full_pod();
+            pod["metadata"]["annotations"] = annotations;
+            serde_json::from_value(pod).expect("cached pod")
+        };
+        assert!(decode(json!({"a": "b"})).has_annotations);
+        assert!(!decode(json!(null)).has_annotations);
+        let wire: WireMeta = serde_json::from_value(
+            json!({"annotations": {"a": "b", "sluice.dev/x": "1", "c": {"not": "a string"}}}),
+        )
+        .expect("meta");
+        assert_eq!(
+            wire.annotations,
+            Some(BTreeMap::from([(
+                "sluice.dev/x".to_string(),
+                "1".to_string()
+            )]))
+        );
+        let none: WireMeta = serde_json::from_value(json!({})).expect("meta");
+        assert_eq!(none.annotations, None);
+    }
+
+    #[test]
+    fn hostile_pods_are_decoded_or_refused_never_a_panic() {
+        // A huge label, many labels, a huge annotation: decoded, only the facts kept.
+        let mut pod = full_pod();
+        pod["metadata"]["labels"]["big"] = json!("z".repeat(1 << 20));
+        for i in 0..10_000 {
+            pod["metadata"]["labels"][format!("l{i}")] = json!("v");
+        }
+        let cached: CachedPod = serde_json::from_value(pod).expect("decoded");
+        assert_eq!(cached.facts.as_ref().map(|f| f.queue.as_str()), Some("q"));
+        // A quantity sluice cannot read: kept, its facts say so (the pass leaves it out).
+        let mut pod = full_pod();
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("lots");
+        let cached: CachedPod = serde_json::from_value(pod).expect("decoded");
+        let facts = cached.facts.expect("governed");
+        assert!(facts.requests.is_err(), "{:?}", facts.requests);
+        // An unreadable admitted-at reads as none; an unknown phase is kept as it is.
+        let mut pod = full_pod();
+        pod["metadata"]["annotations"][ADMITTED_AT_ANNOTATION] = json!("yesterday");
+        pod["status"]["phase"] = json!("Weird");
+        let cached: CachedPod = serde_json::from_value(pod).expect("decoded");
+        assert_eq!((cached.admitted_at, cached.phase()), (None, Some("Weird")));
+        // Wrong types are refused with the field, as for a Pod.
+        for (path, value) in [
+            ("spec", json!({"priority": "high"})),
+            ("metadata", json!([])),
+        ] {
+            let mut pod = full_pod();
+            pod[path] = value;
+            assert!(serde_json::from_value::<CachedPod>(pod).is_err(), "{path}");
+        }
+        // No spec: not governed; no metadata at all: nothing to identify.
+        let bare: CachedPod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}})).expect("decoded");
+        assert!(bare.facts.is_none() && bare.admission_gate.is_none());
+    }
+
+    #[test]
+    fn a_pod_no_integration_governs_has_no_facts() {
+        let mut pod = full_pod();
+        pod["metadata"]["labels"] = json!({"app": "x"});
+        let cached: CachedPod = serde_json::from_value(pod).expect("decoded");
+        assert!(cached.facts.is_none());
+    }
+}
