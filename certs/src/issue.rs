@@ -113,7 +113,9 @@ pub fn generate(settings: &CertSettings) -> Result<ServingCerts, CertError> {
     generate_at(settings, Timestamp::now())
 }
 
-pub(crate) fn generate_at(
+/// [`generate`] as of `now`: certificates made in the past are aged ones (an end-to-end test of
+/// the CA rotation starts from a CA in the last third of its life).
+pub fn generate_at(
     settings: &CertSettings,
     now: Timestamp,
 ) -> Result<ServingCerts, CertError> {

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub use inspect::{CertificateInfo, Renewal, inspect_certificate, renewal_due};
-pub use issue::{CA_COMMON_NAME, CA_VALIDITY, generate, issue_serving, rotate_ca};
+pub use issue::{CA_COMMON_NAME, CA_VALIDITY, generate, generate_at, issue_serving, rotate_ca};
 pub use reload::{CertReloader, PublishedBundles};
 pub use rotation::{
     DEFAULT_ROTATION_OVERLAP, Phase, Published, RotationSettings, RotationState, Step, next_step,
@@ -32,7 +32,7 @@ pub use rotation::{
 };
 pub use store::{
     CA_CERT_KEY, CA_KEY_KEY, NEXT_CA_KEY_KEY, TLS_CERT_KEY, TLS_KEY_KEY, load_or_advance,
-    load_or_create,
+    load_or_create, write_into_secret,
 };
 pub use tls::{
     ClientAuth, axum_rustls_config, axum_rustls_config_with, rustls_server_config,

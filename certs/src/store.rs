@@ -64,7 +64,8 @@ pub(crate) fn certs_from_secret(
 }
 
 /// Writes `certs` into `secret`, keeping whatever else is on it (labels, owners, other keys).
-pub(crate) fn write_into_secret(
+/// Writes `certs` into `secret` as sluice keeps them (also what a test uses to plant aged ones).
+pub fn write_into_secret(
     secret: &mut Secret,
     certs: &ServingCerts,
     settings: &CertSettings,
