@@ -115,6 +115,45 @@ async fn a_scavenger_job_whose_container_exits_3_fails_for_good() {
     env.cleanup().await;
 }
 
+/// A program that exits 1 at once on SIGTERM: when its pod is deleted, the Job fails by its
+/// podFailurePolicy (exit code not 0) and the Job controller removes the pod, possibly before a
+/// pass of sluice looks. The deletion came first, and sluice's pod watch saw it: an interruption.
+#[tokio::test]
+async fn a_pod_deleted_while_it_runs_interrupts_even_if_it_exits_1_on_sigterm() {
+    let Some(env) = TestEnv::new_or_skip("real-sj-sigterm").await else {
+        return;
+    };
+    real_node_name(&env).await;
+    sluice_running(&env).await;
+    let script = "trap 'echo stopping; exit 1' TERM; echo working; while true; do sleep 0.2; done";
+    create(&env, "impatient", spec(script)).await;
+    let first = run_pod(&env, "impatient", 1).await.name_any();
+    wait_for("the first run to work", RUN_TIMEOUT, || async {
+        log(&env, &first).await.contains("working").then_some(())
+    })
+    .await;
+    env.pods()
+        .delete(&first, &DeleteParams::default())
+        .await
+        .expect("delete the pod");
+    let s = wait_status(&env, "impatient", "interrupted, or failed", |s| {
+        s.interrupted_count >= 1 || s.phase == ScavengerPhase::Failed
+    })
+    .await;
+    assert_ne!(
+        s.phase,
+        ScavengerPhase::Failed,
+        "a deletion is not a failure: {s:?}"
+    );
+    let s = wait_status(&env, "impatient", "running again", |s| {
+        s.running_timestamps.len() == 2
+    })
+    .await;
+    assert_eq!(s.interrupted_count, 1, "{s:?}");
+    eprintln!("{} interruption(s); {}", s.interrupted_count, s.message);
+    env.cleanup().await;
+}
+
 /// manifests/samples/scavengerjob.yaml's counter, shorter: to 40, five steps a second.
 const COUNTER: &str = r#"n=$(cat /data/count 2>/dev/null || echo 0)
 echo "run $SCAVENGER_RUN (interrupted $SCAVENGER_INTERRUPTED_COUNT times) resumes at $n"
