@@ -151,7 +151,9 @@ async fn a_ca_rotation_refuses_no_creation_and_ends_with_the_new_ca_alone() {
     let Some(mut env) = TestEnv::new_or_skip("ca-rotation").await else {
         return;
     };
-    let queue = env.queue("q", json!({"cpu": "1000"}), "BestEffortFIFO").await;
+    let queue = env
+        .queue("q", json!({"cpu": "1000"}), "BestEffortFIFO")
+        .await;
     let client = env.client.clone();
 
     stop_sluice();
@@ -166,12 +168,8 @@ async fn a_ca_rotation_refuses_no_creation_and_ends_with_the_new_ca_alone() {
     let record = Arc::new(Mutex::new(Record::default()));
     let done = tokio_util::sync::CancellationToken::new();
     let creator = {
-        let (record, done, pods, secrets) = (
-            record.clone(),
-            done.clone(),
-            env.pods(),
-            secrets.clone(),
-        );
+        let (record, done, pods, secrets) =
+            (record.clone(), done.clone(), env.pods(), secrets.clone());
         let (queue, aged_ca) = (queue.clone(), aged.ca_pem.clone());
         tokio::spawn(async move {
             let mut n = 0;
@@ -210,10 +208,7 @@ async fn a_ca_rotation_refuses_no_creation_and_ends_with_the_new_ca_alone() {
             (stage(&secret, &aged_ca) == Stage::Steady).then_some(())?;
             let ca = text(&secret, sluice_certs::CA_CERT_KEY)?;
             let bundles = published_bundles(&client).await;
-            bundles
-                .iter()
-                .all(|b| b.trim() == ca.trim())
-                .then_some(ca)
+            bundles.iter().all(|b| b.trim() == ca.trim()).then_some(ca)
         }
     })
     .await;

@@ -115,10 +115,7 @@ pub fn generate(settings: &CertSettings) -> Result<ServingCerts, CertError> {
 
 /// [`generate`] as of `now`: certificates made in the past are aged ones (an end-to-end test of
 /// the CA rotation starts from a CA in the last third of its life).
-pub fn generate_at(
-    settings: &CertSettings,
-    now: Timestamp,
-) -> Result<ServingCerts, CertError> {
+pub fn generate_at(settings: &CertSettings, now: Timestamp) -> Result<ServingCerts, CertError> {
     let (ca_pem, ca_key_pem) = new_ca(now)?;
     let (cert_pem, key_pem, not_after) = sign_serving(&ca_pem, &ca_key_pem, settings, now)?;
     Ok(ServingCerts {

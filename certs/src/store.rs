@@ -64,12 +64,7 @@ pub(crate) fn certs_from_secret(
 }
 
 /// Writes `certs` into `secret`, keeping whatever else is on it (labels, owners, other keys).
-/// Writes `certs` into `secret` as sluice keeps them (also what a test uses to plant aged ones).
-pub fn write_into_secret(
-    secret: &mut Secret,
-    certs: &ServingCerts,
-    settings: &CertSettings,
-) {
+pub fn write_into_secret(secret: &mut Secret, certs: &ServingCerts, settings: &CertSettings) {
     secret.metadata.name = Some(settings.secret_name.clone());
     secret.metadata.namespace = Some(settings.namespace.clone());
     secret
