@@ -10,9 +10,11 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
 
   admission  criterion: one admission pass over 1k/10k/100k workloads and 10k/100k pods, the
              rewritten pass and the one before it (admission_reference) side by side
-  scale      a process holding 10k workloads / 100k realistic pods: snapshot build, pass, peak RSS;
-             three runs: the pods as listed, managedFields dropped, and trimmed as the controller's
-             pod cache holds them (--trim-pods: the figure of results.json)
+  scale      a process holding 10k workloads / 100k realistic pods as the controller's pod cache
+             holds them (queue::pod_cache::CachedPod in a reflector store): snapshot build, pass,
+             peak RSS, three runs, and one at 200k pods (growth per pod); beside them the same pods
+             held as k8s Pods (as listed, managedFields dropped, trimmed as before CachedPod):
+             hack/bench/scale.sh
   webhook    sluice's webhook server in one process, the load generator in another (TLS,
              keep-alive, HTTP/1.1, Spark executor and Ray worker AdmissionReviews of ~8 KB, 1 s warm-up):
              p50/p99/p99.9/max at fixed rates, and the highest rate held with p99 under 1 ms; the
@@ -102,14 +104,7 @@ if want scale; then
   echo "== controller holding 10k workloads / 100k pods" >&2
   begin_part scale
   cargo build --release -p sluice-tools --bin admission_scale >&2
-  # One process per run, one after another (up to ~3 GB each): the pods as the API server lists
-  # them, without managedFields, and trimmed as the controller's pod cache holds them.
-  for run in scale: scale-stripped:--strip-managed-fields scale-trimmed:--trim-pods; do
-    name="${run%%:*}" flag="${run#*:}"
-    /usr/bin/time -v "$target_dir/release/admission_scale" --workloads 10000 --pods 100000 \
-      ${flag:+"$flag"} > "$out/$name.json" 2> "$out/$name.time"
-    cat "$out/$name.json" >&2
-  done
+  "$root/hack/bench/scale.sh" "$out" "$target_dir" "$quick"
 fi
 
 if want webhook; then

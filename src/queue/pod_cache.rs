@@ -11,11 +11,13 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSchedulingGate, PodSpec, PodStatus, ResourceRequirements,
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition,
+    PodSchedulingGate, PodSpec, PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -25,6 +27,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION};
 use crate::integrations::Adapters;
 use crate::queue::snapshot::PodFacts;
+use crate::resources::ResourceList;
 
 /// The registry every pod's identity is read with: identification is a pure function of the pod
 /// and the fixed list of integrations (a namespace's default queue plays no part in it).
@@ -142,8 +145,46 @@ impl k8s_openapi::Metadata for CachedPod {
 
 impl<'de> Deserialize<'de> for CachedPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let wire = WirePod::deserialize(deserializer)?;
-        Ok(CachedPod::from_pod(wire.into_pod()))
+        Ok(CachedPod::from_pod(decode_pod(deserializer)?))
+    }
+}
+
+/// A pod as the API server sends it, decoded into a `Pod` holding only what sluice's controllers
+/// read: name, namespace, uid, resourceVersion, creation and deletion timestamps, labels,
+/// `sluice.dev/` annotations; per container its name, resources and restart policy; the pod's
+/// overhead, resources, priority, priority class, node, scheduling gates; its phase, conditions
+/// (type and status) and containers' exit codes. Every other field is skipped unread.
+pub fn decode_pod<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Pod, D::Error> {
+    Ok(WirePod::deserialize(deserializer)?.into_pod())
+}
+
+/// Requests shared between the pods that have the same (most pods of a workload do): one copy of
+/// each distinct list while a pod holds it, forgotten when no pod does.
+pub fn shared_requests(requests: ResourceList) -> Arc<ResourceList> {
+    static SHARED: LazyLock<Mutex<SharedLists>> = LazyLock::new(Mutex::default);
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.get(requests)
+}
+
+/// The distinct request lists held, weakly; swept whenever it has doubled since the last sweep.
+#[derive(Default)]
+struct SharedLists {
+    lists: HashMap<BTreeMap<String, i64>, Weak<ResourceList>>,
+    swept_at: usize,
+}
+
+impl SharedLists {
+    fn get(&mut self, requests: ResourceList) -> Arc<ResourceList> {
+        if let Some(held) = self.lists.get(&requests.0).and_then(Weak::upgrade) {
+            return held;
+        }
+        let held = Arc::new(requests);
+        self.lists.insert(held.0.clone(), Arc::downgrade(&held));
+        if self.lists.len() > 2 * self.swept_at.max(64) {
+            self.lists.retain(|_, list| list.strong_count() > 0);
+            self.swept_at = self.lists.len();
+        }
+        held
     }
 }
 
@@ -179,6 +220,8 @@ struct WireSpec {
     overhead: Option<BTreeMap<String, Quantity>>,
     resources: Option<ResourceRequirements>,
     priority: Option<i32>,
+    priority_class_name: Option<String>,
+    node_name: Option<String>,
     scheduling_gates: Option<Vec<PodSchedulingGate>>,
 }
 
@@ -191,8 +234,68 @@ struct WireContainer {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WireStatus {
     phase: Option<String>,
+    conditions: Option<Vec<WireCondition>>,
+    container_statuses: Option<Vec<WireContainerStatus>>,
+}
+
+#[derive(Deserialize)]
+struct WireCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+#[derive(Deserialize)]
+struct WireContainerStatus {
+    name: String,
+    state: Option<WireContainerState>,
+}
+
+#[derive(Deserialize)]
+struct WireContainerState {
+    terminated: Option<WireTerminated>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireTerminated {
+    exit_code: i32,
+}
+
+impl WireStatus {
+    fn into_status(self) -> PodStatus {
+        PodStatus {
+            phase: self.phase,
+            conditions: self.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: self.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        state: c.state.map(|s| ContainerState {
+                            terminated: s.terminated.map(|t| ContainerStateTerminated {
+                                exit_code: t.exit_code,
+                                ..ContainerStateTerminated::default()
+                            }),
+                            ..ContainerState::default()
+                        }),
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        }
+    }
 }
 
 impl WireContainer {
@@ -235,13 +338,12 @@ impl WirePod {
                 overhead: s.overhead,
                 resources: s.resources,
                 priority: s.priority,
+                priority_class_name: s.priority_class_name,
+                node_name: s.node_name,
                 scheduling_gates: s.scheduling_gates,
                 ..PodSpec::default()
             }),
-            status: self.status.map(|s| PodStatus {
-                phase: s.phase,
-                ..PodStatus::default()
-            }),
+            status: self.status.map(WireStatus::into_status),
         }
     }
 }
@@ -361,7 +463,7 @@ mod tests {
         let expected = PodFacts::of(&Adapters::default(), &full).expect("governed");
         assert_eq!(format!("{facts:?}"), format!("{expected:?}"));
         assert_eq!(
-            facts.requests.as_ref().ok(),
+            facts.requests.as_deref().ok(),
             Some(&pod_requests(full.spec.as_ref().expect("spec")).expect("requests"))
         );
         assert_eq!(facts.requests.as_ref().map(|r| r.get("cpu")), Ok(4100)); // max(2 + sidecar 1, sidecar 1 + init 3) + overhead 0.1
@@ -462,6 +564,29 @@ mod tests {
         let bare: CachedPod =
             serde_json::from_value(json!({"metadata": {"name": "p"}})).expect("decoded");
         assert!(bare.facts.is_none() && bare.admission_gate.is_none());
+    }
+
+    #[test]
+    fn equal_requests_are_one_copy_while_held() {
+        let decode = |cpu: &str| -> CachedPod {
+            let mut pod = full_pod();
+            pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!(cpu);
+            serde_json::from_value(pod).expect("decoded")
+        };
+        let requests = |p: &CachedPod| p.facts.as_ref().and_then(|f| f.requests.clone().ok());
+        let (a, b, c) = (decode("7"), decode("7"), decode("8"));
+        let (ra, rb, rc) = (requests(&a), requests(&b), requests(&c));
+        assert!(ra.is_some() && rc.is_some());
+        assert!(matches!((&ra, &rb), (Some(x), Some(y)) if Arc::ptr_eq(x, y)));
+        assert!(matches!((&ra, &rc), (Some(x), Some(y)) if !Arc::ptr_eq(x, y)));
+        // Many distinct lists: those no pod holds any more are forgotten.
+        let mut shared = SharedLists::default();
+        for n in 0..1000 {
+            let mut list = ResourceList::new();
+            list.add("cpu", n);
+            drop(shared.get(list));
+        }
+        assert!(shared.lists.len() <= 129, "{}", shared.lists.len());
     }
 
     #[test]

@@ -167,8 +167,9 @@ pub struct PodFacts {
     pub priority: i32,
     pub name: String,
     pub created_at: i64,
-    /// Err: a quantity sluice cannot read (the pod is kept out of the pass, and said so).
-    pub requests: Result<ResourceList, String>,
+    /// Err: a quantity sluice cannot read (the pod is kept out of the pass, and said so). Equal
+    /// lists are one shared copy ([`crate::queue::pod_cache::shared_requests`]).
+    pub requests: Result<Arc<ResourceList>, String>,
     /// The token of a pod admitted at creation (see `queue::at_creation`).
     pub at_creation_token: Option<String>,
 }
@@ -181,7 +182,9 @@ impl PodFacts {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let raw = identity.workload.unwrap_or_else(|| name.clone());
-        let requests = pod_requests(spec).map_err(|e| format!("pod {namespace}/{name}: {e}"));
+        let requests = pod_requests(spec)
+            .map(crate::queue::pod_cache::shared_requests)
+            .map_err(|e| format!("pod {namespace}/{name}: {e}"));
         Some(PodFacts {
             key: WorkloadKey {
                 namespace,
@@ -604,7 +607,7 @@ fn snapshot_pods(
     let mut kept = Vec::with_capacity(pods.len());
     for (pod, fact) in pods {
         let requests = match &fact.requests {
-            Ok(r) => r.clone(),
+            Ok(r) => ResourceList::clone(r),
             Err(e) => {
                 // The API server validated these quantities, so this is a parser gap: say so, and
                 // keep the pod out of the pass rather than guess its size.

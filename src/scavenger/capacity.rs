@@ -107,7 +107,11 @@ fn scaled(value: i64, threshold: f64) -> i64 {
 }
 
 /// The capacity of `nodes` and `pods` at `threshold` (clamped to 0..=1). Pure.
-pub fn capacity(nodes: &[NodeFacts], pods: &[PodFacts], threshold: f64) -> Capacity {
+pub fn capacity<'a>(
+    nodes: &[NodeFacts],
+    pods: impl IntoIterator<Item = &'a PodFacts>,
+    threshold: f64,
+) -> Capacity {
     let threshold = if threshold.is_finite() {
         threshold.clamp(0.0, 1.0)
     } else {
@@ -126,7 +130,7 @@ pub fn capacity(nodes: &[NodeFacts], pods: &[PodFacts], threshold: f64) -> Capac
     );
     let mut ordinary = ResourceList::new();
     let mut in_use = ResourceList::new();
-    for pod in pods.iter().filter(|p| p.holds_room) {
+    for pod in pods.into_iter().filter(|p| p.holds_room) {
         if pod.scavenger {
             in_use.add_all(&pod.requests);
         } else {

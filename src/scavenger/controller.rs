@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -21,10 +21,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::capacity::{Capacity, capacity};
-use super::facts::{deleted_while_running, job_facts, node_facts, pod_facts, run_pod};
+use super::facts::{job_facts, node_facts};
 use super::metrics::{ReasonLabels, ScavengerMetrics};
 use super::mounts::Mounts;
 use super::plan::{Held, Running, Waiting, plan_evictions, plan_starts};
+use super::pod::WatchedPod;
 use super::run::{RunState, Step, next_status, observe};
 use crate::api::{
     CapacityQueue, FIELD_MANAGER, SCAVENGER_JOB_LABEL, ScavengerJob, ScavengerJobStatus,
@@ -59,7 +60,7 @@ impl Default for ScavengerSettings {
 /// The watches a pass reads from.
 struct Stores {
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: Store<WatchedPod>,
     jobs: Store<Job>,
     scavengers: Store<ScavengerJob>,
     queues: Store<CapacityQueue>,
@@ -109,8 +110,8 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
     let all = watcher::Config::default();
     let deleted = DeletedPods::default();
     let remember = deleted.clone();
-    let remember_deleted = move |pod: &Pod| {
-        if let Some((job, pod)) = deleted_while_running(pod) {
+    let remember_deleted = move |pod: &WatchedPod| {
+        if let Some((job, pod)) = pod.deleted_while_running.clone() {
             let mut map = remember.lock().unwrap_or_else(|e| e.into_inner());
             map.insert(job, (pod, now().0));
         }
@@ -123,12 +124,13 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
             changed,
             |_| {},
         ),
-        // Pods that ended hold nothing: never cached; the rest trimmed to what is read.
+        // Pods that ended hold nothing: never cached; the rest decoded into what is read
+        // (`WatchedPod`: the full pod never exists).
         pods: watch(
-            Api::<Pod>::all(client.clone()),
+            Api::<WatchedPod>::all(client.clone()),
             all.clone()
                 .fields("status.phase!=Succeeded,status.phase!=Failed"),
-            super::facts::trim_pod,
+            |_| {},
             changed,
             remember_deleted,
         ),
@@ -260,14 +262,12 @@ impl Controller {
             .iter()
             .map(|n| node_facts(n))
             .collect();
-        let pods: Vec<_> = self
-            .stores
-            .pods
-            .state()
-            .iter()
-            .map(|p| pod_facts(p))
-            .collect();
-        capacity(&nodes, &pods, self.settings.threshold)
+        let pods = self.stores.pods.state();
+        capacity(
+            &nodes,
+            pods.iter().map(|p| &p.facts),
+            self.settings.threshold,
+        )
     }
 
     fn quotas(&self) -> BTreeMap<String, ResourceList> {
@@ -452,11 +452,10 @@ impl Controller {
             .pods
             .state()
             .iter()
-            .filter(|p| {
-                p.namespace().as_deref() == Some(s.namespace.as_str())
-                    && p.labels().get("batch.kubernetes.io/job-name") == Some(&job_name)
-            })
-            .map(|p| run_pod(p))
+            .filter(|p| p.metadata.namespace.as_deref() == Some(s.namespace.as_str()))
+            .filter_map(|p| p.job.as_ref())
+            .filter(|(job, _)| *job == job_name)
+            .map(|(_, run)| run.clone())
             .collect();
         let bound = self.settings.start_timeout.as_secs() as i64;
         let mut facts = job_facts(&job);

@@ -73,31 +73,6 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
     }
 }
 
-/// Drops what the controller never reads from a cached pod (managed fields, annotations, the
-/// containers' commands, environment and mounts, volumes): every non-terminal pod of the cluster is
-/// cached, so only what capacity and run judgement read is kept.
-pub fn trim_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    pod.metadata.annotations = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        for c in spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten())
-        {
-            c.command = None;
-            c.args = None;
-            c.env = None;
-            c.env_from = None;
-            c.volume_mounts = None;
-            c.liveness_probe = None;
-            c.readiness_probe = None;
-            c.startup_probe = None;
-        }
-    }
-}
-
 /// A pod of a run.
 pub fn run_pod(pod: &Pod) -> RunPod {
     let status = pod.status.as_ref();
@@ -236,35 +211,6 @@ mod tests {
         }))
         .expect("pod");
         assert!(pod_facts(&pending).holds_room);
-    }
-
-    #[test]
-    fn a_trimmed_pod_keeps_every_fact() {
-        let mut pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "labels": {SCAVENGER_JOB_LABEL: "x"},
-                         "annotations": {"a": "b"}, "deletionTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"nodeName": "n", "priorityClassName": SCAVENGER_PRIORITY_CLASS,
-                "initContainers": [{"name": "i", "command": ["x"],
-                    "resources": {"requests": {"cpu": "3"}}}],
-                "containers": [{"name": "c", "command": ["sleep"], "env": [{"name": "A", "value": "1"}],
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
-                "volumes": [{"name": "v", "emptyDir": {}}]},
-            "status": {"phase": "Failed",
-                "conditions": [{"type": "DisruptionTarget", "status": "True"}],
-                "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": false,
-                    "restartCount": 0, "state": {"terminated": {"exitCode": 2}}}]},
-        }))
-        .expect("pod");
-        let (facts, run) = (pod_facts(&pod), run_pod(&pod));
-        trim_pod(&mut pod);
-        assert_eq!(pod_facts(&pod), facts);
-        assert_eq!(run_pod(&pod), run);
-        assert!(pod.metadata.annotations.is_none());
-        assert!(
-            pod.spec
-                .as_ref()
-                .is_some_and(|s| s.volumes.is_none() && s.containers[0].env.is_none())
-        );
     }
 
     #[test]

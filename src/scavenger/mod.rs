@@ -14,6 +14,7 @@ pub mod job;
 pub mod metrics;
 pub mod mounts;
 pub mod plan;
+pub mod pod;
 pub mod report;
 pub mod run;
 pub mod spec;

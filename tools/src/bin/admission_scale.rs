@@ -9,9 +9,12 @@
 //!   /usr/bin/time -v target/release/admission_scale --workloads 10000 --pods 100000
 //!
 //! `--hold cached` (the default) is the controller's figure: each pod's JSON decoded straight into
-//! `queue::pod_cache::CachedPod` (what the pod watch decodes) and kept in a kube-runtime reflector
-//! store, as the controller's pod reflector keeps it; each pass reads the store's state and the
-//! pods' facts as `Controller::pass` does. The other modes hold `k8s_openapi` Pods for comparison
+//! `queue::pod_cache::CachedPod` (what the queue controller's pod watch decodes) and kept in a
+//! kube-runtime reflector store, as its pod reflector keeps it; each pass reads the store's state
+//! and the pods' facts as `Controller::pass` does. The same bytes are also decoded into
+//! `scavenger::pod::WatchedPod` and kept in a second store, as the ScavengerJob controller's watch
+//! of every non-terminal pod keeps them (the leader runs both), and each pass also computes the
+//! scavengers' capacity from it as that controller's passes do. The other modes hold `k8s_openapi` Pods for comparison
 //! (memory only, no pass): `listed` as the API server sends them, `stripped` without managedFields,
 //! `trimmed-before` trimmed as the controller's cache trimmed them before `CachedPod` (the function
 //! is copied here as it was).
@@ -28,6 +31,8 @@ use sluice::api::{CapacityQueue, DynamicWorkload};
 use sluice::integrations::Adapters;
 use sluice::queue::pod_cache::CachedPod;
 use sluice::queue::{admission, snapshot};
+use sluice::scavenger::capacity::capacity;
+use sluice::scavenger::pod::WatchedPod;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Hold {
@@ -210,6 +215,8 @@ struct PassFigures {
     decide_ms: f64,
     admitted: usize,
     workloads: usize,
+    /// The ordinary pods' cpu the scavengers' capacity counted (milli-cpu).
+    ordinary_cpu: i64,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -220,7 +227,7 @@ fn median(v: &mut [f64]) -> f64 {
 /// `passes` passes over the cached pods, as `Controller::pass` reads them: the store's state, each
 /// pod's facts, the snapshot, the decision.
 fn passes(
-    store: &reflector::Store<CachedPod>,
+    (store, scavenger_store): (&reflector::Store<CachedPod>, &reflector::Store<WatchedPod>),
     queues: &[Arc<CapacityQueue>],
     passes: usize,
 ) -> PassFigures {
@@ -241,6 +248,10 @@ fn passes(
         decide_ms.push(t.elapsed().as_secs_f64() * 1e3);
         figures.admitted = decisions.admit.len();
         figures.workloads = built.snapshot.workloads.len();
+        // The ScavengerJob controller's pass over its own store.
+        let watched = scavenger_store.state();
+        let room = capacity(&[], watched.iter().map(|p| &p.facts), 0.7);
+        figures.ordinary_cpu = room.ordinary.get("cpu");
     }
     figures.build_ms = median(&mut build_ms);
     figures.decide_ms = median(&mut decide_ms);
@@ -255,12 +266,14 @@ fn main() -> Result<(), String> {
     let started = Instant::now();
     // The controller's cache: a reflector store fed by the watch's events.
     let (store, mut writer) = reflector::store::<CachedPod>();
+    let (scavenger_store, mut scavenger_writer) = reflector::store::<WatchedPod>();
     // The comparison modes' k8s Pods.
     let mut full: Vec<Arc<Pod>> = Vec::new();
     let mut json_bytes = 0usize;
     let mut held = 0usize;
     if args.hold == Hold::Cached {
         writer.apply_watcher_event(&watcher::Event::Init);
+        scavenger_writer.apply_watcher_event(&watcher::Event::Init);
     }
     for w in 0..args.workloads {
         let running = w % 3 == 0;
@@ -275,6 +288,9 @@ fn main() -> Result<(), String> {
                 let pod: CachedPod =
                     serde_json::from_slice(&bytes).map_err(|e| format!("decoding pod: {e}"))?;
                 writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+                let pod: WatchedPod =
+                    serde_json::from_slice(&bytes).map_err(|e| format!("decoding pod: {e}"))?;
+                scavenger_writer.apply_watcher_event(&watcher::Event::InitApply(pod));
                 continue;
             }
             let mut pod: Pod =
@@ -289,6 +305,7 @@ fn main() -> Result<(), String> {
     }
     if args.hold == Hold::Cached {
         writer.apply_watcher_event(&watcher::Event::InitDone);
+        scavenger_writer.apply_watcher_event(&watcher::Event::InitDone);
     }
     let load_s = started.elapsed().as_secs_f64();
     let queues: Vec<Arc<CapacityQueue>> = (0..8)
@@ -298,7 +315,7 @@ fn main() -> Result<(), String> {
     let (_, rss_held) = memory_kib();
 
     let figures = if args.hold == Hold::Cached {
-        passes(&store, &queues, args.passes)
+        passes((&store, &scavenger_store), &queues, args.passes)
     } else {
         PassFigures::default()
     };
@@ -321,6 +338,8 @@ fn main() -> Result<(), String> {
             "snapshot_build_ms_median": (args.hold == Hold::Cached).then_some(figures.build_ms),
             "decide_ms_median": (args.hold == Hold::Cached).then_some(figures.decide_ms),
             "admitted": figures.admitted,
+            "scavenger_store_pods": scavenger_store.state().len(),
+            "scavenger_ordinary_cpu_milli": figures.ordinary_cpu,
             "rss_start_mib": rss_start / 1024,
             "rss_holding_pods_mib": rss_held / 1024,
             "rss_end_mib": rss_end / 1024,
