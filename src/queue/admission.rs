@@ -52,7 +52,7 @@ impl std::fmt::Display for WorkloadKey {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct QueueSnapshot {
     pub name: String,
     pub quota: ResourceList,

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod clock;
 pub mod controller;
 mod evictor;
+pub mod incremental;
 pub mod pod_cache;
 pub mod preemption;
 pub mod ready;
@@ -20,5 +21,7 @@ mod writer;
 pub mod admission_reference;
 #[cfg(test)]
 mod admission_tests;
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(test)]
 mod model_tests;

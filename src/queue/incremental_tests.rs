@@ -1,0 +1,378 @@
+//! Property test of the incremental pass (`queue::incremental`): random clusters changed by random
+//! steps (pods added, removed, ungated, ended, deleted; DynamicWorkloads recorded and removed;
+//! quotas changed; ungates in flight), with an incremental pass now and then. After every pass,
+//! what the incremental pass built and decided, workload by workload, queue by queue, and the pods
+//! it admits and evicts in order, is exactly what the full pass (`snapshot::build_from_facts` over
+//! every pod, then `decide`) builds and decides over the same cluster.
+//!
+//! `PROPTEST_CASES` sets the number of cases (default 256).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
+use crate::queue::admission::{Decisions, WorkloadKey, decide};
+use crate::queue::incremental::Snapshotter;
+use crate::queue::pod_cache::CachedPod;
+use crate::queue::snapshot::{self, Built};
+
+const QUEUES: [(&str, Option<&str>, &str); 3] = [
+    ("solo", None, "StrictFIFO"),
+    ("a", Some("c"), "BestEffortFIFO"),
+    ("b", Some("c"), "BestEffortFIFO"),
+];
+/// Queue names pods may carry: the three queues and one that does not exist.
+const QUEUE_NAMES: [&str; 4] = ["solo", "a", "b", "missing"];
+
+#[derive(Clone, Debug)]
+struct PodDef {
+    ns: usize,
+    workload: usize,
+    queue: usize,
+    set: usize,
+    min: u32,
+    half_cpus: i64,
+    priority: i32,
+    /// 0 gated, 1 running, 2 succeeded, 3 running and being deleted.
+    state: u8,
+    created: u8,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    AddPod(PodDef),
+    Remove(prop::sample::Index),
+    Restate(prop::sample::Index, u8),
+    Quota(usize, i64),
+    Record {
+        ns: usize,
+        workload: usize,
+        queue: usize,
+        priority: i32,
+        min: u32,
+    },
+    Unrecord(usize, usize),
+    InFlight(prop::sample::Index),
+    Pass,
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let pod = (
+        (0..2usize, 0..5usize, 0..4usize, 0..2usize, 0..3u32),
+        (1..4i64, 0..3i32, 0..3u8, 0..4u8),
+    )
+        .prop_map(
+            |((ns, workload, queue, set, min), (half_cpus, priority, state, created))| PodDef {
+                ns,
+                workload,
+                queue,
+                set,
+                min,
+                half_cpus,
+                priority,
+                state,
+                created,
+            },
+        );
+    prop_oneof![
+        5 => pod.prop_map(Op::AddPod),
+        1 => any::<prop::sample::Index>().prop_map(Op::Remove),
+        3 => (any::<prop::sample::Index>(), 0..4u8).prop_map(|(i, s)| Op::Restate(i, s)),
+        1 => (0..3usize, 1..12i64).prop_map(|(q, c)| Op::Quota(q, c)),
+        1 => (0..2usize, 0..5usize, 0..4usize, 0..3i32, 0..3u32).prop_map(
+            |(ns, workload, queue, priority, min)| Op::Record { ns, workload, queue, priority, min }
+        ),
+        1 => (0..2usize, 0..5usize).prop_map(|(ns, w)| Op::Unrecord(ns, w)),
+        1 => any::<prop::sample::Index>().prop_map(Op::InFlight),
+        2 => Just(Op::Pass),
+    ]
+}
+
+fn pod_object(uid: &str, def: &PodDef) -> Arc<CachedPod> {
+    let gates = if def.state == 0 {
+        json!([{"name": ADMISSION_GATE}])
+    } else {
+        json!([])
+    };
+    let phase = match def.state {
+        0 => "Pending",
+        2 => "Succeeded",
+        _ => "Running",
+    };
+    let mut metadata = json!({
+        "name": format!("p-{uid}"), "namespace": format!("ns{}", def.ns), "uid": uid,
+        "resourceVersion": "1",
+        "creationTimestamp": format!("2026-11-23T00:00:0{}Z", def.created),
+        "labels": {"sluice.dev/queue": QUEUE_NAMES[def.queue],
+            "sluice.dev/workload": format!("w{}", def.workload),
+            "sluice.dev/pod-set": format!("s{}", def.set)},
+    });
+    if def.min > 0 {
+        metadata["annotations"] = json!({"sluice.dev/min-count": def.min.to_string()});
+    }
+    if def.state == 3 {
+        metadata["deletionTimestamp"] = json!("2026-11-23T00:01:00Z");
+    }
+    let pod: Pod = serde_json::from_value(json!({
+            "metadata": metadata,
+            "spec": {"priority": def.priority, "schedulingGates": gates,
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": format!("{}m", def.half_cpus * 500)}}}]},
+            "status": {"phase": phase},
+        }))
+        .expect("pod");
+    Arc::new(CachedPod::from_pod(pod))
+}
+
+fn queue_object(q: usize, quota_halves: i64) -> Arc<CapacityQueue> {
+    let (name, cohort, strategy) = QUEUES[q];
+    let mut spec =
+        json!({"quota": {"cpu": format!("{}m", quota_halves * 500)}, "queueingStrategy": strategy});
+    if let Some(c) = cohort {
+        spec["cohort"] = json!(c);
+    }
+    Arc::new(
+        serde_json::from_value(
+            json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": name}, "spec": spec}),
+        )
+        .expect("queue"),
+    )
+}
+
+fn dwl_object(
+    ns: usize,
+    workload: usize,
+    queue: usize,
+    priority: i32,
+    min: u32,
+) -> Arc<DynamicWorkload> {
+    Arc::new(
+        serde_json::from_value(
+            json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload",
+            "metadata": {"name": format!("w{workload}"), "namespace": format!("ns{ns}"),
+                "creationTimestamp": "2026-11-23T00:00:02Z"},
+            "spec": {"queueName": QUEUE_NAMES[queue], "priority": priority,
+                "podSets": [{"name": "s0", "requests": {"cpu": "1"}, "minCount": min}]}}),
+        )
+        .expect("dwl"),
+    )
+}
+
+/// The cluster as the API server holds it.
+struct World {
+    quotas: [i64; 3],
+    pods: BTreeMap<String, (PodDef, Arc<CachedPod>)>,
+    dwls: BTreeMap<WorkloadKey, Arc<DynamicWorkload>>,
+    in_flight: HashSet<String>,
+    next: u32,
+}
+
+impl World {
+    fn queues(&self) -> Vec<Arc<CapacityQueue>> {
+        (0..3).map(|q| queue_object(q, self.quotas[q])).collect()
+    }
+
+    /// Applies one step to the world and, as the watches would, to the incremental state.
+    fn apply(&mut self, op: &Op, inc: &mut Snapshotter) {
+        let pick = |world: &World, i: &prop::sample::Index| -> Option<String> {
+            (!world.pods.is_empty()).then(|| {
+                let at = i.index(world.pods.len());
+                world.pods.keys().nth(at).cloned().unwrap_or_default()
+            })
+        };
+        match op {
+            Op::AddPod(def) => {
+                self.next += 1;
+                let uid = format!("u{:04}", self.next);
+                let pod = pod_object(&uid, def);
+                inc.put_pod(pod.clone());
+                self.pods.insert(uid, (def.clone(), pod));
+            }
+            Op::Remove(i) => {
+                if let Some(uid) = pick(self, i) {
+                    self.pods.remove(&uid);
+                    inc.remove_pod(&uid);
+                }
+            }
+            Op::Restate(i, state) => {
+                if let Some(uid) = pick(self, i)
+                    && let Some((def, pod)) = self.pods.get_mut(&uid)
+                {
+                    def.state = *state;
+                    *pod = pod_object(&uid, def);
+                    inc.put_pod(pod.clone());
+                }
+            }
+            Op::Quota(q, halves) => {
+                self.quotas[*q] = *halves;
+                inc.set_queues(self.queues());
+            }
+            Op::Record {
+                ns,
+                workload,
+                queue,
+                priority,
+                min,
+            } => {
+                let dwl = dwl_object(*ns, *workload, *queue, *priority, *min);
+                let key = WorkloadKey {
+                    namespace: format!("ns{ns}"),
+                    name: format!("w{workload}"),
+                };
+                inc.put_workload(dwl.clone());
+                self.dwls.insert(key, dwl);
+            }
+            Op::Unrecord(ns, workload) => {
+                let key = WorkloadKey {
+                    namespace: format!("ns{ns}"),
+                    name: format!("w{workload}"),
+                };
+                self.dwls.remove(&key);
+                inc.remove_workload(&key);
+            }
+            Op::InFlight(i) => {
+                if let Some(uid) = pick(self, i)
+                    && !self.in_flight.remove(&uid)
+                {
+                    self.in_flight.insert(uid);
+                }
+                inc.set_in_flight(self.in_flight.clone());
+            }
+            Op::Pass => {}
+        }
+    }
+
+    /// The full pass: every pod (in name order, as the incremental state keeps them), built and
+    /// decided.
+    fn full(&self) -> (Built, Decisions) {
+        let pods: Vec<Arc<CachedPod>> = self.pods.values().map(|(_, p)| p.clone()).collect();
+        let facts: Vec<_> = pods.iter().map(|p| p.facts.clone()).collect();
+        let dwls: Vec<_> = self.dwls.values().cloned().collect();
+        let built =
+            snapshot::build_from_facts(&self.queues(), &dwls, &pods, &facts, &[], &self.in_flight);
+        let decisions = decide(&built.snapshot);
+        (built, decisions)
+    }
+}
+
+/// What a pass built and decided, by names rather than positions.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    workloads: BTreeMap<WorkloadKey, String>,
+    queues: String,
+    admit: Vec<String>,
+    evict: Vec<String>,
+}
+
+fn outcome(built: &Built, decisions: &Decisions) -> Outcome {
+    let s = &built.snapshot;
+    let pod = |r: &crate::queue::admission::PodRef| {
+        let w = &s.workloads[r.workload];
+        let set = &w.pod_sets[r.pod_set];
+        format!("{}/{}/{}", w.key, set.name, set.pods[r.pod].name)
+    };
+    Outcome {
+        workloads: (s.workloads.iter().enumerate())
+            .map(|(w, snap)| {
+                let dwl = built.workloads[w]
+                    .as_ref()
+                    .map(|d| d.spec.queue_name.clone());
+                let seen = format!(
+                    "{snap:?} {:?} left {} dwl {dwl:?}",
+                    decisions.workloads[w], built.left_behind[w]
+                );
+                (snap.key.clone(), seen)
+            })
+            .collect(),
+        queues: format!("{:?} {:?}", s.queues, decisions.queues),
+        admit: decisions.admit.iter().map(pod).collect(),
+        evict: (decisions.evict.iter())
+            .map(|e| {
+                let preemptor = &s.workloads[e.preemptor].key;
+                format!("{} for {preemptor} {:?}", pod(&e.victim), e.reason)
+            })
+            .collect(),
+    }
+}
+
+fn check(world: &World, inc: &mut Snapshotter) -> Result<(), TestCaseError> {
+    inc.pass();
+    let (built, decisions) = inc.decider.assemble();
+    let (full_built, full_decisions) = world.full();
+    prop_assert_eq!(
+        outcome(&built, &decisions),
+        outcome(&full_built, &full_decisions)
+    );
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn an_incremental_pass_builds_and_decides_what_the_full_pass_does(
+        quotas in prop::array::uniform3(1..12i64),
+        ops in prop::collection::vec(op_strategy(), 1..60),
+    ) {
+        let mut world = World {
+            quotas,
+            pods: BTreeMap::new(),
+            dwls: BTreeMap::new(),
+            in_flight: HashSet::new(),
+            next: 0,
+        };
+        let mut inc = Snapshotter::default();
+        inc.set_queues(world.queues());
+        check(&world, &mut inc)?;
+        for op in &ops {
+            world.apply(op, &mut inc);
+            if matches!(op, Op::Pass) {
+                check(&world, &mut inc)?;
+            }
+        }
+        check(&world, &mut inc)?;
+        // A restart's full pass over the same state decides the same.
+        inc.invalidate();
+        check(&world, &mut inc)?;
+    }
+}
+
+#[test]
+fn a_pass_after_one_change_decides_only_the_group_of_the_change() {
+    let world_quotas = [4, 4, 4];
+    let mut inc = Snapshotter::default();
+    inc.set_queues((0..3).map(|q| queue_object(q, world_quotas[q])).collect());
+    let defs: Vec<PodDef> = (0..6)
+        .map(|i| PodDef {
+            ns: 0,
+            workload: i,
+            queue: i % 3,
+            set: 0,
+            min: 1,
+            half_cpus: 1,
+            priority: 0,
+            state: 0,
+            created: 0,
+        })
+        .collect();
+    for (i, def) in defs.iter().enumerate() {
+        let pod = pod_object(&format!("u{i}"), def);
+        inc.put_pod(pod.clone());
+    }
+    let (_, first) = inc.pass();
+    assert_eq!((first.built, first.decided), (6, 2), "solo, and cohort c");
+    let (_, idle) = inc.pass();
+    assert_eq!((idle.built, idle.decided, idle.reused), (0, 0, 2));
+    let mut ended = defs[0].clone();
+    ended.state = 2;
+    let pod = pod_object("u0", &ended);
+    inc.put_pod(pod.clone());
+    let (_, one) = inc.pass();
+    assert_eq!(
+        (one.built, one.decided, one.reused),
+        (1, 1, 1),
+        "the solo queue only"
+    );
+}
