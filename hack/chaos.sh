@@ -4,7 +4,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: hack/chaos.sh [--pods N] [--queues Q] [--no-write]
+Usage: hack/chaos.sh [--pods N] [--queues Q] [--in-cluster] [--no-write]
 
 On the local cluster (hack/cluster.sh up --with-sluice, brought up if needed, left up; the cluster
 of SLUICE_CLUSTER_STATE), two sluice replicas sharing one Lease: replica 1 is the cluster's
@@ -28,20 +28,35 @@ admitted unended pods' requests <= quota, every pod and workload counted once, n
 bench/results.json (other keys kept): churn_samples, churn_kills, churn_max_usage_ratio,
 churn_longest_stranded_s. Exit status 1 if any sample broke the promise.
 
+With --in-cluster, sluice runs as manifests/ installs it: the CRDs and manifests/install applied
+(kubectl apply), its Deployment's two replicas pinned to the real node (hack/cluster.sh up
+--real-node: root, containerd; image sluice:dev from the SLUICE_PROFILE build), both serving the
+webhooks through the Service sluice-webhook (the API server calls a ready endpoint, a pod IP on the
+node's bridge: --enable-aggregator-routing). The Lease holder is a pod: it is killed with kill -9
+of its container's process (found with ctr), after which either its pod is deleted (the Deployment
+starts a new replica, a new identity) or the kubelet restarts the container in place (same pod
+name, same identity), alternately; a webhook restart deletes a random replica's pod (SIGTERM).
+The real node is global: this mode holds flock /tmp/sluice-real-node.lock, brings the cluster of
+SLUICE_CLUSTER_STATE up (without sluice on the host: it refuses a cluster that runs one), stops
+the chaos after 12 minutes, copies the replicas' logs and the cluster's logs into the run's
+output and takes the cluster down at the end.
+
   --pods N      pods in all (default 10000)
   --queues Q    queues (default 4)
+  --in-cluster  sluice in-cluster on the real node (see above)
   --no-write    leave bench/results.json alone
 EOF
 }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-PODS=10000 QUEUES=4 WRITE=1
+PODS=10000 QUEUES=4 WRITE=1 IN_CLUSTER=0
 while (($#)); do
   case $1 in
     --pods) PODS=${2:?--pods needs a number}; shift 2 ;;
     --queues) QUEUES=${2:?--queues needs a number}; shift 2 ;;
     --no-write) WRITE=0; shift ;;
+    --in-cluster) IN_CLUSTER=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -55,20 +70,86 @@ log() { echo "chaos.sh: $*" >&2; }
 
 # Enough kwok nodes for the load's peak (quota-bound: QUEUES x 4 cpu) and the pods kept after ending.
 nodes=$(((PODS + 999) / 1000 + 1))
-hack/cluster.sh up --with-sluice --nodes "$nodes" --node-cpu 64 --node-pods 1100
-env_text=$(hack/cluster.sh env)
-eval "$env_text"
-# Later 'hack/cluster.sh up' calls must see the SLUICE_* environment of the first (or they restart sluice).
-webhook_addr=$SLUICE_WEBHOOK_ADDR
-unset SLUICE_WEBHOOK_ADDR SLUICE_METRICS_ADDR
-kubectl_bin=$(command -v kubectl)
-cargo build --quiet -p sluice-tools --bin e2e_load
-e2e_load=$CARGO_TARGET_DIR/debug/e2e_load
-
+node_flags=(--nodes "$nodes" --node-cpu 64 --node-pods 1100)
 run=chaos-$(date +%s)
 out=$root/target/chaos/$run
 mkdir -p "$out"
-log "run $run: $PODS pods in $QUEUES queues; output in $out"
+cargo build --quiet -p sluice-tools --bin e2e_load
+e2e_load=$CARGO_TARGET_DIR/debug/e2e_load
+
+# ---- sluice in-cluster (--in-cluster) -----------------------------------------------------------
+SYS=sluice-system
+CTR() { ctr --address "$STATE/node/containerd.sock" -n k8s.io "$@"; }
+sluice_pods() { # name phase deleting(0/1) ready(true/false) containerID restarts, one line per pod
+  kubectl -n $SYS get pods -l app.kubernetes.io/name=sluice -o json 2>/dev/null | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    cs = (p.get("status", {}).get("containerStatuses") or [{}])[0]
+    print(p["metadata"]["name"], p.get("status", {}).get("phase"), int("deletionTimestamp" in p["metadata"]),
+          str(cs.get("ready", False)).lower(), cs.get("containerID", "-"), cs.get("restartCount", 0))' || true
+}
+install_in_cluster() {
+  kubectl apply --server-side -f manifests/crds >/dev/null
+  kubectl wait --for condition=Established --timeout 60s -f manifests/crds >/dev/null
+  kubectl apply -f manifests/install >/dev/null
+  # What this node needs (its selector and toleration) and the log level; as tests/real_node.rs does.
+  kubectl -n $SYS patch deployment sluice --type strategic -p "$(python3 -c '
+import json, sys
+print(json.dumps({"spec": {"template": {"spec": {
+    "nodeSelector": {"sluice.dev/node": "real"},
+    "tolerations": [{"key": "sluice.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+    "containers": [{"name": "sluice", "env": [{"name": "RUST_LOG", "value": sys.argv[1]}]}]}}}}))' "${RUST_LOG:-info}")" >/dev/null
+  kubectl -n $SYS rollout status deployment sluice --timeout 300s >&2
+  local i
+  for ((i = 0; i < 120; i++)); do
+    [[ $(sluice_pods | awk '$2 == "Running" && $3 == 0 && $4 == "true"' | wc -l) == 2 ]] && break
+    sleep 1
+  done
+  log "sluice in-cluster: $(sluice_pods | awk '{printf "%s(%s,%s) ", $1, $2, $4}')"
+}
+keep_log() { # pod: its container logs (the current and the previous one) into the run's output
+  kubectl -n $SYS logs "$1" --all-containers >>"$out/sluice-pod-$1.log" 2>/dev/null || true
+  kubectl -n $SYS logs "$1" --previous >>"$out/sluice-pod-$1.previous.log" 2>/dev/null || true
+}
+container_pid() { # containerd://<id> -> the pid of its task
+  local id=${1#containerd://}
+  CTR task ls 2>/dev/null | awk -v id="$id" '$1 == id {print $2}'
+}
+# The real node is global: its logs are kept in the run's output and the cluster goes down.
+in_cluster_down() {
+  local p
+  for p in $(sluice_pods | awk '{print $1}'); do keep_log "$p"; done
+  cp -r "$STATE/logs" "$out/cluster-logs" 2>/dev/null || true
+  hack/cluster.sh down >>"$out/cluster.log" 2>&1 || log "hack/cluster.sh down failed ($out/cluster.log)"
+}
+
+if ((IN_CLUSTER)); then
+  [[ $(id -u) == 0 ]] || { echo "chaos.sh: --in-cluster needs root (the real node)" >&2; exit 2; }
+  if [[ -f $STATE/pids/sluice.pid ]] && kill -0 "$(cat "$STATE/pids/sluice.pid")" 2>/dev/null; then
+    echo "chaos.sh: --in-cluster wants a cluster without sluice on the host; $STATE runs one (use another SLUICE_CLUSTER_STATE)" >&2
+    exit 2
+  fi
+  # The image's binary is built before the lock is taken: the lock's 20 minutes are for the node.
+  build=(cargo build --quiet --bin sluice)
+  [[ ${SLUICE_PROFILE:-debug} == release ]] && build+=(--release)
+  "${build[@]}"
+  exec 9>/tmp/sluice-real-node.lock
+  log "waiting for the real node's lock (/tmp/sluice-real-node.lock)"
+  flock -w 1200 9 || { echo "chaos.sh: the real node stayed taken for 20 minutes" >&2; exit 1; }
+  trap in_cluster_down EXIT # also when what follows fails: the real node must not stay up
+  hack/cluster.sh up --real-node --no-build "${node_flags[@]}"
+  eval "$(hack/cluster.sh env)"
+  install_in_cluster
+else
+  hack/cluster.sh up --with-sluice "${node_flags[@]}"
+  env_text=$(hack/cluster.sh env)
+  eval "$env_text"
+  # Later 'hack/cluster.sh up' calls must see the SLUICE_* environment of the first (or they restart sluice).
+  webhook_addr=$SLUICE_WEBHOOK_ADDR
+  unset SLUICE_WEBHOOK_ADDR SLUICE_METRICS_ADDR
+fi
+kubectl_bin=$(command -v kubectl)
+log "run $run: $PODS pods in $QUEUES queues$( ((IN_CLUSTER)) && echo ', sluice in-cluster'); output in $out"
 
 queues=()
 for ((i = 0; i < QUEUES; i++)); do
@@ -116,7 +197,7 @@ stop_replica2() {
 }
 restart_replica1() { hack/cluster.sh up --with-sluice --no-build >>"$out/cluster.log" 2>&1; }
 
-start_replica2
+((IN_CLUSTER)) || start_replica2
 
 # ---- the auditor and the load -----------------------------------------------------------------
 python3 hack/chaos_audit.py --kubectl "$kubectl_bin" --queues "${queues[@]}" --namespace-prefix "$run-" \
@@ -125,7 +206,7 @@ auditor=$!
 cleanup() {
   kill -TERM "${loads[@]}" 2>/dev/null || true
   kill -TERM "$auditor" 2>/dev/null || true
-  stop_replica2
+  if ((IN_CLUSTER)); then in_cluster_down; else stop_replica2; fi
 }
 trap cleanup EXIT
 
@@ -168,7 +249,41 @@ live_holder() {
   done
   echo ""
 }
+# In-cluster: the holder is a pod's name; live when that pod runs, is not being deleted and is ready.
+live_holder_pod() {
+  local h i
+  for ((i = 0; i < 120; i++)); do
+    h=$(holder)
+    if [[ -n $h ]] && sluice_pods | awk -v h="$h" '$1 == h && $2 == "Running" && $3 == 0 && $4 == "true" {f=1} END {exit !f}'; then
+      echo "$h"; return 0
+    fi
+    sleep 0.5
+  done
+  echo ""
+}
+kill_leader_pod() {
+  local h cid pid restarts
+  h=$(live_holder_pod)
+  [[ -n $h ]] || { log "no live replica took the Lease within a minute (holder: $(holder))"; return 0; }
+  read -r cid restarts < <(sluice_pods | awk -v h="$h" '$1 == h {print $5, $6}') || true
+  preemptor
+  pid=$(container_pid "$cid")
+  [[ -n $pid ]] || { log "no task for the leader $h's container $cid"; return 0; }
+  kill -KILL "$pid"
+  kills=$((kills + 1))
+  # Alternately a new replica (pod deleted: the Deployment starts another, a new identity) and a
+  # restart in place (the kubelet starts the container again: same pod name, same identity),
+  # unless the kubelet's crash back-off would keep it down long (restarted twice already).
+  if ((kills % 2 == 1 || restarts >= 2)); then
+    keep_log "$h"
+    kubectl -n $SYS delete pod "$h" --wait=false >/dev/null 2>&1 || true
+    log "kill -9 leader $h (pid $pid); pod deleted"
+  else
+    log "kill -9 leader $h (pid $pid); the kubelet restarts it in place"
+  fi
+}
 kill_leader() {
+  if ((IN_CLUSTER)); then kill_leader_pod; return 0; fi
   local h pid
   h=$(live_holder)
   [[ -n $h ]] || { log "no live replica took the Lease within a minute (holder: $(holder))"; return 0; }
@@ -189,6 +304,36 @@ kill_leader() {
 # was down stays Running for good and holds its queue's room (a StrictFIFO queue then waits behind
 # a gang that no longer fits, rightly). The janitor ends such pods (Running over 20 s, not told to end).
 janitor_ended=0
+restart_webhook() {
+  if ((IN_CLUSTER)); then # a random replica's pod deleted (SIGTERM); the Deployment replaces it
+    local p
+    p=$(sluice_pods | awk '$2 == "Running" && $3 == 0 {print $1}' | shuf -n 1)
+    [[ -n $p ]] || { log "no running replica to restart"; return 0; }
+    keep_log "$p"
+    kubectl -n $SYS delete pod "$p" --wait=false >/dev/null 2>&1 || true
+    log "webhook restart: pod $p deleted"
+    webhook_restarts=$((webhook_restarts + 1))
+    return 0
+  fi
+  log "restarting the webhook (replica 1)"
+  r1_pid=$(cat "$STATE/pids/sluice.pid")
+  kill -TERM "$r1_pid" 2>/dev/null || log "replica 1 was not running (it is started again)"
+  # Gone before 'up' looks, or 'up' finds it alive and leaves it to finish shutting down.
+  for ((w = 0; w < 300; w++)); do kill -0 "$r1_pid" 2>/dev/null || break; sleep 0.1; done
+  restart_replica1
+  webhook_restarts=$((webhook_restarts + 1))
+}
+restart_apiserver() {
+  log "restarting kube-apiserver"
+  kill -TERM "$(cat "$STATE/pids/kube-apiserver.pid")"
+  while kill -0 "$(cat "$STATE/pids/kube-apiserver.pid")" 2>/dev/null; do sleep 0.2; done
+  if ((IN_CLUSTER)); then
+    hack/cluster.sh up "${node_flags[@]}" >>"$out/cluster.log" 2>&1 # the API server again; the replicas reconnect
+  else
+    restart_replica1
+  fi
+  apiserver_restarts=1
+}
 janitor() {
   local stale
   stale=$(kubectl get pods -A -l sluice.dev/queue -o json 2>/dev/null | python3 -c '
@@ -223,25 +368,17 @@ settled() {
   (($(date +%s) - idle_since >= 15))
 }
 started=$(date +%s)
-while loads_running && ! settled; do
+# In-cluster the real node is held: the chaos stops after 12 minutes (the lock's budget is 20).
+over_time() { ((IN_CLUSTER && $(date +%s) - started > 720)); }
+while loads_running && ! settled && ! over_time; do
   sleep $((5 + RANDOM % 11))
   loads_running && ! settled || break
   janitor
   events=$((events + 1))
   if ((apiserver_restarts == 0)) && [[ $(python3 -c "import json;print(json.load(open('$out/status.json'))['pods'])" 2>/dev/null || echo 0) -ge $((PODS / 2)) ]]; then
-    log "restarting kube-apiserver"
-    kill -TERM "$(cat "$STATE/pids/kube-apiserver.pid")"
-    while kill -0 "$(cat "$STATE/pids/kube-apiserver.pid")" 2>/dev/null; do sleep 0.2; done
-    restart_replica1
-    apiserver_restarts=1
+    restart_apiserver
   elif ((events % 3 == 0)); then
-    log "restarting the webhook (replica 1)"
-    r1_pid=$(cat "$STATE/pids/sluice.pid")
-    kill -TERM "$r1_pid" 2>/dev/null || log "replica 1 was not running (it is started again)"
-    # Gone before 'up' looks, or 'up' finds it alive and leaves it to finish shutting down.
-    for ((w = 0; w < 300; w++)); do kill -0 "$r1_pid" 2>/dev/null || break; sleep 0.1; done
-    restart_replica1
-    webhook_restarts=$((webhook_restarts + 1))
+    restart_webhook
   else
     kill_leader
   fi
@@ -251,12 +388,12 @@ kill -TERM "${loads[@]}" 2>/dev/null || true
 kill -TERM "$auditor"
 audit_rc=0
 wait "$auditor" || audit_rc=$?
-stop_replica2
+if ((IN_CLUSTER)); then in_cluster_down; else stop_replica2; fi
 trap - EXIT
 
-summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" <<'PY'
+summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" <<'PY'
 import json, sys, glob
-out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor = sys.argv[1:]
+out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster = sys.argv[1:]
 audit = json.load(open(f"{out}/audit.json"))
 loads = []
 for f in sorted(glob.glob(f"{out}/load-*.json")):
@@ -276,6 +413,7 @@ print(json.dumps({
     "churn_loads_complete": sum(1 for l in loads if l.get("complete")),
     "churn_create_retries": sum(l.get("create_retries", 0) for l in loads),
     "churn_creates_given_up": sum(open(f).read().count("(giving up)") for f in glob.glob(f"{out}/load-*.log")),
+    "churn_in_cluster": in_cluster == "1",
 }))
 PY
 )

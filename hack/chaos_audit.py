@@ -9,9 +9,15 @@ Lease every sample, and checks the promise by its own arithmetic, every --interv
   once      every pod appears once (uid and name), and every workload (the sluice.dev/workload
             group, or the pod alone) sits in one queue: nothing counts in two places
   stranded  no gated pod waits more than --stranded-limit seconds while the auditor computes room
-            for it: walking the queue's gated workloads by priority (high first) then age, each
-            whose gated pods' requests fit what is left of the quota has room (what it takes is
-            taken); a StrictFIFO queue stops at the first that does not fit, and so does a
+            for it. Room is what the quota leaves after usage and gang places: a gang (pods
+            annotated sluice.dev/min-count M, one sluice.dev/workload) that holds an admitted,
+            unended pod keeps M places (M minus its admitted unended pods, each the size of its
+            largest pod) until its last admitted pod ends, and its gated pods take those places
+            first (room for them without more quota); that is the gang promise of the README,
+            read off the pods, not sluice's code. Then, walking the gated demand by priority (high
+            first) then age: a gang that has not started needs its whole minimum (M places, gated
+            or not created yet), any other gated pod its own requests; what fits has room (and
+            takes it); a StrictFIFO queue stops at the first that does not fit, and so does a
             BestEffortFIFO queue at one that may preempt (admitted pods of lower priority exist).
             A wait counts only while the Lease is renewed by one holder (its resourceVersion
             changed within --renew-gap s; the clock restarts when the holder changes): the
@@ -30,6 +36,7 @@ import time
 GATE = "sluice.dev/admission"
 QUEUE_LABEL = "sluice.dev/queue"
 WORKLOAD_LABEL = "sluice.dev/workload"
+MIN_COUNT = "sluice.dev/min-count"
 
 
 def cpu_millis(q):
@@ -50,6 +57,18 @@ def pod_cpu(pod):
         init = max(init, cpu_millis(c.get("resources", {}).get("requests", {}).get("cpu", "0")))
     overhead = cpu_millis((spec.get("overhead") or {}).get("cpu", "0"))
     return max(total, init) + overhead
+
+
+def min_count(pods):
+    """A workload's minimum gang: the largest sluice.dev/min-count its pods carry (1 without one;
+    a value that is not a positive integer counts as 1, as for a pod alone)."""
+    best = 1
+    for p in pods:
+        try:
+            best = max(best, int(p["metadata"].get("annotations", {}).get(MIN_COUNT, "1")))
+        except ValueError:
+            pass
+    return best
 
 
 def kubectl_json(kubectl, path, timeout=30):
@@ -147,8 +166,14 @@ class Auditor:
 
     def check_queue(self, now, queue, pods):
         quota = self.queues[queue]["quota"]
-        usage, gated, admitted_priorities = 0, {}, []
+        usage, admitted_priorities = 0, []
+        workloads = {}  # (namespace, workload) -> {"all": pods, "admitted": n, "gated": pods}
         for p in pods:
+            md = p["metadata"]
+            wl = workloads.setdefault(
+                (md["namespace"], md.get("labels", {}).get(WORKLOAD_LABEL) or "pod/" + md["name"]),
+                {"all": [], "admitted": 0, "gated": []})
+            wl["all"].append(p)
             phase = p.get("status", {}).get("phase")
             is_gated = any(g.get("name") == GATE for g in p["spec"].get("schedulingGates", []) or [])
             if phase in ("Succeeded", "Failed"):
@@ -156,19 +181,37 @@ class Auditor:
             if not is_gated:
                 usage += pod_cpu(p)
                 admitted_priorities.append(p["spec"].get("priority", 0))
-            elif not p["metadata"].get("deletionTimestamp"):
-                md = p["metadata"]
-                wl = (md["namespace"], md.get("labels", {}).get(WORKLOAD_LABEL) or "pod/" + md["name"])
-                gated.setdefault(wl, []).append(p)
+                wl["admitted"] += 1
+            elif not md.get("deletionTimestamp"):
+                wl["gated"].append(p)
         if quota > 0:
             self.max_ratio = max(self.max_ratio, usage / quota)
         if usage > quota:
             self.violation(now, f"queue {queue}: admitted pods hold {usage}m cpu, over its quota {quota}m")
-        room = self.with_room(queue, quota - usage, gated, admitted_priorities)
-        return sum(len(v) for v in gated.values()), len(admitted_priorities), room
+        # Gang places: a started gang keeps its minimum; its gated pods fill those places first.
+        reserved, demand, with_room = 0, [], set()
+        for key, wl in workloads.items():
+            m, gated = min_count(wl["all"]), sorted(wl["gated"], key=lambda p: p["metadata"]["creationTimestamp"])
+            size = max(pod_cpu(p) for p in wl["all"])
+            if wl["admitted"]:
+                missing = max(0, m - wl["admitted"])
+                reserved += missing * size
+                fills, gated = gated[:missing], gated[missing:]
+                with_room.update(p["metadata"]["uid"] for p in fills)
+                demand += [(key, [p], pod_cpu(p)) for p in gated]  # each on its own
+            elif gated:
+                # Not started: all or nothing, its whole minimum (places of pods not created yet
+                # included); gated pods beyond the minimum wait for it to start.
+                head = gated[:m]
+                need = sum(pod_cpu(p) for p in head) + max(0, m - len(head)) * size
+                demand.append((key, head, need))
+        room = self.with_room(queue, quota - usage - reserved, demand, admitted_priorities)
+        gated_total = sum(len(wl["gated"]) for wl in workloads.values())
+        return gated_total, len(admitted_priorities), with_room | room
 
-    def with_room(self, queue, free, gated, admitted_priorities):
-        """The uids of the gated pods the auditor computes room for (see the module's doc)."""
+    def with_room(self, queue, free, demand, admitted_priorities):
+        """The uids of the gated pods the auditor computes room for (see the module's doc).
+        demand: (workload, pods, cpu needed) per item: a gang that has not started, or one pod."""
         def order(item):
             pods = item[1]
             return (-max(p["spec"].get("priority", 0) for p in pods),
@@ -176,17 +219,16 @@ class Auditor:
         lowest_admitted = min(admitted_priorities) if admitted_priorities else None
         strict = self.queues[queue]["strict"]
         with_room = set()
-        # Workloads of one priority created in the same second (creationTimestamp's resolution)
+        # Items of one priority created in the same second (creationTimestamp's resolution)
         # have no order the auditor can see: it walks them as one step. In a StrictFIFO queue one
         # of them that does not fit may be the head, so none of that step counts as having room.
         steps = {}
-        for wl, pods in sorted(gated.items(), key=order):
-            steps.setdefault(order((wl, pods))[:2], []).append(pods)
+        for item in sorted(demand, key=order):
+            steps.setdefault(order(item)[:2], []).append(item)
         for (neg_priority, _), step in steps.items():
             fits = []
             blocked = False
-            for pods in step:
-                need = sum(pod_cpu(p) for p in pods)
+            for _, pods, need in step:
                 if need <= free:
                     free -= need
                     fits.append(pods)

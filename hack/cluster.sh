@@ -83,7 +83,8 @@ Flags of 'up' (and 'build'):
                        $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
                        runc and the CNI plugins from Debian (apt-get install when missing), and images built
                        here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev
-                       (target/debug/sluice, whatever SLUICE_PROFILE says; --no-build uses it as it is).
+                       (target/$SLUICE_PROFILE/sluice: debug, or release with SLUICE_PROFILE=release; --no-build
+                       uses it as it is).
                        The node is $REAL_NODE_NAME, labelled $REAL_NODE_LABEL=real, tainted
                        $REAL_NODE_TAINT=true:NoSchedule; kwok never manages it. State in .cluster/node/;
                        'down' stops its containers and cleans up.

@@ -122,7 +122,7 @@ base_rootfs() { # dir: /etc/passwd, /etc/group, /tmp
 }
 
 # The pause (sandbox) image, busybox (Debian's busybox-static, every applet linked) and sluice
-# (target/debug/sluice, stripped, with the shared libraries ldd names at the same paths).
+# (target/$SLUICE_PROFILE/sluice, stripped, with the shared libraries ldd names at the same paths).
 realnode_images() {
   local dir=$NODE_DIR/images
   rm -rf "$dir"; mkdir -p "$dir"
@@ -141,12 +141,14 @@ realnode_images() {
   image_archive "$dir/busybox" "$BUSYBOX_IMAGE" "$dir/busybox.tar" null '["sh"]'
   import_image "$BUSYBOX_IMAGE" "$dir/busybox.tar"
 
-  local sluice=${CARGO_TARGET_DIR:-$ROOT/target}/debug/sluice lib
+  # SLUICE_PROFILE (--release-sluice) picks the build in the image too (hack/chaos.sh --in-cluster).
+  local sluice=${CARGO_TARGET_DIR:-$ROOT/target}/$SLUICE_PROFILE/sluice lib build=(cargo build --bin sluice)
+  [[ $SLUICE_PROFILE == release ]] && build+=(--release)
   if $BUILD_SLUICE; then
-    log "building sluice for its image (cargo build --bin sluice)"
-    (cd "$ROOT" && cargo build --quiet --bin sluice) || die "cargo build --bin sluice failed (errors above)"
+    log "building sluice for its image (${build[*]})"
+    (cd "$ROOT" && "${build[@]}" --quiet) || die "${build[*]} failed (errors above)"
   fi
-  [[ -x $sluice ]] || die "$sluice does not exist: run cargo build --bin sluice (or drop --no-build)"
+  [[ -x $sluice ]] || die "$sluice does not exist: run ${build[*]} (or drop --no-build)"
   base_rootfs "$dir/sluice"
   mkdir -p "$dir/sluice/usr/local/bin"
   strip -o "$dir/sluice/usr/local/bin/sluice" "$sluice" 2>/dev/null || cp "$sluice" "$dir/sluice/usr/local/bin/sluice"
