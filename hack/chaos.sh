@@ -4,7 +4,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: hack/chaos.sh [--pods N] [--queues Q] [--in-cluster] [--no-write]
+Usage: hack/chaos.sh [--pods N] [--queues Q] [--in-cluster] [--no-build] [--no-write]
 
 On the local cluster (hack/cluster.sh up --with-sluice, brought up if needed, left up; the cluster
 of SLUICE_CLUSTER_STATE), two sluice replicas sharing one Lease: replica 1 is the cluster's
@@ -44,19 +44,22 @@ output and takes the cluster down at the end.
   --pods N      pods in all (default 10000)
   --queues Q    queues (default 4)
   --in-cluster  sluice in-cluster on the real node (see above)
+  --no-build    run sluice's binary as it is built (hack/cluster.sh up --no-build); SLUICE_PROFILE
+                picks debug (default) or release
   --no-write    leave bench/results.json alone
 EOF
 }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-PODS=10000 QUEUES=4 WRITE=1 IN_CLUSTER=0
+PODS=10000 QUEUES=4 WRITE=1 IN_CLUSTER=0 NO_BUILD=()
 while (($#)); do
   case $1 in
     --pods) PODS=${2:?--pods needs a number}; shift 2 ;;
     --queues) QUEUES=${2:?--queues needs a number}; shift 2 ;;
     --no-write) WRITE=0; shift ;;
     --in-cluster) IN_CLUSTER=1; shift ;;
+    --no-build) NO_BUILD=(--no-build); shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -132,7 +135,7 @@ if ((IN_CLUSTER)); then
   # The image's binary is built before the lock is taken: the lock's 20 minutes are for the node.
   build=(cargo build --quiet --bin sluice)
   [[ ${SLUICE_PROFILE:-debug} == release ]] && build+=(--release)
-  "${build[@]}"
+  ((${#NO_BUILD[@]})) || "${build[@]}"
   exec 9>/tmp/sluice-real-node.lock
   log "waiting for the real node's lock (/tmp/sluice-real-node.lock)"
   flock -w 1200 9 || { echo "chaos.sh: the real node stayed taken for 20 minutes" >&2; exit 1; }
@@ -141,7 +144,7 @@ if ((IN_CLUSTER)); then
   eval "$(hack/cluster.sh env)"
   install_in_cluster
 else
-  hack/cluster.sh up --with-sluice "${node_flags[@]}"
+  hack/cluster.sh up --with-sluice "${NO_BUILD[@]}" "${node_flags[@]}"
   env_text=$(hack/cluster.sh env)
   eval "$env_text"
   # Later 'hack/cluster.sh up' calls must see the SLUICE_* environment of the first (or they restart sluice).
