@@ -17,8 +17,9 @@ pub struct NodeFacts {
 /// What the capacity needs of a pod.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodFacts {
-    /// Its requests as the scheduler counts them.
-    pub requests: ResourceList,
+    /// Its requests as the scheduler counts them (equal lists are one shared copy:
+    /// `queue::pod_cache::shared_requests`).
+    pub requests: std::sync::Arc<ResourceList>,
     /// A scavenger pod: created with the scavenger PriorityClass (immutable, and only a
     /// ScavengerJob's Job may create such a pod: the scavenger webhook refuses anyone else).
     pub scavenger: bool,
@@ -164,7 +165,7 @@ mod tests {
 
     fn pod(cpu: i64, scavenger: bool, holds_room: bool) -> PodFacts {
         PodFacts {
-            requests: list(&[("cpu", cpu), ("pods", 1000)]),
+            requests: list(&[("cpu", cpu), ("pods", 1000)]).into(),
             scavenger,
             holds_room,
             scavenger_job: None,

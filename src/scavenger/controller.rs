@@ -453,7 +453,7 @@ impl Controller {
             .state()
             .iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(s.namespace.as_str()))
-            .filter_map(|p| p.job.as_ref())
+            .filter_map(|p| p.job.as_deref())
             .filter(|(job, _)| *job == job_name)
             .map(|(_, run)| run.clone())
             .collect();

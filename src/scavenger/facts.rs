@@ -64,7 +64,10 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
     let scavenger = is_scavenger(pod);
     PodFacts {
         // A pod whose requests cannot be counted was refused by the API server: none.
-        requests: spec.and_then(|s| pod_requests(s).ok()).unwrap_or_default(),
+        requests: spec
+            .and_then(|s| pod_requests(s).ok())
+            .map(crate::queue::pod_cache::shared_requests)
+            .unwrap_or_default(),
         scavenger,
         holds_room: !ended && (bound || !gated),
         scavenger_job: scavenger

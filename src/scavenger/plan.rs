@@ -224,13 +224,13 @@ mod tests {
         }];
         let pods = [
             PodFacts {
-                requests: cpu(ordinary),
+                requests: cpu(ordinary).into(),
                 scavenger: false,
                 holds_room: true,
                 scavenger_job: None,
             },
             PodFacts {
-                requests: cpu(scavengers),
+                requests: cpu(scavengers).into(),
                 scavenger: true,
                 holds_room: true,
                 scavenger_job: None,

@@ -24,7 +24,7 @@ pub struct WatchedPod {
     /// What the capacity reads.
     pub facts: PodFacts,
     /// A Job's pod: its Job's name and what the run judgement reads of it.
-    pub job: Option<(String, RunPod)>,
+    pub job: Option<Box<(String, RunPod)>>,
     /// `(namespace/job, pod)` when it is a Job's pod being deleted before it ended.
     pub deleted_while_running: Option<(String, String)>,
 }
@@ -35,7 +35,7 @@ impl WatchedPod {
         let job = pod
             .labels()
             .get(JOB_NAME_LABEL)
-            .map(|job| (job.clone(), run_pod(&pod)));
+            .map(|job| Box::new((job.clone(), run_pod(&pod))));
         WatchedPod {
             facts: pod_facts(&pod),
             deleted_while_running: deleted_while_running(&pod),
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(watched.facts.requests.get("cpu"), 3000);
         assert!(watched.facts.scavenger);
         assert_eq!(watched.facts.scavenger_job.as_deref(), Some("x"));
-        let (job, run) = watched.job.clone().expect("a Job's pod");
+        let (job, run) = *watched.job.clone().expect("a Job's pod");
         assert_eq!((job.as_str(), &run), ("x-run-1", &run_pod(&full)));
         assert!(run.disrupted && run.deleting && run.scheduled);
         assert_eq!(run.exit_code, Some(("c".into(), 2)));

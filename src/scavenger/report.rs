@@ -197,13 +197,13 @@ mod tests {
             }],
             &[
                 PodFacts {
-                    requests: cpu(1000),
+                    requests: cpu(1000).into(),
                     scavenger: false,
                     holds_room: true,
                     scavenger_job: None,
                 },
                 PodFacts {
-                    requests: cpu(2000),
+                    requests: cpu(2000).into(),
                     scavenger: true,
                     holds_room: true,
                     scavenger_job: Some("a".into()),
