@@ -19,14 +19,15 @@ Lease every sample, and checks the promise by its own arithmetic, every --interv
             or not created yet), any other gated pod its own requests; what fits has room (and
             takes it); a StrictFIFO queue stops at the first that does not fit, and so does a
             BestEffortFIFO queue at one that may preempt (admitted pods of lower priority exist).
-            A wait counts only while the Lease is renewed by one holder (its resourceVersion
-            changed within --renew-gap s; the clock restarts when the holder changes): the
+            A wait counts only while the Lease is renewed by one holder (its renewTime within
+            --renew-gap s of the sample; the clock restarts when the holder changes): the
             failover itself (a lease duration without a leader) is measured by the kills, not here.
 
 It writes a status line per sample to --status (for the driver) and, at the end (SIGTERM or
 --duration), a JSON summary to --out. Exit status 1 if any sample broke the promise.
 """
 import argparse
+import datetime
 import json
 import signal
 import subprocess
@@ -71,6 +72,16 @@ def min_count(pods):
     return best
 
 
+def rfc3339_seconds(text):
+    """Seconds since the epoch of a Kubernetes timestamp ("2026-11-25T15:08:40.123456Z"), or None."""
+    if not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def kubectl_json(kubectl, path, timeout=30):
     out = subprocess.run([kubectl, "get", "--raw", path], capture_output=True, timeout=timeout)
     if out.returncode != 0:
@@ -89,8 +100,6 @@ class Auditor:
         self.longest_stranded_pod = None
         self.room_since = {}  # pod uid -> time it was first seen with room (continuously)
         self.lease_key = None  # (holder, leaseTransitions)
-        self.lease_version = None
-        self.lease_changed_at = 0.0  # last time its resourceVersion changed
         self.renewing_since = None  # since when one holder has renewed without a gap
         self.queues = {}
 
@@ -108,17 +117,20 @@ class Auditor:
             raise RuntimeError(f"CapacityQueues not found: {sorted(missing)}")
 
     def observe_lease(self, now):
+        """The Lease's own renewTime says when its holder last renewed (the auditor runs on the
+        same host as the API server: one clock). Judged from it, not from resourceVersion changes
+        between samples: a LIST of 10,000 pods takes seconds here, and samples further apart than
+        --renew-gap would make every sample look like a gap (the clock would never run)."""
         lease = kubectl_json(self.a.kubectl, f"/apis/coordination.k8s.io/v1/namespaces/{self.a.lease_namespace}/leases/{self.a.lease_name}")
         spec = lease.get("spec", {})
         key = (spec.get("holderIdentity") or "", spec.get("leaseTransitions", 0))
-        version = lease["metadata"].get("resourceVersion")
-        if version != self.lease_version:
-            gap = now - self.lease_changed_at
-            if key != self.lease_key or not key[0] or gap > self.a.renew_gap:
-                self.renewing_since = now if key[0] else None
-            self.lease_version, self.lease_changed_at, self.lease_key = version, now, key
-        elif now - self.lease_changed_at > self.a.renew_gap:
+        renewed = rfc3339_seconds(spec.get("renewTime"))
+        fresh = bool(key[0]) and renewed is not None and now - renewed <= self.a.renew_gap
+        if not fresh:
             self.renewing_since = None  # nobody renews: no leader admits
+        elif key != self.lease_key or self.renewing_since is None:
+            self.renewing_since = now  # a new holder, or renewals resumed: the clock starts
+        self.lease_key = key
 
     def violation(self, now, what):
         self.violations.append({"at": round(now - self.start, 1), "what": what})
