@@ -38,6 +38,9 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
              of apiserver_request_total); a PNG plot (matplotlib in a venv under
              ${SLUICE_CACHE:-~/.cache/sluice}/bench-venv). Brings the cluster down at the end.
 
+  status_lag DynamicWorkload status lag behind pods during the e2e burst, every workload (no gate and
+             sluice, RUNS times): hack/bench/status_lag.sh (its own cluster; not part of a full run)
+
 Env: E2E_PODS (default 5000; 300 with --quick), E2E_NODES (default 100).
 
 Each part writes only its own section of BENCHMARKS.md (<!-- bench.sh:<part>:begin/end -->: the run's
@@ -62,6 +65,7 @@ while [[ $# -gt 0 ]]; do
 done
 case "$only" in
   ""|admission|scale|webhook|e2e) ;;
+  status_lag) exec "$root/hack/bench/status_lag.sh" ;;   # its own cluster, runs and report (see that script)
   *) echo "bench.sh: --only wants admission, scale, webhook or e2e, not $only" >&2; exit 2 ;;
 esac
 want() { [[ -z "$only" || "$only" == "$1" ]]; }

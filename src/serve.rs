@@ -154,12 +154,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_STATUS_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub status_interval: Duration,
 
-    /// DynamicWorkload status writes per second at most (0: no limit), like a client's QPS limit
-    /// but for the ledger only (never for ungating): each write costs the API server a few ms of
-    /// CPU, and under a burst of workloads a status waiting its turn is often replaced by its
-    /// successor (one write per workload's start instead of two). Waiting statuses:
-    /// sluice_status_writes_pending.
-    #[arg(long, env = "SLUICE_STATUS_WRITES_PER_SECOND", default_value = "20", value_parser = parse_rate)]
+    /// DynamicWorkload status writes per second at most (0, the default: no limit but the status
+    /// interval of each), like a client's QPS limit but for the ledger only (never for ungating).
+    /// A limit saves the API server writes under a burst of workloads (a status waiting its turn
+    /// is often replaced by its successor) at the cost of statuses lagging their pods (about N /
+    /// limit seconds for N workloads changing at once; pending workloads first). Waiting
+    /// statuses: sluice_status_writes_pending.
+    #[arg(long, env = "SLUICE_STATUS_WRITES_PER_SECOND", default_value = "0", value_parser = parse_rate)]
     pub status_writes_per_second: f64,
 
     /// Threads of the webhook server's own runtime (1: single-threaded). Admission answers never

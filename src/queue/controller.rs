@@ -96,7 +96,7 @@ impl Default for ControllerSettings {
             resync_period: Duration::from_secs(30),
             max_concurrent_writes: 32,
             status_interval: Duration::from_secs(1),
-            status_writes_per_second: 20.0,
+            status_writes_per_second: 0.0,
             idle_interval: Duration::from_millis(250),
             api_timeout: API_CALL_TIMEOUT,
         }

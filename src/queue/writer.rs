@@ -2,15 +2,19 @@
 //! statuses and CapacityQueue statuses.
 //!
 //! A pass only says what it wants each object to look like and goes on; this writer sends it. What
-//! a pass wants replaces what an earlier pass wanted and was not sent yet (one write, the newest),
-//! and rounds of writes are at least `min_interval` apart, so a workload whose pods change many
-//! times a second costs at most one status write per interval; a change of wording only (a waiting
-//! workload's message follows every pod of its queue) waits ten intervals, and a workload whose
-//! admitted pods have not started yet waits up to five for them to start (pods on a free node start
-//! within seconds: one write then says Running instead of two saying Admitted, then Running). A value being sent
-//! counts as known, so a pass never asks for the same write twice. Nothing is lost by this: the
-//! cluster stays the source of truth, and a write that fails is wanted again by the next pass
-//! (which compares with what the watch shows).
+//! a pass wants replaces what an earlier pass wanted and was not sent yet (one write, the newest).
+//! Rounds of writes follow each other a quarter of `min_interval` apart at most, and one status is
+//! written at most once per `min_interval`, so a workload whose pods change many times a second
+//! costs at most one status write per interval, and a change to a status not written within the
+//! interval goes out within a quarter of it (statuses keep up with their pods: issue 24); a change
+//! of wording only (a waiting workload's message follows every pod of its queue) waits ten
+//! intervals. A DynamicWorkload status is sent as a JSON merge patch of what changed since the
+//! value the API server holds (what this writer wrote, else what the watch shows; see
+//! [`merge_patch`]): no write when nothing did, and a small body the API server merges without a
+//! server-side apply's field-by-field work. A value being sent counts as known, so a pass never
+//! asks for the same write twice. Nothing is lost by this: the cluster stays the source of truth,
+//! and a write that fails is wanted again by the next pass (which compares with what the watch
+//! shows).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -39,9 +43,9 @@ const TRUST_WRITTEN_FOR: Duration = Duration::from_secs(30);
 /// A change of wording only (see [`same_but_for_wording`]) waits this many status intervals after
 /// the object's last write.
 const LAZY_INTERVALS: u32 = 10;
-/// A status expected to pass soon (see [`settling`]) waits at most this many status intervals from
-/// when it was first wanted.
-const SETTLE_INTERVALS: u32 = 5;
+/// Rounds of writes per status interval at most: a change waits for the next round (a quarter of
+/// the interval here), not for the interval, unless its object was written within the interval.
+const ROUNDS_PER_INTERVAL: u32 = 4;
 
 /// Wanted values not yet sent, being sent, and sent (the watch may not show them yet).
 struct Slot<K, V> {
@@ -59,32 +63,49 @@ struct Wanted<V> {
     /// When a value for this object was first wanted and not yet sent (a replacing value keeps
     /// it): a round short of write budget sends the longest-waiting first.
     since: Instant,
+    /// Goes before the others in a round short of write budget (a workload with pods waiting
+    /// behind the gate: the status a user looks at).
+    first: bool,
+    /// What the watch showed when it was wanted: what the API server holds, unless this writer
+    /// wrote since (see [`Slot::take_due`]).
+    seen: Option<V>,
+}
+
+/// What a round sends of one object: the value, and the value the API server is believed to hold
+/// (the base of a merge patch).
+struct Send<K, V> {
+    key: K,
+    value: V,
+    base: Option<V>,
 }
 
 /// How long a wanted value may wait before a round sends it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Patience {
-    /// Sent by the next round.
+    /// Sent by the next round once its object was last written the spacing ago (or never).
     Urgent,
     /// Waits until its object was last written the lazy interval ago (a change of wording only).
     Lazy,
-    /// Waits until this instant at most: a state expected to pass soon, whose successor would be
-    /// written instead of it.
-    Until(Instant),
 }
 
 impl Patience {
     /// The patience of a value that replaces an unsent one of patience `earlier`: it may wait only
-    /// as long as both may (a deadline never moves later, an urgent value stays urgent).
+    /// as long as both may (an urgent value stays urgent).
     fn and(self, earlier: Patience) -> Patience {
-        use Patience::*;
         match (self, earlier) {
-            (Urgent, _) | (_, Urgent) => Urgent,
-            (Until(a), Until(b)) => Until(a.min(b)),
-            (Until(t), Lazy) | (Lazy, Until(t)) => Until(t),
-            (Lazy, Lazy) => Lazy,
+            (Patience::Lazy, Patience::Lazy) => Patience::Lazy,
+            _ => Patience::Urgent,
         }
     }
+}
+
+/// How far apart a round's writes of one object are, at least.
+#[derive(Clone, Copy, Debug)]
+struct Spacing {
+    /// An urgent value waits until its object was last written this long ago.
+    urgent: Duration,
+    /// A lazy value (a change of wording only) waits until its object was last written this long ago.
+    lazy: Duration,
 }
 
 impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
@@ -126,8 +147,16 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
     }
 
     /// Records that `value` is wanted; returns whether that is news (a write is due). A value that
-    /// replaces an unsent one may wait only as long as both may (see [`Patience::and`]).
-    fn want(&mut self, key: K, value: V, seen: Option<&V>, patience: Patience) -> bool {
+    /// replaces an unsent one may wait only as long as both may (see [`Patience::and`]); `first`:
+    /// it goes before the others when a round is short of budget.
+    fn want(
+        &mut self,
+        key: K,
+        value: V,
+        seen: Option<&V>,
+        patience: Patience,
+        first: bool,
+    ) -> bool {
         if self.newest(&key, seen).as_ref() == Some(&value) {
             return false;
         }
@@ -141,39 +170,53 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
                 value,
                 patience,
                 since,
+                first,
+                seen: seen.cloned(),
             },
         );
         true
     }
 
-    /// Takes what is due for a round, at most `limit` values, those waiting longest first:
-    /// everything urgent, lazy values whose object was last written `lazy_interval` ago or more
-    /// (or never), and values whose deadline has come. They count as being sent from now on; the
-    /// rest stay wanted (a newer value replaces one still waiting: one write instead of two).
-    fn take_due(&mut self, lazy_interval: Duration, limit: usize) -> Vec<(K, V)> {
-        self.last_write.retain(|_, at| at.elapsed() < lazy_interval);
+    /// Takes what is due for a round, at most `limit` values, those of workloads with pods waiting
+    /// first, then those waiting longest: urgent values and lazy ones whose object was last written
+    /// the spacing ago or more (or never). They count as being sent from now on; the rest stay
+    /// wanted (a newer value replaces one still waiting: one write instead of two). Each comes with
+    /// the value the API server is believed to hold: the one this writer wrote last (while
+    /// trusted), else what the watch showed.
+    fn take_due(&mut self, spacing: Spacing, limit: usize) -> Vec<Send<K, V>> {
+        let keep = spacing.lazy.max(spacing.urgent);
+        self.last_write.retain(|_, at| at.elapsed() < keep);
         let last_write = &self.last_write;
-        let now = Instant::now();
-        let mut due: Vec<(Instant, K)> = self
+        let mut due: Vec<((bool, Instant), K)> = self
             .pending
             .iter()
-            .filter(|(key, wanted)| match wanted.patience {
-                Patience::Urgent => true,
-                Patience::Lazy => !last_write.contains_key(*key),
-                Patience::Until(deadline) => deadline <= now,
+            .filter(|(key, wanted)| {
+                let wait = match wanted.patience {
+                    Patience::Urgent => spacing.urgent,
+                    Patience::Lazy => spacing.lazy,
+                };
+                last_write.get(*key).is_none_or(|at| at.elapsed() >= wait)
             })
-            .map(|(key, wanted)| (wanted.since, key.clone()))
+            .map(|(key, wanted)| ((!wanted.first, wanted.since), key.clone()))
             .collect();
         if due.len() > limit {
-            due.select_nth_unstable_by_key(limit, |(since, _)| *since);
+            due.select_nth_unstable_by_key(limit, |(order, _)| *order);
             due.truncate(limit);
         }
         due.into_iter()
             .map(|(_, key)| key)
             .filter_map(|key| {
                 let wanted = self.pending.remove(&key)?;
+                let base = match self.written.get(&key) {
+                    Some((value, at)) if at.elapsed() < TRUST_WRITTEN_FOR => Some(value.clone()),
+                    _ => wanted.seen,
+                };
                 self.sending.insert(key.clone(), wanted.value.clone());
-                Some((key, wanted.value))
+                Some(Send {
+                    key,
+                    value: wanted.value,
+                    base,
+                })
             })
             .collect()
     }
@@ -325,12 +368,13 @@ impl Writer {
                 // Only the message and the amounts changed (a waiting workload's "needs 1 cpu
                 // more" follows every pod of its queue): that may wait for the lazy interval.
                 Patience::Lazy
-            } else if settling(&status) {
-                Patience::Until(Instant::now() + self.inner.min_interval * SETTLE_INTERVALS)
             } else {
                 Patience::Urgent
             };
-            state.workload_statuses.want(key, status, seen, patience)
+            let first = status.pending_pods > 0;
+            state
+                .workload_statuses
+                .want(key, status, seen, patience, first)
         };
         if news {
             self.inner.wake.notify_one();
@@ -354,7 +398,7 @@ impl Writer {
         if self
             .state()
             .queue_statuses
-            .want(name, status, seen, Patience::Urgent)
+            .want(name, status, seen, Patience::Urgent, false)
         {
             self.inner.wake.notify_one();
         }
@@ -370,7 +414,7 @@ impl Writer {
     ) {
         let mut state = self.state();
         state.deletes.remove(&key);
-        if state.records.want(key, body, seen, Patience::Urgent) {
+        if state.records.want(key, body, seen, Patience::Urgent, false) {
             drop(state);
             self.inner.wake.notify_one();
         }
@@ -393,8 +437,10 @@ impl Writer {
         }
     }
 
-    /// Writes rounds of what is wanted until `shutdown`, at most one round per `min_interval`.
+    /// Writes rounds of what is wanted until `shutdown`, at most one round per quarter of
+    /// `min_interval` (see [`ROUNDS_PER_INTERVAL`]).
     pub(crate) async fn run(self, shutdown: CancellationToken) {
+        let round_interval = self.inner.min_interval / ROUNDS_PER_INTERVAL;
         let mut waiting_lazily = false;
         loop {
             if !waiting_lazily {
@@ -407,13 +453,13 @@ impl Writer {
             waiting_lazily = self.round().await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep_until((started + self.inner.min_interval).into()) => {}
+                _ = tokio::time::sleep_until((started + round_interval).into()) => {}
             }
         }
     }
 
     /// One round: records first (a status needs its object), then deletions, then statuses.
-    /// Returns whether lazy writes were left for a later round.
+    /// Returns whether writes were left for a later round (waiting for their spacing or budget).
     async fn round(&self) -> bool {
         let due = self.take_due();
         self.write_records(due.records).await;
@@ -433,26 +479,35 @@ impl Writer {
     /// Takes what this round sends, under the lock: workload statuses within the write budget,
     /// everything else that is due.
     fn take_due(&self) -> Due {
-        let lazy_interval = self.inner.min_interval * LAZY_INTERVALS;
+        let lazy = self.inner.min_interval * LAZY_INTERVALS;
+        // A status once per interval at most; a record (a status needs it) at once.
+        let statuses = Spacing {
+            urgent: self.inner.min_interval,
+            lazy,
+        };
+        let records = Spacing {
+            urgent: Duration::ZERO,
+            lazy,
+        };
         let mut state = self.state();
         state
             .deleted
             .retain(|_, at| at.elapsed() < TRUST_WRITTEN_FOR);
         let budget = state.status_budget.available();
-        let workload_statuses = state.workload_statuses.take_due(lazy_interval, budget);
+        let workload_statuses = state.workload_statuses.take_due(statuses, budget);
         state.status_budget.spend(workload_statuses.len());
         Due {
-            records: state.records.take_due(lazy_interval, usize::MAX),
+            records: state.records.take_due(records, usize::MAX),
             deletes: std::mem::take(&mut state.deletes),
             workload_statuses,
-            queue_statuses: state.queue_statuses.take_due(lazy_interval, usize::MAX),
+            queue_statuses: state.queue_statuses.take_due(statuses, usize::MAX),
         }
     }
 
-    async fn write_records(&self, records: Vec<(WorkloadKey, serde_json::Value)>) {
+    async fn write_records(&self, records: Vec<Send<WorkloadKey, serde_json::Value>>) {
         let client = &self.inner.client;
         stream::iter(records)
-            .for_each_concurrent(self.inner.concurrency, |(key, body)| async move {
+            .for_each_concurrent(self.inner.concurrency, |Send { key, value: body, .. }| async move {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 let result = bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await;
@@ -495,29 +550,45 @@ impl Writer {
             .await;
     }
 
-    async fn write_workload_statuses(&self, statuses: Vec<(WorkloadKey, DynamicWorkloadStatus)>) {
+    /// Each status as a merge patch of what changed since the value the API server holds (none
+    /// when nothing did).
+    async fn write_workload_statuses(
+        &self,
+        statuses: Vec<Send<WorkloadKey, DynamicWorkloadStatus>>,
+    ) {
         let client = &self.inner.client;
         stream::iter(statuses)
-            .for_each_concurrent(self.inner.concurrency, |(key, status)| async move {
+            .for_each_concurrent(self.inner.concurrency, |send| async move {
+                let Send { key, value, base } = send;
+                let Some(patch) = status_patch(base.as_ref(), &value) else {
+                    self.state().workload_statuses.sent(key, true);
+                    return;
+                };
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
-                let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload", "status": &status});
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                let result = bounded(api.patch_status(&key.name, &params, &Patch::Apply(body))).await;
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PatchParams::default()
+                };
+                let body = json!({ "status": patch });
+                let result =
+                    bounded(api.patch_status(&key.name, &params, &Patch::Merge(body))).await;
                 match &result {
                     Ok(_) => {
                         self.inner.metrics.status_writes.inc();
                     }
-                    Err(e) => debug!(%e, workload = %key, "status not written; the next pass retries"),
+                    Err(e) => {
+                        debug!(%e, workload = %key, "status not written; the next pass retries")
+                    }
                 }
                 self.state().workload_statuses.sent(key, result.is_ok());
             })
             .await;
     }
 
-    async fn write_queue_statuses(&self, statuses: Vec<(String, CapacityQueueStatus)>) {
+    async fn write_queue_statuses(&self, statuses: Vec<Send<String, CapacityQueueStatus>>) {
         let client = &self.inner.client;
         stream::iter(statuses)
-            .for_each_concurrent(self.inner.concurrency, |(name, status)| async move {
+            .for_each_concurrent(self.inner.concurrency, |Send { key: name, value: status, .. }| async move {
                 let api: Api<CapacityQueue> = Api::all(client.clone());
                 let body = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "status": &status});
                 let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -536,28 +607,55 @@ impl Writer {
 
 /// What one round sends.
 struct Due {
-    records: Vec<(WorkloadKey, serde_json::Value)>,
+    records: Vec<Send<WorkloadKey, serde_json::Value>>,
     deletes: HashMap<WorkloadKey, String>,
-    workload_statuses: Vec<(WorkloadKey, DynamicWorkloadStatus)>,
-    queue_statuses: Vec<(String, CapacityQueueStatus)>,
+    workload_statuses: Vec<Send<WorkloadKey, DynamicWorkloadStatus>>,
+    queue_statuses: Vec<Send<String, CapacityQueueStatus>>,
 }
 
-/// Whether a status describes a moment expected to pass within seconds: admitted pods starting
-/// (quota given, some pods not running yet), none waiting behind the gate, none ended. Its
-/// successor (more pods running, then all) would replace it, so it may wait a little for that:
-/// one write for a workload's start instead of one per status interval while its pods come up
-/// (the first of them at most a few seconds late). The quota it holds is in the queue's status
-/// (written at once) whatever this one waits for.
-fn settling(status: &DynamicWorkloadStatus) -> bool {
-    matches!(
-        status.phase,
-        WorkloadPhase::Admitted | WorkloadPhase::Running
-    ) && status.pending_pods == 0
-        && status.pod_sets.iter().any(|s| s.admitted > 0)
-        && status
-            .pod_sets
-            .iter()
-            .all(|s| s.finished == 0 && s.pending == 0)
+/// The merge patch (RFC 7386) of a DynamicWorkload status from `base`, the value the API server
+/// holds, to `new`: the fields that changed, `null` for those gone (a map key as well as a field);
+/// lists whole. None: nothing changed (nothing to write). Without a base, the whole status.
+fn status_patch(
+    base: Option<&DynamicWorkloadStatus>,
+    new: &DynamicWorkloadStatus,
+) -> Option<serde_json::Value> {
+    let new = serde_json::to_value(new).ok()?;
+    let base = base.and_then(|b| serde_json::to_value(b).ok());
+    match base {
+        Some(base) => merge_patch(&base, &new),
+        None => Some(new),
+    }
+}
+
+/// The JSON merge patch that turns `from` into `to` (RFC 7386: objects merged key by key, `null`
+/// removes a key, anything else replaced whole); None when they are equal.
+fn merge_patch(from: &serde_json::Value, to: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    if from == to {
+        return None;
+    }
+    let (Value::Object(from), Value::Object(to)) = (from, to) else {
+        return Some(to.clone());
+    };
+    let mut patch = serde_json::Map::new();
+    for (key, value) in to {
+        let change = match from.get(key) {
+            // A null in `to` cannot be said by a merge patch (it removes): as gone.
+            _ if value.is_null() => from.contains_key(key).then_some(Value::Null),
+            Some(old) => merge_patch(old, value),
+            None => Some(value.clone()),
+        };
+        if let Some(change) = change {
+            patch.insert(key.clone(), change);
+        }
+    }
+    for key in from.keys() {
+        if !to.contains_key(key) {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    (!patch.is_empty()).then_some(Value::Object(patch))
 }
 
 /// Whether two statuses differ only in their wording and amounts (message, conditions' messages,
@@ -608,15 +706,36 @@ async fn bounded<T>(
 mod tests {
     use super::*;
 
+    /// Spacing of the tests: urgent values at once, lazy ones after 10 s.
+    const AT_ONCE: Spacing = Spacing {
+        urgent: Duration::ZERO,
+        lazy: Duration::from_secs(10),
+    };
+
+    /// What a round takes, as (key, value), sorted.
+    fn take(
+        slot: &mut Slot<&'static str, u32>,
+        spacing: Spacing,
+        limit: usize,
+    ) -> Vec<(&'static str, u32)> {
+        let mut taken: Vec<_> = slot
+            .take_due(spacing, limit)
+            .into_iter()
+            .map(|s| (s.key, s.value))
+            .collect();
+        taken.sort();
+        taken
+    }
+
     #[test]
     fn a_wanted_value_is_news_only_when_it_differs_from_the_newest_known() {
         let mut slot: Slot<&str, u32> = Slot::new();
         // Nothing known: news.
-        assert!(slot.want("a", 1, None, Patience::Urgent));
+        assert!(slot.want("a", 1, None, Patience::Urgent, false));
         // The same again before it is sent: not news, still one pending write.
-        assert!(!slot.want("a", 1, None, Patience::Urgent));
+        assert!(!slot.want("a", 1, None, Patience::Urgent, false));
         // A newer value replaces the pending one: one write, the newest.
-        assert!(slot.want("a", 2, None, Patience::Urgent));
+        assert!(slot.want("a", 2, None, Patience::Urgent, false));
         assert_eq!(slot.pending.len(), 1);
         assert_eq!(slot.pending.get("a").map(|w| w.value), Some(2));
     }
@@ -627,104 +746,82 @@ mod tests {
         slot.written.insert("a", (2, Instant::now()));
         // The watch still shows the old value 1: the write wins, so 2 is not news.
         assert_eq!(slot.newest(&"a", Some(&1)), Some(2));
-        assert!(!slot.want("a", 2, Some(&1), Patience::Urgent));
+        assert!(!slot.want("a", 2, Some(&1), Patience::Urgent, false));
         // The watch shows 2: the written entry is forgotten.
         assert_eq!(slot.newest(&"a", Some(&2)), Some(2));
         assert!(slot.written.is_empty());
         // Going back to what the watch shows is news again.
-        assert!(slot.want("a", 1, Some(&2), Patience::Urgent));
+        assert!(slot.want("a", 1, Some(&2), Patience::Urgent, false));
     }
 
     #[test]
     fn a_value_being_sent_is_not_wanted_again() {
         let mut slot: Slot<&str, u32> = Slot::new();
-        assert!(slot.want("a", 1, None, Patience::Urgent));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("a", 1)]
-        );
+        assert!(slot.want("a", 1, None, Patience::Urgent, false));
+        assert_eq!(take(&mut slot, AT_ONCE, usize::MAX), vec![("a", 1)]);
         // The watch does not show it yet and the write has not answered: not news.
-        assert!(!slot.want("a", 1, None, Patience::Urgent));
+        assert!(!slot.want("a", 1, None, Patience::Urgent, false));
         slot.sent("a", true);
-        assert!(!slot.want("a", 1, None, Patience::Urgent));
+        assert!(!slot.want("a", 1, None, Patience::Urgent, false));
         // A failed write is forgotten: the next pass wants it again.
-        assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("a", 2)]
-        );
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent, false));
+        assert_eq!(take(&mut slot, AT_ONCE, usize::MAX), vec![("a", 2)]);
         slot.sent("a", false);
-        assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent, false));
     }
 
     #[test]
     fn a_lazy_change_waits_for_its_interval_an_urgent_one_does_not() {
         let mut slot: Slot<&str, u32> = Slot::new();
-        assert!(slot.want("a", 1, None, Patience::Urgent));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("a", 1)]
-        );
+        assert!(slot.want("a", 1, None, Patience::Urgent, false));
+        assert_eq!(take(&mut slot, AT_ONCE, usize::MAX), vec![("a", 1)]);
         slot.sent("a", true);
         // The watch shows the write; then only the wording changes.
-        assert!(slot.want("a", 2, Some(&1), Patience::Lazy));
+        assert!(slot.want("a", 2, Some(&1), Patience::Lazy, false));
         assert!(
-            slot.take_due(Duration::from_secs(10), usize::MAX)
-                .is_empty(),
+            take(&mut slot, AT_ONCE, usize::MAX).is_empty(),
             "written just now: waits"
         );
         // An urgent change on top makes the whole write urgent.
-        assert!(slot.want("a", 3, Some(&1), Patience::Urgent));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("a", 3)]
-        );
+        assert!(slot.want("a", 3, Some(&1), Patience::Urgent, false));
+        assert_eq!(take(&mut slot, AT_ONCE, usize::MAX), vec![("a", 3)]);
         // Never written: a lazy value goes at once.
-        assert!(slot.want("b", 1, None, Patience::Lazy));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("b", 1)]
-        );
+        assert!(slot.want("b", 1, None, Patience::Lazy, false));
+        assert_eq!(take(&mut slot, AT_ONCE, usize::MAX), vec![("b", 1)]);
     }
 
     #[test]
-    fn a_settling_value_waits_for_its_deadline_or_gives_way_to_its_successor() {
-        let mut slot: Slot<&str, u32> = Slot::new();
-        let soon = Instant::now() + Duration::from_secs(60);
-        // Admitted, pods not started: may wait until the deadline.
-        assert!(slot.want("a", 1, None, Patience::Until(soon)));
-        assert!(
-            slot.take_due(Duration::from_secs(10), usize::MAX)
-                .is_empty()
-        );
-        // The pods started: the successor goes at once, and only it (one write, not two).
-        assert!(slot.want("a", 2, None, Patience::Urgent));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("a", 2)]
-        );
-        // A deadline that has come is due.
-        let Some(past) = Instant::now().checked_sub(Duration::from_millis(1)) else {
-            return;
+    fn a_status_is_written_once_per_interval_at_most_and_at_once_after_a_quiet_one() {
+        let spacing = Spacing {
+            urgent: Duration::from_secs(60),
+            lazy: Duration::from_secs(600),
         };
-        assert!(slot.want("b", 1, None, Patience::Until(past)));
-        assert_eq!(
-            slot.take_due(Duration::from_secs(10), usize::MAX),
-            vec![("b", 1)]
-        );
+        let mut slot: Slot<&str, u32> = Slot::new();
+        // Never written: goes at once, whatever the spacing.
+        assert!(slot.want("a", 1, None, Patience::Urgent, false));
+        assert_eq!(take(&mut slot, spacing, usize::MAX), vec![("a", 1)]);
+        slot.sent("a", true);
+        // Changed again within the interval: waits for it (the newest value then, one write).
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent, false));
+        assert!(slot.want("a", 3, Some(&1), Patience::Urgent, false));
+        assert!(take(&mut slot, spacing, usize::MAX).is_empty());
+        // Another object is not held back by it.
+        assert!(slot.want("b", 1, None, Patience::Urgent, false));
+        assert_eq!(take(&mut slot, spacing, usize::MAX), vec![("b", 1)]);
+        // The interval has passed since "a" was written: its newest value goes.
+        let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(61)) else {
+            return; // a clock this young cannot express the case
+        };
+        slot.last_write.insert("a", long_ago);
+        assert_eq!(take(&mut slot, spacing, usize::MAX), vec![("a", 3)]);
     }
 
     #[test]
-    fn a_replacing_value_never_waits_longer_than_the_one_it_replaces() {
-        let now = Instant::now();
-        let (early, late) = (now + Duration::from_secs(1), now + Duration::from_secs(9));
+    fn a_replacing_value_stays_urgent_when_either_is() {
         use Patience::*;
-        assert_eq!(Until(late).and(Until(early)), Until(early));
-        assert_eq!(Until(early).and(Until(late)), Until(early));
-        assert_eq!(Lazy.and(Until(early)), Until(early));
-        assert_eq!(Until(early).and(Lazy), Until(early));
-        assert_eq!(Until(early).and(Urgent), Urgent);
+        assert_eq!(Lazy.and(Urgent), Urgent);
         assert_eq!(Urgent.and(Lazy), Urgent);
+        assert_eq!(Urgent.and(Urgent), Urgent);
         assert_eq!(Lazy.and(Lazy), Lazy);
     }
 
@@ -750,25 +847,6 @@ mod tests {
     }
 
     #[test]
-    fn only_workloads_whose_admitted_pods_are_still_starting_are_settling() {
-        assert!(settling(&status(WorkloadPhase::Admitted, 4, 0, 0)));
-        // Some pods of the workload run, the others are starting: the next status says more run.
-        assert!(settling(&status(WorkloadPhase::Running, 2, 2, 0)));
-        // All run: nothing left to wait for.
-        assert!(!settling(&status(WorkloadPhase::Running, 0, 4, 0)));
-        // Someone waits behind the gate: the user wants to see why, now.
-        assert!(!settling(&status(WorkloadPhase::Admitted, 2, 0, 2)));
-        assert!(!settling(&status(WorkloadPhase::Running, 2, 2, 1)));
-        assert!(!settling(&status(WorkloadPhase::Pending, 0, 0, 4)));
-        // Quota reserved for a gang not created yet: nothing will start by itself.
-        assert!(!settling(&status(WorkloadPhase::Admitted, 0, 0, 0)));
-        // A pod ended: worth saying now (it may have failed).
-        let mut ended = status(WorkloadPhase::Running, 2, 1, 0);
-        ended.pod_sets[0].finished = 1;
-        assert!(!settling(&ended));
-    }
-
-    #[test]
     fn a_preemption_is_never_a_change_of_wording_only() {
         let old = status(WorkloadPhase::Running, 0, 2, 0);
         let mut reworded = old.clone();
@@ -785,26 +863,127 @@ mod tests {
     }
 
     #[test]
-    fn a_round_short_of_budget_sends_the_longest_waiting_and_keeps_the_rest() {
+    fn a_round_short_of_budget_sends_waiting_workloads_then_the_longest_waiting() {
         let mut slot: Slot<&str, u32> = Slot::new();
         for key in ["a", "b", "c", "d"] {
-            assert!(slot.want(key, 1, None, Patience::Urgent));
+            assert!(slot.want(key, 1, None, Patience::Urgent, false));
             std::thread::sleep(Duration::from_millis(2));
         }
         // "a" changes again before its turn: it keeps its place (the time it was first wanted)
         // and only its newest value is written.
-        assert!(slot.want("a", 2, None, Patience::Urgent));
-        let mut first = slot.take_due(Duration::from_secs(10), 2);
-        first.sort();
-        assert_eq!(first, vec![("a", 2), ("b", 1)]);
+        assert!(slot.want("a", 2, None, Patience::Urgent, false));
+        assert_eq!(take(&mut slot, AT_ONCE, 2), vec![("a", 2), ("b", 1)]);
         assert_eq!(slot.pending.len(), 2);
-        let mut rest = slot.take_due(Duration::from_secs(10), usize::MAX);
-        rest.sort();
-        assert_eq!(rest, vec![("c", 1), ("d", 1)]);
+        // A workload with pods waiting behind the gate goes first, however new.
+        assert!(slot.want("p", 1, None, Patience::Urgent, true));
+        assert_eq!(take(&mut slot, AT_ONCE, 1), vec![("p", 1)]);
+        assert_eq!(
+            take(&mut slot, AT_ONCE, usize::MAX),
+            vec![("c", 1), ("d", 1)]
+        );
         // No budget: nothing is sent, nothing is lost.
-        assert!(slot.want("e", 1, None, Patience::Urgent));
-        assert!(slot.take_due(Duration::from_secs(10), 0).is_empty());
+        assert!(slot.want("e", 1, None, Patience::Urgent, false));
+        assert!(take(&mut slot, AT_ONCE, 0).is_empty());
         assert_eq!(slot.pending.len(), 1);
+    }
+
+    #[test]
+    fn a_round_sends_each_value_with_what_the_api_server_holds() {
+        let mut slot: Slot<&str, u32> = Slot::new();
+        // Never written by this writer: what the watch showed.
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent, false));
+        let sent = slot.take_due(AT_ONCE, usize::MAX);
+        assert_eq!(sent.len(), 1);
+        assert_eq!((sent[0].value, sent[0].base), (2, Some(1)));
+        slot.sent("a", true);
+        // Written, the watch not caught up: the written value is the base.
+        assert!(slot.want("a", 3, Some(&1), Patience::Urgent, false));
+        let sent = slot.take_due(AT_ONCE, usize::MAX);
+        assert_eq!((sent[0].value, sent[0].base), (3, Some(2)));
+        // That write failed: the base is the watch's again.
+        slot.sent("a", false);
+        slot.written.clear();
+        assert!(slot.want("a", 3, Some(&1), Patience::Urgent, false));
+        let sent = slot.take_due(AT_ONCE, usize::MAX);
+        assert_eq!((sent[0].value, sent[0].base), (3, Some(1)));
+        // Nothing known: no base.
+        assert!(slot.want("b", 1, None, Patience::Urgent, false));
+        let sent = slot.take_due(AT_ONCE, usize::MAX);
+        assert_eq!((sent[0].value, sent[0].base), (1, None));
+    }
+
+    #[test]
+    fn a_merge_patch_carries_what_changed_and_removes_what_is_gone() {
+        let from = json!({"phase": "Admitted", "message": "m", "used": {"cpu": "1", "memory": "1Gi"},
+            "queuedSince": "t", "podSets": [{"name": "w", "running": 0}], "same": {"x": 1}});
+        let to = json!({"phase": "Running", "message": "m", "used": {"cpu": "2"},
+            "podSets": [{"name": "w", "running": 1}], "same": {"x": 1}, "admittedAt": "t2"});
+        assert_eq!(
+            merge_patch(&from, &to),
+            Some(
+                json!({"phase": "Running", "used": {"cpu": "2", "memory": null},
+                "queuedSince": null, "podSets": [{"name": "w", "running": 1}], "admittedAt": "t2"})
+            )
+        );
+        // Nothing changed: nothing to write.
+        assert_eq!(merge_patch(&from, &from), None);
+        // A null in the new value removes the field (it was there) or says nothing (it was not).
+        assert_eq!(
+            merge_patch(&json!({"a": 1}), &json!({"a": null, "b": null})),
+            Some(json!({"a": null}))
+        );
+        // Not an object: replaced whole.
+        assert_eq!(merge_patch(&json!({"a": 1}), &json!([1])), Some(json!([1])));
+    }
+
+    /// Applies a merge patch as RFC 7386 says (the API server's part), for the round trip below.
+    fn apply(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        let (Some(target_map), Some(patch_map)) = (target.as_object_mut(), patch.as_object())
+        else {
+            *target = patch.clone();
+            return;
+        };
+        for (key, value) in patch_map {
+            if value.is_null() {
+                target_map.remove(key);
+            } else if value.is_object() && target_map.get(key).is_some_and(|t| t.is_object()) {
+                if let Some(t) = target_map.get_mut(key) {
+                    apply(t, value);
+                }
+            } else {
+                target_map.insert(key.clone(), value.clone());
+            }
+        }
+    }
+
+    #[test]
+    fn a_status_patch_applied_to_its_base_gives_the_new_status() {
+        let mut old = status(WorkloadPhase::Pending, 0, 0, 4);
+        old.queued_since = Some("2026-01-01T00:00:00Z".into());
+        old.position = Some(3);
+        old.used.insert(
+            "memory".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+        );
+        let mut new = status(WorkloadPhase::Running, 0, 4, 0);
+        new.admitted_at = Some("2026-01-01T00:00:05Z".into());
+        new.used.insert(
+            "cpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("4".into()),
+        );
+        new.message = "4 pod(s) admitted in queue q".into();
+        let Some(patch) = status_patch(Some(&old), &new) else {
+            panic!("the statuses differ: a patch is due");
+        };
+        // Small: only what changed.
+        assert!(patch.get("interruptedCount").is_none(), "{patch}");
+        let mut server = serde_json::to_value(&old).unwrap_or_default();
+        apply(&mut server, &patch);
+        assert_eq!(server, serde_json::to_value(&new).unwrap_or_default());
+        // Unchanged: no write.
+        assert_eq!(status_patch(Some(&new), &new), None);
+        // No base (the first status): the whole of it.
+        assert_eq!(status_patch(None, &new), serde_json::to_value(&new).ok());
     }
 
     #[test]
@@ -841,6 +1020,6 @@ mod tests {
         };
         slot.written.insert("a", (2, long_ago));
         assert_eq!(slot.newest(&"a", Some(&1)), Some(1));
-        assert!(slot.want("a", 2, Some(&1), Patience::Urgent));
+        assert!(slot.want("a", 2, Some(&1), Patience::Urgent, false));
     }
 }
