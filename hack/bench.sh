@@ -41,6 +41,16 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
   status_lag DynamicWorkload status lag behind pods during the e2e burst, every workload (no gate and
              sluice, RUNS times): hack/bench/status_lag.sh (its own cluster; not part of a full run)
 
+  shapes     Spark-shaped (driver, then executors over time) and Ray-shaped (RayClusters scaled up)
+             applications: no gate, sluice, Kueue (elastic RayClusters): hack/bench/shapes.sh
+  peer       Kueue's scheduler performance suite (baseline, 15,000 workloads) as plain pods, sluice
+             and Kueue: hack/bench/peer.sh
+  large      the e2e load at 20,000 pods on 500 kwok nodes, no gate, sluice, Kueue: hack/bench/large.sh
+             (shapes, peer, large: their own cluster, runs and report; not part of a full run)
+
+  turnover   a pod ending to the next waiting pod ungated in a full queue, p50/p99 over 2,000
+             handovers, 3 runs: hack/bench/turnover.sh (not part of a full run)
+
 Env: E2E_PODS (default 5000; 300 with --quick), E2E_NODES (default 100).
 
 Each part writes only its own section of BENCHMARKS.md (<!-- bench.sh:<part>:begin/end -->: the run's
@@ -66,6 +76,8 @@ done
 case "$only" in
   ""|admission|scale|webhook|e2e) ;;
   status_lag) exec "$root/hack/bench/status_lag.sh" ;;   # its own cluster, runs and report (see that script)
+  shapes|peer|large) QUICK=$quick WRITE=$write exec "$root/hack/bench/$only.sh" ;;   # its own cluster, runs and report
+  turnover) exec "$root/hack/bench/turnover.sh" $( ((quick)) && echo --quick ) $( ((write)) || echo --no-write ) ;;   # the cluster of $SLUICE_CLUSTER_STATE
   *) echo "bench.sh: --only wants admission, scale, webhook or e2e, not $only" >&2; exit 2 ;;
 esac
 want() { [[ -z "$only" || "$only" == "$1" ]]; }

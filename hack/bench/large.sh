@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# hack/bench.sh --only large: the end-to-end load of e2e_load (single pods, gangs of 4-8, groups of 32,
+# 10m cpu each, 32 creates in flight) at 20,000 pods on 500 kwok nodes: no gate, sluice, then Kueue
+# (started for its own run, last; its webhooks scoped to its namespace). Records each component's
+# CPU seconds, the API server's share of the machine over each run (its CPU seconds / wall seconds)
+# and API requests per pod. Env: LARGE_PODS (default 20000; 1000 with QUICK=1), LARGE_NODES (default
+# 500; 50 with QUICK=1), LARGE_MODES (default "nogate sluice kueue"), WRITE, KEEP_CLUSTER=1,
+# NO_BUILD=1 (the binaries as they are: e2e_load and sluice's release build).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+out="$root/target/bench"
+mkdir -p "$out"
+# shellcheck source=hack/bench/lib.sh
+source "$root/hack/bench/lib.sh"
+quick="${QUICK:-0}"
+pods="${LARGE_PODS:-20000}" nodes="${LARGE_NODES:-500}"
+[[ $quick == 1 ]] && { pods="${LARGE_PODS:-1000}"; nodes="${LARGE_NODES:-50}"; }
+modes="${LARGE_MODES:-nogate sluice kueue}"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+rm -f "$out"/large-*
+mkdir -p "$out"
+printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only large LARGE_PODS=$pods LARGE_NODES=$nodes" \
+  "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-large"
+echo "$pods" > "$out/large-pods"; echo "$nodes" > "$out/large-nodes"
+no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)
+[[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin e2e_load >&2
+bin="$target_dir/release/e2e_load"
+[[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" --timeout 600 >&2
+eval "$(hack/cluster.sh env)"
+quota=$(( (pods + 500) / 50 ))   # cpu; each pod asks 10m: twice the demand and more
+
+large_run() { # mode
+  local mode=$1 name="large-$1" ns="large-$1"
+  echo "-- large: $mode, $pods pods on $nodes nodes" >&2
+  kubectl create namespace "$ns" >&2
+  kubectl label namespace "$ns" bench.sluice.dev/large=on >&2
+  case $mode in
+    sluice) kubectl apply -f - >&2 <<YAML
+apiVersion: sluice.dev/v1alpha1
+kind: CapacityQueue
+metadata: {name: $ns}
+spec: {quota: {cpu: "$quota"}}
+YAML
+      kubectl wait --for=condition=Active --timeout=120s "capacityqueue/$ns" >&2 ;;
+    kueue) kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
+      kubectl apply -f - >&2 <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: $ns}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $ns}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: $ns
+      resources:
+      - {name: cpu, nominalQuota: "$quota"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: $ns, namespace: $ns}
+spec: {clusterQueue: $ns}
+YAML
+      kubectl wait --for=condition=Active --timeout=120s "clusterqueue/$ns" >&2
+      kubectl -n "$ns" wait --for=condition=Active --timeout=120s "localqueue/$ns" >&2 ;;
+  esac
+  kubectl -n "$ns" wait --for=jsonpath='{.metadata.name}'=default --timeout=60s serviceaccount/default >&2
+  measure_begin "$name"
+  "$bin" --mode "$mode" --namespace "$ns" --queue "$ns" --pods "$pods" --timeout 1800 > "$out/$name.json"
+  measure_end "$name"
+  python3 "$bench_py/e2e_summary.py" "$out/$name.json" >&2
+  [[ $mode == kueue ]] && end_kueue_pods "$ns"
+  delete_namespaces "kubernetes.io/metadata.name=$ns"
+  case $mode in
+    sluice) kubectl delete capacityqueue "$ns" --ignore-not-found >&2 ;;
+    kueue) kubectl delete clusterqueue "$ns" --ignore-not-found >&2; kubectl delete resourceflavor "$ns" --ignore-not-found >&2 ;;
+  esac
+}
+
+for mode in $modes; do
+  if [[ $mode == kueue ]]; then
+    hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build --timeout 600 >&2
+    scope_kueue_webhooks
+  fi
+  large_run "$mode"
+done
+python3 "$bench_py/peers_report.py" "$out" "$root" "${WRITE:-1}" large

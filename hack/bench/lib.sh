@@ -1,0 +1,74 @@
+# shellcheck shell=bash
+# Helpers of the end-to-end parts run by their own scripts (hack/bench/peer.sh, shapes.sh, large.sh):
+# sourced, with $root (the repository), $out (target/bench) and the cluster's environment set.
+# The cluster's state directory: SLUICE_CLUSTER_STATE (a second cluster beside the lead's) or .cluster/.
+state="${SLUICE_CLUSTER_STATE:-$root/.cluster}"
+bench_py="$root/hack/bench"
+
+api_metrics() { # file: apiserver_request_total, read with the admin client certificate
+  local server
+  server="$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
+  curl -sf --max-time 20 --cacert "$state/pki/ca.crt" --cert "$state/pki/admin.crt" --key "$state/pki/admin.key" \
+    "$server/metrics" | grep '^apiserver_request_total' > "$1"
+}
+
+cpu_seconds() { # "<component> <user+system seconds>" for every process hack/cluster.sh started
+  local tick f pid
+  tick=$(getconf CLK_TCK)
+  for f in "$state"/pids/*.pid; do
+    pid=$(cat "$f" 2>/dev/null) || continue
+    [[ -r /proc/$pid/stat ]] || continue
+    # Fields 14 and 15 of /proc/<pid>/stat (after the command in parentheses): utime, stime.
+    awk -v n="$(basename "$f" .pid)" -v t="$tick" '{sub(/^.*\) /, ""); print n, ($12 + $13) / t}' "/proc/$pid/stat"
+  done
+}
+
+scope_kueue_webhooks() {
+  # Kueue's pod webhooks have no object selector: scoped to the namespaces labelled for Kueue's runs
+  # (bench.sluice.dev/kueue=on), so that the other runs pay for no Kueue call.
+  local kind cfg
+  for kind in mutatingwebhookconfigurations validatingwebhookconfigurations; do
+    for cfg in $(kubectl get "$kind" -o name | grep -i kueue); do
+      kubectl get "$cfg" -o json | python3 "$bench_py/scope_kueue_webhooks.py" | kubectl replace -f - >&2
+    done
+  done
+}
+
+measure_begin() { # name: the API server's request counters, the components' CPU and the load average before a run
+  api_metrics "$out/$1.metrics-before"
+  cpu_seconds > "$out/$1.cpu-before"
+  cut -d' ' -f1-3 /proc/loadavg > "$out/$1.load-before"
+  date +%s.%N > "$out/$1.t-before"
+}
+
+measure_end() { # name
+  date +%s.%N > "$out/$1.t-after"
+  cut -d' ' -f1-3 /proc/loadavg > "$out/$1.load-after"
+  cpu_seconds > "$out/$1.cpu-after"
+  api_metrics "$out/$1.metrics-after"
+}
+
+end_kueue_pods() { # namespace...: Kueue's pods carry its finalizer until they end; kwok ends no pod being deleted
+  local ns
+  for ns in "$@"; do
+    kubectl -n "$ns" annotate pods --all --field-selector=status.phase=Running sluice.dev/kwok-phase=Succeeded \
+      --overwrite >/dev/null 2>&1 || true
+  done
+}
+
+delete_namespaces() { # selector: delete the namespaces and wait until they are gone (finalizers left behind taken off)
+  local sel=$1 i ns
+  kubectl delete namespace -l "$sel" --wait=false >&2 || true
+  for i in $(seq 900); do
+    [[ -z "$(kubectl get namespace -l "$sel" -o name 2>/dev/null)" ]] && return 0
+    if (( i % 120 == 0 )); then
+      for ns in $(kubectl get namespace -l "$sel" -o jsonpath='{.items[*].metadata.name}'); do
+        kubectl -n "$ns" get pods -o name | xargs -r -P 4 -n 20 kubectl -n "$ns" patch --type=merge \
+          -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+      done
+    fi
+    sleep 1
+  done
+  echo "bench: namespaces $sel still there after 900 s" >&2
+  return 1
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# hack/bench.sh --only peer: Kueue's scheduler performance suite (test/performance/scheduler/, the
+# baseline: 15,000 workloads over 30 queues in 5 cohorts, with its creation intervals and workload
+# mix) as plain pods (tools/src/bin/peer_suite.rs), against sluice, then against Kueue, on one local
+# cluster (100 kwok nodes of 32 cpu). sluice's runs come first, Kueue joins the cluster for its own
+# (its controller watches every pod). Env: PEER_REPS (runs of each, default 3; 1 with QUICK=1),
+# PEER_SCALE (fraction of the suite's workload counts, default 1; 0.05 with QUICK=1), E2E_NODES
+# (default 100), WRITE (1: write BENCHMARKS.md and bench/results.json), KEEP_CLUSTER=1 (leave it up).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+out="$root/target/bench"
+mkdir -p "$out"
+# shellcheck source=hack/bench/lib.sh
+source "$root/hack/bench/lib.sh"
+quick="${QUICK:-0}"
+reps="${PEER_REPS:-3}" scale="${PEER_SCALE:-1}"
+[[ $quick == 1 ]] && { reps="${PEER_REPS:-1}"; scale="${PEER_SCALE:-0.05}"; }
+nodes="${E2E_NODES:-100}"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+rm -f "$out"/peer-*
+printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only peer${QUICK:+ (QUICK=$quick)} PEER_REPS=$reps PEER_SCALE=$scale" \
+  "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-peer"
+no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
+[[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin peer_suite >&2
+bin="$target_dir/${TOOLS_PROFILE:-release}/peer_suite"   # TOOLS_PROFILE=debug with NO_BUILD=1: a debug build
+[[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" >&2
+eval "$(hack/cluster.sh env)"
+
+peer_run() { # mode rep
+  local mode=$1 rep=$2 name="peer-$1-$2" prefix="ps${1:0:1}$2"
+  echo "-- peer suite: $mode, run $rep (scale $scale)" >&2
+  "$bin" --mode "$mode" --prefix "$prefix" --setup >&2
+  # The queues ready: sluice's CapacityQueues Active, Kueue's ClusterQueues Active.
+  local kind=capacityqueue; [[ $mode == kueue ]] && kind=clusterqueue
+  # shellcheck disable=SC2046  # one name a word
+  kubectl wait --for=condition=Active --timeout=120s $(kubectl get "$kind" -o name | grep "/$prefix-") >&2
+  measure_begin "$name"
+  "$bin" --mode "$mode" --prefix "$prefix" --scale "$scale" > "$out/$name.json"
+  measure_end "$name"
+  python3 "$bench_py/e2e_summary.py" "$out/$name.json" >&2
+  [[ $mode == kueue ]] && end_kueue_pods $(kubectl get namespace -l "bench.sluice.dev/peer-suite=$prefix" -o jsonpath='{.items[*].metadata.name}')
+  delete_namespaces "bench.sluice.dev/peer-suite=$prefix"
+  if [[ $mode == sluice ]]; then
+    kubectl get capacityqueue -o name | grep "/$prefix-" | xargs -r kubectl delete >&2
+  else
+    kubectl get clusterqueue -o name | grep "/$prefix-" | xargs -r kubectl delete >&2
+    kubectl delete resourceflavor "$prefix-rf" --ignore-not-found >&2
+  fi
+}
+
+for rep in $(seq "$reps"); do peer_run sluice "$rep"; done
+hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
+scope_kueue_webhooks
+for rep in $(seq "$reps"); do peer_run kueue "$rep"; done
+python3 "$bench_py/peers_report.py" "$out" "$root" "${WRITE:-1}" peer

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""The report of the end-to-end parts run by their own scripts (hack/bench/peer.sh, shapes.sh,
+large.sh): each into its own section of BENCHMARKS.md (<!-- bench.sh:<part>:begin/end -->) and its
+own keys of bench/results.json (read-modify-write right before writing; the other keys stay).
+
+usage: peers_report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
+"""
+import glob, json, os, re, statistics, sys
+out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
+
+def load(name):
+    p = os.path.join(out, name)
+    if not os.path.exists(p):
+        return None
+    txt = open(p).read().strip()
+    return json.loads(txt.splitlines()[-1]) if txt else None
+
+def text(name, default="?"):
+    p = os.path.join(out, name)
+    return open(p).read().strip() if os.path.exists(p) else default
+
+def requests(name):
+    """apiserver_request_total deltas of a run: {(verb, resource): count}."""
+    tot = {}
+    for when, sign in (("before", -1), ("after", 1)):
+        p = os.path.join(out, f"{name}.metrics-{when}")
+        if not os.path.exists(p):
+            return None
+        for line in open(p):
+            m = re.match(r'apiserver_request_total\{(.*)\} (\S+)', line)
+            if not m:
+                continue
+            lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            key = (lab.get("verb", ""), lab.get("resource", "") + ("/" + lab["subresource"] if lab.get("subresource") else ""))
+            tot[key] = tot.get(key, 0) + sign * float(m.group(2))
+    return tot
+
+def cpu(name):
+    """CPU seconds each component used during a run."""
+    b, a = {}, {}
+    for d, when in ((b, "before"), (a, "after")):
+        p = os.path.join(out, f"{name}.cpu-{when}")
+        if os.path.exists(p):
+            for line in open(p):
+                k, v = line.split()
+                d[k] = float(v)
+    return {k: a[k] - b.get(k, 0.0) for k in a}
+
+def seconds(name):
+    try:
+        return float(text(f"{name}.t-after")) - float(text(f"{name}.t-before"))
+    except ValueError:
+        return None
+
+def run_of(part):
+    lines = open(os.path.join(out, f"run-{part}")).read().split("\n") + [""] * 4
+    return {"started_at": lines[0], "command": lines[1], "load": lines[2].split() or ["?"] * 3, "versions": lines[3] or "?"}
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+def rng(v, fmt="{:.1f}"):
+    v = [x for x in v if x is not None]
+    if not v:
+        return "–"
+    if len(v) == 1:
+        return fmt.format(v[0])
+    return f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}–{fmt.format(max(v))})"
+
+results = {}   # this report's keys only; merged into bench/results.json at the end
+
+def peer_part():
+    runs = {m: sorted(glob.glob(os.path.join(out, f"peer-{m}-*.json"))) for m in ("sluice", "kueue")}
+    data = {m: [(os.path.basename(p)[:-5], load(os.path.basename(p))) for p in ps] for m, ps in runs.items()}
+    if not any(data.values()):
+        return None
+    first = next(d for ds in data.values() for _, d in ds if d)
+    md = [f"Kueue v0.19.2's `test/performance/scheduler` baseline (`configs/baseline/generator.yaml`): {first['cohorts']} cohorts × "
+          f"{first['queues'] // max(first['cohorts'], 1)} queues (nominal 20 cpu, borrowing limit 100, reclaimWithinCohort Any, "
+          "withinClusterQueue LowerPriority), per queue 350 small (1 cpu, 200 ms, priority 50) created every 100 ms, 100 medium "
+          "(5 cpu, 500 ms, priority 100) every 500 ms, 50 large (20 cpu, 1 s, priority 200) every 1.2 s, the three sets at once: "
+          f"{first['workloads']:,} workloads (scale {first['scale']}), each one plain pod here (`tools/src/bin/peer_suite.rs`), ended its "
+          "runtime after its admission; a preempted pod is created again and its time to admit runs to its last admission "
+          "(as Kueue's recorder counts). One local cluster (100 kwok nodes); sluice's runs first, Kueue started for its own.", "",
+          "| run | complete | wall: all admitted | wall: all finished | admissions/s | time to admit p50 / p99 | avg small / medium / large | preempted | API requests / workload | API server CPU s | gate CPU s | load avg before → after |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    walls = {}
+    for mode, ds in data.items():
+        for name, d in ds:
+            if not d:
+                continue
+            req = requests(name)
+            per = sum(req.values()) / d["workloads"] if req else None
+            c = cpu(name)
+            gate = c.get("sluice" if mode == "sluice" else "kueue")
+            t, bc = d["time_to_admit"], d["time_to_admit_by_class"]
+            walls.setdefault(mode, []).append(d["wall_admit_all_s"] if d["complete"] else None)
+            md.append(f"| {name} | {'yes' if d['complete'] else 'no (' + str(d['finished']) + ' finished)'} | {d['wall_admit_all_s']:.1f} s | "
+                      f"{d['wall_finish_all_s']:.1f} s | {d['admissions_per_s'] or 0:.1f} | {t['p50_s']} / {t['p99_s']} s | "
+                      f"{bc['small']['avg_s']} / {bc['medium']['avg_s']} / {bc['large']['avg_s']} s | {d['preempted']} | "
+                      f"{per:.1f} | {c.get('kube-apiserver', 0):.0f} | {gate or 0:.0f} | "
+                      f"{text(name + '.load-before')} → {text(name + '.load-after')} |" if per is not None else f"| {name} | (no metrics) |")
+    ws, wk = med(walls.get("sluice", [])), med(walls.get("kueue", []))
+    md += ["", f"Median wall time to admit all: sluice {rng(walls.get('sluice', []))} s, Kueue {rng(walls.get('kueue', []))} s"
+           + (f"; ratio Kueue / sluice {wk / ws:.2f}." if ws and wk else "."), ""]
+    results["peer_suite_wall_s"] = {"sluice": round(ws, 1) if ws else None, "kueue": round(wk, 1) if wk else None}
+    def tta(mode, q):
+        return med([d["time_to_admit"][q] for _, d in data.get(mode, []) if d and d["complete"]])
+    results["peer_suite_time_to_admit_s"] = {m: {"p50": tta(m, "p50_s"), "p99": tta(m, "p99_s")} for m in ("sluice", "kueue")}
+    results["peer_suite_admissions_per_s"] = {m: med([d["admissions_per_s"] for _, d in data.get(m, []) if d and d["complete"]])
+                                              for m in ("sluice", "kueue")}
+    return "### Kueue's scheduler performance suite, as plain pods", md
+
+def shapes_part():
+    names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "shapes-*.json")))
+    if not names:
+        return None
+    md = ["Spark-shaped applications (a spark-submit's pods: a driver, then, once it runs, executors requested in batches "
+          "doubling every second, as dynamic allocation does, owned by the driver pod) and Ray-shaped ones (RayClusters "
+          "through the KubeRay operator: a head and minReplicas workers, then `replicas` doubled every second to the maximum), "
+          "created by `tools/src/bin/shapes_load.rs`; quota above demand (what is measured is the gate's cost, not queueing). "
+          "Time to admit: from a pod first seen to first seen without scheduling gates; step: from the request (a driver "
+          "created, an executor batch created, a RayCluster created or scaled up) to all its pods Running.", "",
+          "| run | pods (gated) | errors | all running | pods/s | time to admit p50 / p99 | driver / RayCluster step p50 / p99 | executors / scale-up step p50 / p99 | API requests / pod | API server CPU s | gate CPU s | load avg before → after |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    per_mode = {}
+    for name in names:
+        d = load(f"{name}.json")
+        if not d:
+            continue
+        req = requests(name)
+        per = sum(req.values()) / d["pods"] if req and d["pods"] else None
+        c = cpu(name)
+        gate = c.get("sluice") if d["mode"] == "sluice" else c.get("kueue") if d["mode"] == "kueue" else None
+        st = d["steps"]
+        first = st.get("driver") or st.get("raycluster") or {}
+        later = st.get("executors") or st.get("scale-up") or {}
+        md.append(f"| {name} | {d['pods']:,} ({d['gated_pods']:,}) | {d['errors']} | {d['all_running_s']:.1f} s | {d['pods_per_s'] or 0:.1f} | "
+                  f"{d['time_to_admit_p50_s']} / {d['time_to_admit_p99_s']} s | {first.get('p50_s')} / {first.get('p99_s')} s | "
+                  f"{later.get('p50_s')} / {later.get('p99_s')} s | {per if per is None else round(per, 1)} | {c.get('kube-apiserver', 0):.0f} | "
+                  f"{'–' if gate is None else round(gate)} | {text(name + '.load-before')} → {text(name + '.load-after')} |")
+        per_mode.setdefault(d["shape"], {}).setdefault(d["mode"], []).append(
+            {"pods_per_s": d["pods_per_s"], "tta_p99": d["time_to_admit_p99_s"], "req": per,
+             "first_p99": first.get("p99_s"), "later_p99": later.get("p99_s")})
+    md.append("")
+    for shape, modes in per_mode.items():
+        results[f"shapes_{shape}"] = {m: {"pods_per_s": med([r["pods_per_s"] for r in rs]),
+                                          "time_to_admit_p99_s": med([r["tta_p99"] for r in rs]),
+                                          "step_p99_s": med([r["later_p99"] for r in rs]),
+                                          "apiserver_requests_per_pod": med([r["req"] for r in rs])} for m, rs in modes.items()}
+    return "### Shapes people run: Spark and Ray", md
+
+def large_part():
+    names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "large-*.json")))
+    if not names:
+        return None
+    md = [f"The end-to-end load of `e2e_load` (single pods, gangs of 4–8, groups of 32, 10m cpu each, 32 creates in flight) at "
+          f"{text('large-pods')} pods on {text('large-nodes')} kwok nodes. API server CPU share: its CPU seconds over the run's "
+          "wall time (1.0 = one of the machine's 2 cores).", "",
+          "| run | complete | pods | all running | pods/s | API requests / pod | API server CPU s | API server share | gate CPU s | load avg before → after |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    rates = {}
+    for name in names:
+        d = load(f"{name}.json")
+        if not d:
+            continue
+        req = requests(name)
+        per = sum(req.values()) / d["pods"] if req else None
+        c, wall = cpu(name), seconds(name)
+        api = c.get("kube-apiserver", 0.0)
+        mode = d["mode"]
+        gate = c.get("sluice") if mode == "sluice" else c.get("kueue") if mode == "kueue" else None
+        rate = d["pods"] / d["all_running_s"] if d.get("complete") and d.get("all_running_s") else None
+        rates[mode] = rate
+        md.append(f"| {name} | {'yes' if d['complete'] else 'no'} | {d['pods']:,} | {d['all_running_s'] or 0:.1f} s | {rate or 0:.1f} | "
+                  f"{per if per is None else round(per, 1)} | {api:.0f} | {api / wall if wall else 0:.2f} | "
+                  f"{'–' if gate is None else round(gate)} | {text(name + '.load-before')} → {text(name + '.load-after')} |")
+    md.append("")
+    results["e2e_large_pods_per_s"] = {m: round(r, 1) if r else None for m, r in rates.items()}
+    return f"### End to end at {text('large-pods')} pods on {text('large-nodes')} nodes", md
+
+titles = {"peer": "A peer's own benchmark: latest `hack/bench.sh --only peer` run",
+          "shapes": "Shapes people run: latest `hack/bench.sh --only shapes` run",
+          "large": "Larger: latest `hack/bench.sh --only large` run"}
+build = {"peer": peer_part, "shapes": shapes_part, "large": large_part}
+sections, stamps = {}, {}
+for part in parts:
+    made = build[part]()
+    if made is None:
+        print(f"bench: no raw results of {part} in {out}: its section and keys stay as they are", file=sys.stderr)
+        continue
+    sections[part] = made
+    stamps[part] = run_of(part)["started_at"]
+
+def header(part):
+    r = run_of(part)
+    return (f"Measured {r['started_at']} by `{r['command']}` — {r['versions']}; machine: {os.cpu_count()} cores, "
+            f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, shared with five other sessions "
+            f"building and testing (load average {' / '.join(r['load'])} when this part started).")
+bm = os.path.join(root, "BENCHMARKS.md")
+doc = open(bm).read()
+for part, (heading, body) in sections.items():
+    tag = f"bench.sh:{part}"
+    section = "\n".join([f"<!-- {tag}:begin -->", heading, "", header(part), ""] + body + [f"<!-- {tag}:end -->"])
+    print(section)
+    pattern = re.compile(rf"<!-- {re.escape(tag)}:begin -->.*?<!-- {re.escape(tag)}:end -->", re.S)
+    if pattern.search(doc):
+        doc = pattern.sub(lambda _: section, doc, count=1)
+    else:
+        doc = doc.rstrip() + f"\n\n## {titles[part]}\n\n" + section + "\n"
+print(json.dumps(results, indent=2))
+if not write:
+    sys.exit(0)
+open(bm, "w").write(doc)
+results_path = os.path.join(root, "bench", "results.json")
+current = json.load(open(results_path)) if os.path.exists(results_path) else {}
+current.update(results)
+by_part = current.setdefault("measured_at_by_part", {})
+by_part.update(stamps)
+current["measured_at"] = max(v for v in by_part.values() if v)
+json.dump(current, open(results_path, "w"), indent=2)
+open(results_path, "a").write("\n")

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# hack/bench.sh --only shapes: Spark-shaped and Ray-shaped applications (tools/src/bin/shapes_load.rs)
+# on one local cluster (100 kwok nodes, KubeRay on the host): no gate, sluice, then Kueue (started
+# for its own runs, last). Spark: a spark-submit's pods (driver, then executors in doubling batches,
+# owned by the driver pod); under Kueue every pod is its own plain-pod workload (Kueue's elastic
+# workload slices need a SparkApplication, whose executors only a running Spark driver creates: not
+# on kwok). Ray: RayClusters scaled up; under Kueue elastic ones (kueue.x-k8s.io/elastic-job,
+# ElasticJobsViaWorkloadSlices, Beta and on by default in v0.19). Quota above demand.
+# Env: SHAPES_REPS (default 3; 1 with QUICK=1), SHAPES_APPS (default 40; 5 with QUICK=1), E2E_NODES,
+# WRITE (1: write the report), KEEP_CLUSTER=1.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+out="$root/target/bench"
+mkdir -p "$out"
+# shellcheck source=hack/bench/lib.sh
+source "$root/hack/bench/lib.sh"
+quick="${QUICK:-0}"
+reps="${SHAPES_REPS:-3}" apps="${SHAPES_APPS:-40}"
+[[ $quick == 1 ]] && { reps="${SHAPES_REPS:-1}"; apps="${SHAPES_APPS:-5}"; }
+nodes="${E2E_NODES:-100}"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+rm -f "$out"/shapes-*
+printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only shapes SHAPES_REPS=$reps SHAPES_APPS=$apps" \
+  "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-shapes"
+no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
+[[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin shapes_load >&2
+bin="$target_dir/${TOOLS_PROFILE:-release}/shapes_load"   # TOOLS_PROFILE=debug with NO_BUILD=1: a debug build
+[[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kuberay "${no_build[@]}" >&2
+eval "$(hack/cluster.sh env)"
+
+shapes_run() { # mode shape rep
+  local mode=$1 shape=$2 rep=$3 name="shapes-$1-$2-$3" ns="shapes-$1-$2-$3"
+  echo "-- shapes: $shape, $mode, run $rep" >&2
+  kubectl create namespace "$ns" >&2
+  kubectl label namespace "$ns" bench.sluice.dev/shapes=on >&2
+  [[ $mode == kueue ]] && kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
+  case $mode in
+    sluice) kubectl apply -f - >&2 <<YAML
+apiVersion: sluice.dev/v1alpha1
+kind: CapacityQueue
+metadata: {name: $ns}
+spec: {quota: {cpu: "1000"}}
+YAML
+      kubectl wait --for=condition=Active --timeout=120s "capacityqueue/$ns" >&2 ;;
+    kueue) kubectl apply -f - >&2 <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: $ns}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $ns}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: $ns
+      resources:
+      - {name: cpu, nominalQuota: "1000"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: $ns, namespace: $ns}
+spec: {clusterQueue: $ns}
+YAML
+      kubectl wait --for=condition=Active --timeout=120s "clusterqueue/$ns" >&2
+      kubectl -n "$ns" wait --for=condition=Active --timeout=120s "localqueue/$ns" >&2 ;;
+  esac
+  kubectl -n "$ns" wait --for=jsonpath='{.metadata.name}'=default --timeout=60s serviceaccount/default >&2
+  measure_begin "$name"
+  "$bin" --mode "$mode" --shape "$shape" --namespace "$ns" --queue "$ns" --apps "$apps" > "$out/$name.json"
+  measure_end "$name"
+  cat "$out/$name.json" >&2
+  kubectl -n "$ns" delete rayclusters --all --wait=false >/dev/null 2>&1 || true
+  [[ $mode == kueue ]] && end_kueue_pods "$ns"
+  delete_namespaces "kubernetes.io/metadata.name=$ns"
+  case $mode in
+    sluice) kubectl delete capacityqueue "$ns" --ignore-not-found >&2 ;;
+    kueue) kubectl delete clusterqueue "$ns" --ignore-not-found >&2; kubectl delete resourceflavor "$ns" --ignore-not-found >&2 ;;
+  esac
+}
+
+for rep in $(seq "$reps"); do
+  for shape in spark ray; do
+    for mode in nogate sluice; do shapes_run "$mode" "$shape" "$rep"; done
+  done
+done
+hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kuberay --with-kueue --no-build >&2
+scope_kueue_webhooks
+for rep in $(seq "$reps"); do
+  for shape in spark ray; do shapes_run kueue "$shape" "$rep"; done
+done
+python3 "$bench_py/peers_report.py" "$out" "$root" "${WRITE:-1}" shapes
