@@ -133,6 +133,9 @@ struct Wakers {
     changed: Arc<Notify>,
     /// A pod seen behind the gate: a pass is wanted at once, even while passes are idle.
     gated: Arc<Notify>,
+    /// A pod that held quota seen ended or gone: the room it freed is handed over without waiting
+    /// for the rest of a burst (the batch window).
+    ended: Arc<Notify>,
 }
 
 /// Background tasks of one term, aborted however the term ends.
@@ -193,8 +196,12 @@ pub async fn run(
         {
             break;
         }
-        // Gather the rest of a burst into the same pass.
-        tokio::time::sleep(controller.settings.batch_window.max(pause)).await;
+        // Gather the rest of a burst into the same pass; but a pod that ended freed room that pods
+        // may wait for: then only the pause is kept.
+        tokio::select! {
+            _ = tokio::time::sleep(controller.settings.batch_window.max(pause)) => {}
+            _ = wakers.ended.notified() => tokio::time::sleep(pause).await,
+        }
     }
     Ok(())
 }
@@ -209,30 +216,31 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
         Api::<CapacityQueue>::all(client.clone()),
         config.clone(),
         |_| {},
-        (changed, None),
+        (changed, Vec::new()),
         "capacityqueues",
     );
     let (workloads, w) = watch(
         Api::<DynamicWorkload>::all(client.clone()),
         config.clone(),
         |_| {},
-        (changed, None),
+        (changed, Vec::new()),
         "dynamicworkloads",
     );
     let gated: Urgent<CachedPod> = (wakers.gated.clone(), shows_gated_pod);
+    let ended: Urgent<CachedPod> = (wakers.ended.clone(), shows_freed_room);
     let (pods, p) = watch(
         // Decoded straight into what admission reads (`CachedPod`): the full pod is never built.
         Api::<CachedPod>::all(client.clone()),
         config.clone().labels(QUEUE_LABEL),
         |_| {},
-        (changed, Some(gated)),
+        (changed, vec![gated, ended]),
         "pods",
     );
     let (namespaces, n) = watch(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         config,
         |_| {},
-        (changed, None),
+        (changed, Vec::new()),
         "namespaces",
     );
     let stores = Stores {
@@ -245,12 +253,12 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
 }
 
 /// A store of `K` kept by a watch in the background: each object trimmed by `trim` before it is
-/// cached; every event notifies `wake.0`, and the events `wake.1` picks its own Notify too.
+/// cached; every event notifies `wake.0`, and each of `wake.1` its own Notify of the events it picks.
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
-    wake: (&Arc<Notify>, Option<Urgent<K>>),
+    wake: (&Arc<Notify>, Vec<Urgent<K>>),
     what: &'static str,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -278,15 +286,27 @@ fn shows_gated_pod(event: &watcher::Event<CachedPod>) -> bool {
     }
 }
 
+/// Whether a pod watch event shows a pod that held quota giving it back: an admitted pod ended
+/// (Succeeded or Failed) or gone.
+fn shows_freed_room(event: &watcher::Event<CachedPod>) -> bool {
+    match event {
+        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+            !snapshot::is_gated(pod) && matches!(pod.phase(), Some("Succeeded" | "Failed"))
+        }
+        watcher::Event::Delete(pod) => !snapshot::is_gated(pod),
+        _ => false,
+    }
+}
+
 /// A Notify to wake, and which watch events wake it.
 type Urgent<K> = (Arc<Notify>, fn(&watcher::Event<K>) -> bool);
 
-/// Drives a reflector, notifying `changed` of every event, and `urgent`'s Notify of the events
-/// its test picks.
+/// Drives a reflector, notifying `changed` of every event, and each of `urgent` its Notify of the
+/// events its test picks.
 fn spawn_reflector<K, S>(
     stream: S,
     changed: Arc<Notify>,
-    urgent: Option<Urgent<K>>,
+    urgent: Vec<Urgent<K>>,
     what: &'static str,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -298,10 +318,10 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
-                    if let Some((notify, test)) = &urgent
-                        && test(&event)
-                    {
-                        notify.notify_one();
+                    for (notify, test) in &urgent {
+                        if test(&event) {
+                            notify.notify_one();
+                        }
                     }
                     changed.notify_one();
                 }
@@ -1571,6 +1591,38 @@ mod tests {
 
     fn gated_pod(annotations: bool) -> CachedPod {
         serde_json::from_value(gated_pod_json(annotations)).expect("pod")
+    }
+
+    #[test]
+    fn an_admitted_pod_ending_or_gone_wakes_the_pass_at_once_a_gated_one_does_not() {
+        let pod = |gated: bool, phase: &str| -> CachedPod {
+            let gates = if gated {
+                json!([{"name": ADMISSION_GATE}])
+            } else {
+                json!([])
+            };
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                "spec": {"containers": [], "schedulingGates": gates},
+                "status": {"phase": phase},
+            }))
+            .expect("pod")
+        };
+        let apply = |p: CachedPod| shows_freed_room(&watcher::Event::Apply(p));
+        assert!(apply(pod(false, "Succeeded")));
+        assert!(apply(pod(false, "Failed")));
+        assert!(!apply(pod(false, "Running")), "still holds its quota");
+        assert!(
+            !apply(pod(true, "Failed")),
+            "a gated pod held nothing to free"
+        );
+        assert!(shows_freed_room(&watcher::Event::Delete(pod(
+            false, "Running"
+        ))));
+        assert!(!shows_freed_room(&watcher::Event::Delete(pod(
+            true, "Pending"
+        ))));
+        assert!(!shows_freed_room(&watcher::Event::Init));
     }
 
     fn gated_pod_json(annotations: bool) -> serde_json::Value {
