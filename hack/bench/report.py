@@ -65,9 +65,12 @@ def scale_part():
           "under `/usr/bin/time -v`, one process per row, one after another: realistic Spark executor pods (4.1 KB of",
           "JSON each, managedFields and status included), each encoded to bytes and decoded as the pod watch decodes it.",
           "`cached` is the controller's figure: decoded straight into `queue::pod_cache::CachedPod` (the full pod never",
-          "exists) and kept in a kube-runtime reflector store, as the controller's pod reflector keeps it; each pass reads",
-          "the store and the pods' facts as `Controller::pass` does (snapshot build and pass: median of 5 passes). The",
-          "other rows hold `k8s_openapi` Pods for comparison (memory only, no pass).", "",
+          "exists) and kept in a kube-runtime reflector store, as the queue controller's pod reflector keeps it, and the",
+          "same bytes decoded into `scavenger::pod::WatchedPod` in a second store, as the ScavengerJob controller's watch",
+          "of every non-terminal pod keeps them (the leader runs both: two caches of the same pods); each pass reads the",
+          "stores and the pods' facts as `Controller::pass` and the scavengers' capacity do (snapshot build and pass:",
+          "median of 5 passes). The other rows hold one cache of `k8s_openapi` Pods for comparison (memory only, no pass;",
+          "before `CachedPod` the leader held two such caches: the queue's trimmed one and the ScavengerJob controller's).", "",
           "| pods held | snapshot build | pass | pods admitted | RSS holding the pods | peak RSS (time -v) |",
           "|---|---:|---:|---:|---:|---:|"]
     for i, r in enumerate(cached):
@@ -91,7 +94,7 @@ def scale_part():
         before = next((p for r, p, label in refs if r and r["hold"] == "trimmed-before"), None)
         listed = next((p for r, p, label in refs if r and r["hold"] == "listed"), None)
         if before:
-            md.append(f"Against the cache before `CachedPod` in the same run: {before:,} → {peak:,} MiB ({before / peak:.1f}× less)"
+            md.append(f"Against one cache of trimmed Pods as before `CachedPod`, in the same run: {before:,} MiB for one cache against {peak:,} MiB for both ({before / peak:.1f}× less)"
                       + (f"; against pods as listed: {listed / peak:.1f}× less." if listed else "."))
         md.append("")
     results["controller_rss_mib_10k_100k"] = peak
