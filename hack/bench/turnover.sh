@@ -10,20 +10,21 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: hack/bench/turnover.sh [--label NAME] [--runs N] [--handovers N] [--quick] [--no-write]
+Usage: hack/bench/turnover.sh [--label NAME] [--runs N] [--handovers N] [--quick] [--no-write | --report-only]
 
   --label NAME     names this run's results (default: the short commit); rows of other labels stay
   --runs N         runs, one after another (default 3)
   --handovers N    measured handovers per run (default 2000; 100 with --quick)
   --quick          a smoke test of the tooling (1 run of 100 handovers)
   --no-write       print, leave BENCHMARKS.md and bench/results.json alone
+  --report-only    measure nothing: write the section and keys from the runs in target/bench
 EOF
 }
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 label="$(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')"
-runs=3 handovers=2000 write=1
+runs=3 handovers=2000 write=1 measure=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --label) label="${2:?--label needs a value}"; shift 2 ;;
@@ -31,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --handovers) handovers="${2:?--handovers needs a value}"; shift 2 ;;
     --quick) runs=1 handovers=100; shift ;;
     --no-write) write=0; shift ;;
+    --report-only) measure=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "turnover.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -39,13 +41,15 @@ target_dir="${CARGO_TARGET_DIR:-$root/target}"
 out="$root/target/bench"
 mkdir -p "$out" "$root/bench"
 
-hack/cluster.sh up --with-sluice --release-sluice
-eval "$(hack/cluster.sh env)"
-cargo build --release -p sluice-tools --bin turnover
-for i in $(seq 1 "$runs"); do
-  echo "turnover.sh: run $i/$runs ($label, $handovers handovers)"
-  "$target_dir/release/turnover" --handovers "$handovers" --json "$out/turnover-$label-$i.json"
-done
+if [[ $measure == 1 ]]; then
+  hack/cluster.sh up --with-sluice --release-sluice
+  eval "$(hack/cluster.sh env)"
+  cargo build --release -p sluice-tools --bin turnover
+  for i in $(seq 1 "$runs"); do
+    echo "turnover.sh: run $i/$runs ($label, $handovers handovers)"
+    "$target_dir/release/turnover" --handovers "$handovers" --json "$out/turnover-$label-$i.json"
+  done
+fi
 
 [[ $write == 1 ]] || exit 0
 python3 - "$out" "$label" "$root" <<'EOF'
