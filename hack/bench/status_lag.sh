@@ -15,7 +15,7 @@
 # the cluster's processes, and the load average before and after.
 #
 # Env: E2E_PODS (5000), E2E_NODES (100), RUNS (1), SLUICE_CLUSTER_STATE, KEEP_CLUSTER=1 (leave it up),
-# NO_BUILD=1 (sluice's release binary as it is),
+# NO_BUILD=1 (sluice's release binary and the tools as they are),
 # SLUICE_STATUS_WRITES_PER_SECOND and the other SLUICE_* settings of `sluice serve` (hack/cluster.sh
 # restarts sluice when they change). Writes target/bench/status_lag/, its section of BENCHMARKS.md
 # and its keys of bench/results.json (unless WRITE=0).
@@ -36,7 +36,10 @@ rm -f "$out"/run*-*
   echo "command RUNS=$runs E2E_PODS=$pods E2E_NODES=$nodes hack/bench/status_lag.sh"
 } > "$out/run-info"
 
-cargo build --release -p sluice-tools --bin e2e_load --bin status_lag >&2
+# NO_BUILD=1: the tools as built too (when both exist).
+if [[ -z ${NO_BUILD:-} || ! -x $target_dir/release/e2e_load || ! -x $target_dir/release/status_lag ]]; then
+  cargo build --release -p sluice-tools --bin e2e_load --bin status_lag >&2
+fi
 hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice ${NO_BUILD:+--no-build} >&2
 [[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
 eval "$(hack/cluster.sh env)"
