@@ -31,7 +31,6 @@ use tracing::{debug, warn};
 
 use crate::api::{
     CapacityQueue, CapacityQueueStatus, DynamicWorkload, DynamicWorkloadStatus, FIELD_MANAGER,
-    WorkloadPhase,
 };
 use crate::metrics::ControllerMetrics;
 use crate::queue::admission::WorkloadKey;
@@ -705,6 +704,7 @@ async fn bounded<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::WorkloadPhase;
 
     /// Spacing of the tests: urgent values at once, lazy ones after 10 s.
     const AT_ONCE: Spacing = Spacing {
