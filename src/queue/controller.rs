@@ -681,7 +681,7 @@ impl Controller {
             stores,
             writer,
             at_creation,
-            pod_memo: snapshot::PodMemo::default(),
+            pod_memo: snapshot::PodMemo,
             passes: 0,
             ready_due: None,
         }
@@ -1567,7 +1567,7 @@ mod tests {
             pod("b1", "b", "wb", false),
             pod("b2", "other", "wb", true),
         ];
-        let facts = snapshot::PodMemo::default().refresh(&Adapters::default(), &pods);
+        let facts = snapshot::PodMemo.refresh(&Adapters::default(), &pods);
         let paused = queues_admitting_gated(&queues, &pods, &facts);
         let mut paused: Vec<&str> = paused.iter().map(String::as_str).collect();
         paused.sort();

@@ -185,7 +185,7 @@ impl Replica {
                 queues: None,
             },
             at_creation,
-            memo: PodMemo::default(),
+            memo: PodMemo,
         }
     }
 }
