@@ -24,10 +24,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION};
+use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION};
 use crate::integrations::Adapters;
-use crate::queue::snapshot::PodFacts;
+use crate::integrations::workload_object_name;
+use crate::queue::admission::WorkloadKey;
 use crate::resources::ResourceList;
+use crate::resources::pod_requests;
 
 /// The registry every pod's identity is read with: identification is a pure function of the pod
 /// and the fixed list of integrations (a namespace's default queue plays no part in it).
@@ -60,6 +62,74 @@ pub struct CachedPod {
 pub struct CachedPodStatus {
     /// The known phases are shared, not allocated per pod.
     pub phase: Option<Cow<'static, str>>,
+}
+
+/// What a pass reads from a governed pod that changes only when the pod does: its workload,
+/// queue, pod set, size. Read once per pod version, when the pod is decoded into the cache
+/// ([`CachedPod`]), so that a pass over thousands of unchanged pods neither asks the adapters nor
+/// parses quantities again.
+#[derive(Debug)]
+pub struct PodFacts {
+    pub key: WorkloadKey,
+    pub queue: String,
+    pub pod_set: String,
+    pub min_count: Option<u32>,
+    pub priority: i32,
+    pub name: String,
+    pub created_at: i64,
+    /// Err: a quantity sluice cannot read (the pod is kept out of the pass, and said so). Equal
+    /// lists are one shared copy ([`crate::queue::pod_cache::shared_requests`]).
+    pub requests: Result<Arc<ResourceList>, String>,
+    /// The token of a pod admitted at creation (see `queue::at_creation`).
+    pub at_creation_token: Option<String>,
+}
+
+impl PodFacts {
+    /// None when no adapter governs the pod or it has no spec.
+    pub(crate) fn of(adapters: &Adapters, pod: &Pod) -> Option<PodFacts> {
+        let spec = pod.spec.as_ref()?;
+        let identity = adapters.identify(pod)?;
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let raw = identity.workload.unwrap_or_else(|| name.clone());
+        let requests = pod_requests(spec)
+            .map(shared_requests)
+            .map_err(|e| format!("pod {namespace}/{name}: {e}"));
+        Some(PodFacts {
+            key: WorkloadKey {
+                namespace,
+                name: workload_object_name(&raw),
+            },
+            queue: identity.queue,
+            pod_set: identity.pod_set,
+            min_count: identity.min_count,
+            priority: spec.priority.unwrap_or(0),
+            name,
+            created_at: pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_millisecond()),
+            requests,
+            // Only an admitted (ungated) pod shows its hold taken: a gated pod carrying a token
+            // admits nothing and must not end the hold of the pod it was copied from.
+            at_creation_token: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(AT_CREATION_ANNOTATION))
+                .filter(|_| !has_admission_gate(pod))
+                .cloned(),
+        })
+    }
+}
+
+/// Whether a pod as the API server sends it is behind sluice's gate.
+fn has_admission_gate(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|g| g.name == ADMISSION_GATE))
 }
 
 impl CachedPod {

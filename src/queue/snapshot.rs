@@ -13,17 +13,17 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
 use crate::api::{
-    ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue, CapacityQueueSpec, DynamicWorkload,
-    QueuePreemption, ReclaimWithinCohort, WithinQueuePreemption,
+    ADMISSION_GATE, CapacityQueue, CapacityQueueSpec, DynamicWorkload, QueuePreemption,
+    ReclaimWithinCohort, WithinQueuePreemption,
 };
 use crate::duration::parse_duration;
-use crate::integrations::{Adapters, workload_object_name};
+use crate::integrations::Adapters;
 use crate::queue::admission::{
     CohortMembership, PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot,
     ReclaimPolicy, Snapshot, WithinQueue, WorkloadKey, WorkloadSnapshot,
 };
 use crate::queue::pod_cache::CachedPod;
-use crate::resources::{ResourceList, pod_requests};
+use crate::resources::ResourceList;
 
 /// The snapshot plus what is needed to act on its decisions.
 pub struct Built {
@@ -154,61 +154,7 @@ struct Group {
 /// A pod with what it says about itself.
 type FactfulPod = (Arc<CachedPod>, Arc<PodFacts>);
 
-/// What a pass reads from a governed pod that changes only when the pod does: its workload,
-/// queue, pod set, size. Read once per pod version, when the pod is decoded into the cache
-/// ([`CachedPod`]), so that a pass over thousands of unchanged pods neither asks the adapters nor
-/// parses quantities again.
-#[derive(Debug)]
-pub struct PodFacts {
-    pub key: WorkloadKey,
-    pub queue: String,
-    pub pod_set: String,
-    pub min_count: Option<u32>,
-    pub priority: i32,
-    pub name: String,
-    pub created_at: i64,
-    /// Err: a quantity sluice cannot read (the pod is kept out of the pass, and said so). Equal
-    /// lists are one shared copy ([`crate::queue::pod_cache::shared_requests`]).
-    pub requests: Result<Arc<ResourceList>, String>,
-    /// The token of a pod admitted at creation (see `queue::at_creation`).
-    pub at_creation_token: Option<String>,
-}
-
-impl PodFacts {
-    /// None when no adapter governs the pod or it has no spec.
-    pub(crate) fn of(adapters: &Adapters, pod: &Pod) -> Option<PodFacts> {
-        let spec = pod.spec.as_ref()?;
-        let identity = adapters.identify(pod)?;
-        let namespace = pod.namespace().unwrap_or_default();
-        let name = pod.name_any();
-        let raw = identity.workload.unwrap_or_else(|| name.clone());
-        let requests = pod_requests(spec)
-            .map(crate::queue::pod_cache::shared_requests)
-            .map_err(|e| format!("pod {namespace}/{name}: {e}"));
-        Some(PodFacts {
-            key: WorkloadKey {
-                namespace,
-                name: workload_object_name(&raw),
-            },
-            queue: identity.queue,
-            pod_set: identity.pod_set,
-            min_count: identity.min_count,
-            priority: spec.priority.unwrap_or(0),
-            name,
-            created_at: millis(pod.metadata.creation_timestamp.as_ref()),
-            requests,
-            // Only an admitted (ungated) pod shows its hold taken: a gated pod carrying a token
-            // admits nothing and must not end the hold of the pod it was copied from.
-            at_creation_token: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(AT_CREATION_ANNOTATION))
-                .filter(|_| !pod_is_gated(pod))
-                .cloned(),
-        })
-    }
-}
+pub use crate::queue::pod_cache::PodFacts;
 
 /// Each cached pod's [`PodFacts`], for a pass. The facts are read when a pod version is decoded
 /// into the cache (with the registry of every integration, whatever `adapters` a caller holds:
