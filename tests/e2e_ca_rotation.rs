@@ -229,7 +229,7 @@ async fn a_ca_rotation_refuses_no_creation_and_ends_with_the_new_ca_alone() {
     done.cancel();
     creator.await.expect("the creator task");
 
-    let r = record.lock().expect("record");
+    let r = std::mem::take(&mut *record.lock().expect("record"));
     let per_stage = |stage| r.created.iter().filter(|s| **s == stage).count();
     eprintln!(
         "created {} pods: {} with the aged CA, {} publishing, {} retiring, {} steady; refused {}",
@@ -257,7 +257,6 @@ async fn a_ca_rotation_refuses_no_creation_and_ends_with_the_new_ca_alone() {
     assert_eq!(sorted, r.stages, "the rotation went backwards");
     assert_ne!(new_ca.trim(), aged.ca_pem.trim(), "the CA was replaced");
     assert_eq!(certificates_in(&new_ca), 1);
-    drop(r);
 
     start_sluice(&[]);
     env.cleanup().await;

@@ -188,8 +188,8 @@ impl Tracker {
 }
 
 enum Seen {
-    Pod(Instant, Pod, bool),
-    Status(Instant, DynamicWorkload),
+    Pod(Instant, Box<Pod>, bool),
+    Status(Instant, Box<DynamicWorkload>),
     Ready,
 }
 
@@ -239,8 +239,10 @@ async fn main() -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
     let dwls: Api<DynamicWorkload> = Api::namespaced(client.clone(), &args.namespace);
     let watches = [
-        forward(pods, tx.clone(), Seen::Pod),
-        forward(dwls, tx, |t, d, _| Seen::Status(t, d)),
+        forward(pods, tx.clone(), |t, p, gone| {
+            Seen::Pod(t, Box::new(p), gone)
+        }),
+        forward(dwls, tx, |t, d, _| Seen::Status(t, Box::new(d))),
     ];
     // Both watches listed before the load starts: no change is missed.
     let mut ready = 0;
