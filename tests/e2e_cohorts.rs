@@ -118,6 +118,20 @@ async fn wait_queue(env: &TestEnv, queue: &str, pending: i32, admitted: i32, bor
     .await;
 }
 
+/// Waits until the queue reports `lent` cpu lent to its cohort. Each queue's status is a write of
+/// its own (spaced per object), so a lender's may come a round after its borrower's.
+async fn wait_lent(env: &TestEnv, queue: &str, lent: &str) {
+    wait_for(
+        &format!("queue {queue}: {lent} cpu lent"),
+        TIMEOUT,
+        || async {
+            let status = queue_status(env, queue).await;
+            (status.lent.get("cpu").map(|q| q.0.as_str()) == Some(lent)).then_some(())
+        },
+    )
+    .await;
+}
+
 fn in_gang(pod: Pod, workload: &str, min_count: i32) -> Pod {
     with_annotations(
         with_labels(pod, &[("sluice.dev/workload", workload)]),
@@ -157,12 +171,7 @@ async fn a_lender_reclaims_only_what_was_borrowed_and_limits_hold() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     wait_queue(&env, &a, 3, 5, "3").await;
-    let lent = queue_status(&env, &b).await.lent;
-    assert_eq!(
-        lent.get("cpu").map(|q| q.0.as_str()),
-        Some("3"),
-        "b lends 3"
-    );
+    wait_lent(&env, &b, "3").await;
     let pods = env.list_pods().await;
     let mut admitted: Vec<&Pod> = holding(&pods);
     admitted.sort_by_key(|p| p.metadata.creation_timestamp.clone());
@@ -263,8 +272,7 @@ async fn fair_sharing_serves_two_borrowers_in_turn() {
     }
     wait_queue(&env, &a, 2, 3, "2").await;
     wait_queue(&env, &b, 2, 3, "2").await;
-    let lent = queue_status(&env, &lender).await.lent;
-    assert_eq!(lent.get("cpu").map(|q| q.0.as_str()), Some("4"));
+    wait_lent(&env, &lender, "4").await;
     let (total, _, _) = sampler.finish().await;
     assert!(
         total <= 6000,
@@ -506,6 +514,9 @@ async fn an_admitted_pod_no_node_takes_gives_its_quota_back_then_fails_past_the_
         1,
         "one stuck pod left behind the gate: {left:?}"
     );
-    assert_eq!(queue_status(&env, &q).await.admitted_pods, 0);
+    wait_for("the queue's status: nothing admitted", TIMEOUT, || async {
+        (queue_status(&env, &q).await.admitted_pods == 0).then_some(())
+    })
+    .await;
     env.cleanup().await;
 }
