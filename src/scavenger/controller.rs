@@ -65,11 +65,11 @@ struct Stores {
     scavengers: Store<ScavengerJob>,
     queues: Store<CapacityQueue>,
     mounts: Mounts,
-    /// Job pods seen being deleted while they ran: `namespace/job` → (pod, seconds when seen).
+    /// Job pods seen being deleted while they ran: `namespace/job` → (pods, seconds when last seen).
     deleted: DeletedPods,
 }
 
-type DeletedPods = Arc<Mutex<HashMap<String, (String, i64)>>>;
+type DeletedPods = Arc<Mutex<HashMap<String, (Vec<String>, i64)>>>;
 
 fn watch<K>(
     api: Api<K>,
@@ -113,7 +113,11 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
     let remember_deleted = move |pod: &WatchedPod| {
         if let Some((job, pod)) = pod.deleted_while_running.clone() {
             let mut map = remember.lock().unwrap_or_else(|e| e.into_inner());
-            map.insert(job, (pod, now().0));
+            let (pods, at) = map.entry(job).or_default();
+            if !pods.contains(&pod) {
+                pods.push(pod);
+            }
+            *at = now().0;
         }
     };
     Stores {
@@ -459,13 +463,14 @@ impl Controller {
             .collect();
         let bound = self.settings.start_timeout.as_secs() as i64;
         let mut facts = job_facts(&job);
-        facts.pod_deleted_while_running = self
+        facts.pods_deleted_while_running = self
             .stores
             .deleted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&job_key)
-            .map(|(pod, _)| pod.clone());
+            .map(|(pods, _)| pods.clone())
+            .unwrap_or_default();
         match observe(&facts, &pods, s.sj.spec.parallelism, now, bound) {
             RunState::Starting | RunState::Running => None,
             RunState::Completed => Some(Step::Complete),

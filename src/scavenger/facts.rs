@@ -133,7 +133,7 @@ pub fn job_facts(job: &Job) -> JobFacts {
                 c.message.clone().unwrap_or_default(),
             )
         }),
-        pod_deleted_while_running: None,
+        pods_deleted_while_running: Vec::new(),
     }
 }
 

@@ -18,11 +18,11 @@ pub struct JobFacts {
     pub complete: bool,
     /// Condition Failed is True: (reason, message).
     pub failed: Option<(String, String)>,
-    /// A pod of the Job the controller saw being deleted while it ran. Remembered from the pod
-    /// watch because the pod may be gone before a pass looks: a program that exits at once on
+    /// Pods of the Job the controller saw being deleted while they ran. Remembered from the pod
+    /// watch because a pod may be gone before a pass looks: a program that exits at once on
     /// SIGTERM with a nonzero code fails the Job by its podFailurePolicy, and the Job controller
     /// then removes the pod, so the failure alone would look like the program's.
-    pub pod_deleted_while_running: Option<String>,
+    pub pods_deleted_while_running: Vec<String>,
 }
 
 /// What the judgement needs of one of the Job's pods.
@@ -72,6 +72,10 @@ pub fn observe(
             pod.name
         ));
     }
+    // Before the deleting pods: once a pod fails the Job, the Job controller deletes the others.
+    if let Some(state) = failed_by_policy(job) {
+        return state;
+    }
     // Deleted from outside while it ran: the container is killed on the way out (exit 137 or 143,
     // as a kubelet and kwok's stop-on-delete stage report it), which is the deletion's doing, not
     // the program's.
@@ -91,13 +95,7 @@ pub fn observe(
     if job.complete {
         return RunState::Completed;
     }
-    if let (Some(_), Some(pod)) = (&job.failed, &job.pod_deleted_while_running) {
-        return RunState::Interrupted(format!("pod {pod} was deleted while it ran"));
-    }
     if let Some((reason, message)) = &job.failed {
-        if reason == "PodFailurePolicy" && !message.contains("DisruptionTarget") {
-            return RunState::Failed(format!("Job {} failed: {message}", job.name));
-        }
         // A pod that vanished while it ran (deleted, its node gone) counts as a failed pod for
         // the Job (backoffLimit 0) without an exit code: an interruption.
         return RunState::Interrupted(format!(
@@ -119,6 +117,24 @@ pub fn observe(
     } else {
         RunState::Starting
     }
+}
+
+/// The Job failed by its podFailurePolicy (a container exited with a code other than 0): a
+/// failure, unless the pod it names was seen deleted while it ran (it exited nonzero on SIGTERM).
+fn failed_by_policy(job: &JobFacts) -> Option<RunState> {
+    let (reason, message) = job.failed.as_ref()?;
+    if reason != "PodFailurePolicy" || message.contains("DisruptionTarget") {
+        return None;
+    }
+    // The message names the pod as `namespace/name`.
+    let deleted = job
+        .pods_deleted_while_running
+        .iter()
+        .find(|pod| message.contains(&format!("/{pod} ")));
+    Some(match deleted {
+        Some(pod) => RunState::Interrupted(format!("pod {pod} was deleted while it ran")),
+        None => RunState::Failed(format!("Job {} failed: {message}", job.name)),
+    })
 }
 
 /// The phase a job waits in: Interrupted once it has been, else Waiting.
@@ -340,7 +356,7 @@ mod tests {
             observe(&failed, &[], 1, 110, 60),
             RunState::Failed(_)
         ));
-        failed.pod_deleted_while_running = Some("a".into());
+        failed.pods_deleted_while_running = vec!["a".into()];
         match observe(&failed, &[], 1, 110, 60) {
             RunState::Interrupted(m) => assert!(m.contains("pod a was deleted"), "{m}"),
             other => panic!("{other:?}"),
@@ -348,8 +364,25 @@ mod tests {
         // A Job that completed completed, whatever was deleted on the way.
         let mut complete = job();
         complete.complete = true;
-        complete.pod_deleted_while_running = Some("a".into());
+        complete.pods_deleted_while_running = vec!["a".into()];
         assert_eq!(observe(&complete, &[], 1, 110, 60), RunState::Completed);
+    }
+
+    #[test]
+    fn the_pods_the_job_controller_deletes_after_a_failure_do_not_make_it_an_interruption() {
+        // Pod b exited 3 and failed the Job; the Job controller then deleted pod a, still running.
+        let mut failed = job();
+        failed.failed = Some((
+            "PodFailurePolicy".into(),
+            "Container work for pod ns/b failed with exit code 3 matching FailJob rule".into(),
+        ));
+        failed.pods_deleted_while_running = vec!["a".into()];
+        let mut deleting = pod("a", "Running");
+        deleting.deleting = true;
+        match observe(&failed, &[deleting], 2, 110, 60) {
+            RunState::Failed(m) => assert!(m.contains("code 3"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
