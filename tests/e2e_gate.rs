@@ -378,8 +378,8 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
     env.cleanup().await;
 }
 
-/// A status with admitted pods not started yet may wait a few seconds for the pods to start (one
-/// write instead of two), but never hides: pods that cannot start leave the workload Admitted.
+/// A status with admitted pods not started yet is written at once (no waiting for the pods to
+/// start): pods that cannot start leave the workload Admitted.
 #[tokio::test]
 async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
     let Some(mut env) = TestEnv::new_or_skip("settling").await else {
