@@ -192,26 +192,40 @@ fn shared_phase(phase: String) -> Cow<'static, str> {
     }
 }
 
-impl k8s_openapi::Resource for CachedPod {
-    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+/// Makes a slim pod type (a struct with `metadata: ObjectMeta`) a Kubernetes Pod for kube's
+/// `Api` and reflector stores: one definition for every slim pod cache.
+#[macro_export]
+macro_rules! slim_pod_resource {
+    ($t:ty) => {
+        impl k8s_openapi::Resource for $t {
+            const API_VERSION: &'static str =
+                <k8s_openapi::api::core::v1::Pod as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str =
+                <k8s_openapi::api::core::v1::Pod as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str =
+                <k8s_openapi::api::core::v1::Pod as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str =
+                <k8s_openapi::api::core::v1::Pod as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str =
+                <k8s_openapi::api::core::v1::Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = <k8s_openapi::api::core::v1::Pod as k8s_openapi::Resource>::Scope;
+        }
+
+        impl k8s_openapi::Metadata for $t {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+    };
 }
 
-impl k8s_openapi::Metadata for CachedPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+slim_pod_resource!(CachedPod);
 
 impl<'de> Deserialize<'de> for CachedPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -95,7 +95,7 @@ pub fn observe(
     if job.complete {
         return RunState::Completed;
     }
-    if let Some((reason, message)) = &job.failed {
+    if let Some((reason, _)) = &job.failed {
         // A pod that vanished while it ran (deleted, its node gone) counts as a failed pod for
         // the Job (backoffLimit 0) without an exit code: an interruption.
         return RunState::Interrupted(format!(
