@@ -72,7 +72,7 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
             let pods = (0..per_workload)
                 .map(|p| PodSnapshot {
                     name: format!("w{w}-p{p}"),
-                    requests: resources(cpu, 1024),
+                    requests: std::sync::Arc::new(resources(cpu, 1024)),
                     state: if running && p < per_workload / 2 {
                         PodState::Admitted
                     } else {

@@ -21,4 +21,5 @@ pub mod tasks;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod watch_backoff;
+pub mod watch_store;
 pub mod webhook_config;

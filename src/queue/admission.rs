@@ -32,6 +32,7 @@
 //! count as freed room, so the passes while victims terminate choose no second round.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::api::QueueingStrategy;
 use crate::queue::preemption::{self, HeldPod, HeldSet, Holder, Need, Plan};
@@ -149,7 +150,9 @@ pub enum PodState {
 #[derive(Clone, Debug)]
 pub struct PodSnapshot {
     pub name: String,
-    pub requests: ResourceList,
+    /// Shared with the pod's cached facts: a pass over 100k pods copies no request lists (most
+    /// pods of a workload ask the same, and a `ResourceList` is a B-tree with its own key strings).
+    pub requests: Arc<ResourceList>,
     pub state: PodState,
     /// When the pod was created (milliseconds since the epoch).
     pub created_at: i64,

@@ -28,7 +28,7 @@ fn queue(name: &str, cpu: i64, strategy: QueueingStrategy) -> QueueSnapshot {
 fn pod(name: &str, cpu: i64, state: PodState, created_at: i64) -> PodSnapshot {
     PodSnapshot {
         name: name.into(),
-        requests: res(cpu),
+        requests: std::sync::Arc::new(res(cpu)),
         state,
         created_at,
         terminating: false,
@@ -44,7 +44,10 @@ fn workload(
     min: u32,
     pods: Vec<PodSnapshot>,
 ) -> WorkloadSnapshot {
-    let per_pod = pods.first().map(|p| p.requests.clone()).unwrap_or_default();
+    let per_pod = pods
+        .first()
+        .map(|p| ResourceList::clone(&p.requests))
+        .unwrap_or_default();
     WorkloadSnapshot {
         key: WorkloadKey {
             namespace: "ns".into(),
@@ -400,7 +403,7 @@ fn missing_queue_and_closed_namespace_admit_nothing_and_say_why() {
 #[test]
 fn resources_the_quota_does_not_name_are_not_limited() {
     let mut gpu_pod = pod("gpu", CPU, PodState::Gated, 0);
-    gpu_pod.requests.add("nvidia.com/gpu", 8000);
+    std::sync::Arc::make_mut(&mut gpu_pod.requests).add("nvidia.com/gpu", 8000);
     let s = Snapshot {
         queues: vec![queue("q", 4 * CPU, QueueingStrategy::BestEffortFIFO)],
         workloads: vec![workload("gpu", "q", 0, 0, 1, vec![gpu_pod])],

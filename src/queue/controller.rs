@@ -41,6 +41,7 @@ use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self, WorkloadView};
 use crate::queue::writer::Writer;
 use crate::resources::{ResourceList, describe_quantity};
+use crate::watch_store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -106,7 +107,8 @@ impl Default for ControllerSettings {
 struct Stores {
     queues: Store<CapacityQueue>,
     workloads: Store<DynamicWorkload>,
-    pods: Store<CachedPod>,
+    /// Keyed by uid, without kube's per-object key (see [`crate::watch_store`]).
+    pods: watch_store::Store<CachedPod>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
 }
 
@@ -117,10 +119,13 @@ impl Stores {
         let ready = async {
             self.queues.wait_until_ready().await?;
             self.workloads.wait_until_ready().await?;
-            self.pods.wait_until_ready().await?;
             self.namespaces.wait_until_ready().await
         };
         ready
+            .await
+            .map_err(|e| ControllerError::Watch(e.to_string()))?;
+        self.pods
+            .wait_until_ready()
             .await
             .map_err(|e| ControllerError::Watch(e.to_string()))
     }
@@ -228,12 +233,17 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
     );
     let gated: Urgent<CachedPod> = (wakers.gated.clone(), shows_gated_pod);
     let ended: Urgent<CachedPod> = (wakers.ended.clone(), shows_freed_room);
-    let (pods, p) = watch(
-        // Decoded straight into what admission reads (`CachedPod`): the full pod is never built.
-        Api::<CachedPod>::all(client.clone()),
-        config.clone().labels(QUEUE_LABEL),
-        |_| {},
-        (changed, vec![gated, ended]),
+    // Decoded straight into what admission reads (`CachedPod`): the full pod is never built.
+    let (pods, writer) = watch_store::store();
+    let p = spawn_store_writer(
+        watcher(
+            Api::<CachedPod>::all(client.clone()),
+            config.clone().labels(QUEUE_LABEL),
+        )
+        .backoff(crate::watch_backoff::watch_backoff()),
+        writer,
+        changed.clone(),
+        vec![gated, ended],
         "pods",
     );
     let (namespaces, n) = watch(
@@ -322,6 +332,40 @@ where
                         if test(&event) {
                             notify.notify_one();
                         }
+                    }
+                    changed.notify_one();
+                }
+                Err(e) => warn!(%e, what, "watch error; retrying with backoff"),
+            }
+        }
+    })
+}
+
+/// As [`spawn_reflector`], for a [`watch_store`]: each event is applied to the store (its object
+/// moved in, not copied) before the pass loop is woken.
+fn spawn_store_writer<K, S>(
+    stream: S,
+    mut writer: watch_store::Writer<K>,
+    changed: Arc<Notify>,
+    urgent: Vec<Urgent<K>>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Send + Sync + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    let wakes: Vec<&Arc<Notify>> = (urgent.iter())
+                        .filter(|(_, test)| test(&event))
+                        .map(|(notify, _)| notify)
+                        .collect();
+                    writer.apply(event);
+                    for notify in wakes {
+                        notify.notify_one();
                     }
                     changed.notify_one();
                 }
@@ -1387,7 +1431,7 @@ mod tests {
                 requests.add("pods", 1000);
                 PodSnapshot {
                     name: pod.to_string(),
-                    requests,
+                    requests: Arc::new(requests),
                     state: *state,
                     created_at: 0,
                     terminating: false,

@@ -325,18 +325,27 @@ fn group_pods(
         let Some(fact) = fact else {
             continue;
         };
-        let group = groups.entry(fact.key.clone()).or_insert_with(|| Group {
-            queue: fact.queue.clone(),
-            priority: i32::MIN,
-            earliest: i64::MAX,
-            ..Group::default()
-        });
+        // Keys and set names are cloned once per workload and set, not once per pod.
+        if !groups.contains_key(&fact.key) {
+            let group = Group {
+                queue: fact.queue.clone(),
+                priority: i32::MIN,
+                earliest: i64::MAX,
+                ..Group::default()
+            };
+            groups.insert(fact.key.clone(), group);
+        }
+        let Some(group) = groups.get_mut(&fact.key) else {
+            continue;
+        };
         group.priority = group.priority.max(fact.priority);
         group.earliest = group.earliest.min(fact.created_at);
-        let set = group
-            .sets
-            .entry(fact.pod_set.clone())
-            .or_insert_with(|| (None, Vec::new()));
+        if !group.sets.contains_key(&fact.pod_set) {
+            group.sets.insert(fact.pod_set.clone(), (None, Vec::new()));
+        }
+        let Some(set) = group.sets.get_mut(&fact.pod_set) else {
+            continue;
+        };
         if fact.min_count.is_some() {
             set.0 = fact.min_count;
         }
@@ -442,7 +451,7 @@ fn pod_sets(
         let per_pod = snaps
             .iter()
             .min_by_key(|p| p.created_at)
-            .map(|p| p.requests.clone())
+            .map(|p| ResourceList::clone(&p.requests))
             .unwrap_or_default();
         sets.snapshots.push(PodSetSnapshot {
             name,
@@ -553,7 +562,7 @@ fn snapshot_pods(
     let mut kept = Vec::with_capacity(pods.len());
     for (pod, fact) in pods {
         let requests = match &fact.requests {
-            Ok(r) => ResourceList::clone(r),
+            Ok(r) => Arc::clone(r),
             Err(e) => {
                 // The API server validated these quantities, so this is a parser gap: say so, and
                 // keep the pod out of the pass rather than guess its size.

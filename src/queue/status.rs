@@ -500,7 +500,7 @@ mod tests {
                     .enumerate()
                     .map(|(i, (state, _))| PodSnapshot {
                         name: format!("p{i}"),
-                        requests: cpu(1),
+                        requests: Arc::new(cpu(1)),
                         state: *state,
                         created_at: i as i64,
                         terminating: false,

@@ -30,8 +30,24 @@ impl ResourceList {
     /// saturated total is only ever too high: a queue looks full, it never looks emptier than it
     /// is. Where an application asks, use the `try_` forms and refuse it instead.
     pub fn add(&mut self, name: &str, milli: i64) {
-        let slot = self.0.entry(name.to_string()).or_insert(0);
-        *slot = slot.saturating_add(milli);
+        // The name is copied only when missing: adding into a list that already has the
+        // resource (a pass's tallies, most of the time) allocates nothing.
+        match self.0.get_mut(name) {
+            Some(slot) => *slot = slot.saturating_add(milli),
+            None => {
+                self.0.insert(name.to_string(), milli);
+            }
+        }
+    }
+
+    /// Sets `name` to `milli`, copying the name only when it is missing.
+    fn set(&mut self, name: &str, milli: i64) {
+        match self.0.get_mut(name) {
+            Some(slot) => *slot = milli,
+            None => {
+                self.0.insert(name.to_string(), milli);
+            }
+        }
     }
 
     pub fn add_all(&mut self, other: &ResourceList) {
@@ -56,11 +72,12 @@ impl ResourceList {
     /// Adds `other` `times` times, or names the first resource whose total would overflow.
     pub fn try_add_scaled(&mut self, other: &ResourceList, times: i64) -> Result<(), String> {
         for (name, value) in &other.0 {
-            let slot = self.0.entry(name.clone()).or_insert(0);
-            *slot = value
+            let now = self.get(name);
+            let sum = value
                 .checked_mul(times)
-                .and_then(|v| slot.checked_add(v))
+                .and_then(|v| now.checked_add(v))
                 .ok_or_else(|| name.clone())?;
+            self.set(name, sum);
         }
         Ok(())
     }
@@ -68,8 +85,8 @@ impl ResourceList {
     /// Every entry the larger of the two.
     pub fn max_with(&mut self, other: &ResourceList) {
         for (name, value) in &other.0 {
-            let slot = self.0.entry(name.clone()).or_insert(0);
-            *slot = (*slot).max(*value);
+            let larger = self.get(name).max(*value);
+            self.set(name, larger);
         }
     }
 

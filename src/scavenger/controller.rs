@@ -32,6 +32,7 @@ use crate::api::{
     ScavengerPhase,
 };
 use crate::resources::{ResourceList, describe_quantity};
+use crate::watch_store;
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -60,7 +61,8 @@ impl Default for ScavengerSettings {
 /// The watches a pass reads from.
 struct Stores {
     nodes: Store<Node>,
-    pods: Store<WatchedPod>,
+    /// Keyed by uid, without kube's per-object key (see [`crate::watch_store`]).
+    pods: watch_store::Store<WatchedPod>,
     jobs: Store<Job>,
     scavengers: Store<ScavengerJob>,
     queues: Store<CapacityQueue>,
@@ -106,6 +108,34 @@ where
     store
 }
 
+/// As [`watch`], into a [`watch_store`] (the cache of every running pod: the largest one).
+fn watch_pods(
+    api: Api<WatchedPod>,
+    config: watcher::Config,
+    changed: &Arc<Notify>,
+    seen: impl Fn(&WatchedPod) + Send + Sync + 'static,
+) -> watch_store::Store<WatchedPod> {
+    let (store, mut writer) = watch_store::store();
+    let stream = watcher(api, config).backoff(crate::watch_backoff::watch_backoff());
+    let changed = changed.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Err(e) => debug!(error = %e, "scavenger watch"),
+                Ok(event) => {
+                    if let watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) = &event {
+                        seen(pod);
+                    }
+                    writer.apply(event);
+                }
+            }
+            changed.notify_one();
+        }
+    });
+    store
+}
+
 fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
     let all = watcher::Config::default();
     let deleted = DeletedPods::default();
@@ -130,11 +160,10 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
         ),
         // Pods that ended hold nothing: never cached; the rest decoded into what is read
         // (`WatchedPod`: the full pod never exists).
-        pods: watch(
+        pods: watch_pods(
             Api::<WatchedPod>::all(client.clone()),
             all.clone()
                 .fields("status.phase!=Succeeded,status.phase!=Failed"),
-            |_| {},
             changed,
             remember_deleted,
         ),
@@ -174,12 +203,32 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let stores = start_watches(&client, &changed);
     let ready = async {
-        stores.nodes.wait_until_ready().await?;
-        stores.pods.wait_until_ready().await?;
-        stores.jobs.wait_until_ready().await?;
-        stores.scavengers.wait_until_ready().await?;
-        stores.queues.wait_until_ready().await?;
-        stores.mounts.wait_until_ready().await
+        stores
+            .nodes
+            .wait_until_ready()
+            .await
+            .map_err(|e| e.to_string())?;
+        stores
+            .pods
+            .wait_until_ready()
+            .await
+            .map_err(|e| e.to_string())?;
+        stores
+            .jobs
+            .wait_until_ready()
+            .await
+            .map_err(|e| e.to_string())?;
+        (stores.scavengers.wait_until_ready().await).map_err(|e| e.to_string())?;
+        stores
+            .queues
+            .wait_until_ready()
+            .await
+            .map_err(|e| e.to_string())?;
+        stores
+            .mounts
+            .wait_until_ready()
+            .await
+            .map_err(|e| e.to_string())
     };
     tokio::select! {
         _ = shutdown.cancelled() => return,

@@ -10,7 +10,7 @@
 //!
 //! `--hold cached` (the default) is the controller's figure: each pod's JSON decoded straight into
 //! `queue::pod_cache::CachedPod` (what the queue controller's pod watch decodes) and kept in a
-//! kube-runtime reflector store, as its pod reflector keeps it; each pass reads the store's state
+//! `sluice::watch_store` store (keyed by uid), as its pod watch keeps it; each pass reads the store's state
 //! and the pods' facts as `Controller::pass` does. The same bytes are also decoded into
 //! `scavenger::pod::WatchedPod` and kept in a second store, as the ScavengerJob controller's watch
 //! of every non-terminal pod keeps them (the leader runs both), and each pass also computes the
@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector;
 use kube::runtime::watcher;
 use serde_json::json;
 use sluice::api::{CapacityQueue, DynamicWorkload};
@@ -33,6 +32,7 @@ use sluice::queue::pod_cache::CachedPod;
 use sluice::queue::{admission, snapshot};
 use sluice::scavenger::capacity::capacity;
 use sluice::scavenger::pod::WatchedPod;
+use sluice::watch_store;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Hold {
@@ -227,7 +227,10 @@ fn median(v: &mut [f64]) -> f64 {
 /// `passes` passes over the cached pods, as `Controller::pass` reads them: the store's state, each
 /// pod's facts, the snapshot, the decision.
 fn passes(
-    (store, scavenger_store): (&reflector::Store<CachedPod>, &reflector::Store<WatchedPod>),
+    (store, scavenger_store): (
+        &watch_store::Store<CachedPod>,
+        &watch_store::Store<WatchedPod>,
+    ),
     queues: &[Arc<CapacityQueue>],
     passes: usize,
 ) -> PassFigures {
@@ -264,16 +267,16 @@ fn main() -> Result<(), String> {
     let (_, rss_start) = memory_kib();
 
     let started = Instant::now();
-    // The controller's cache: a reflector store fed by the watch's events.
-    let (store, mut writer) = reflector::store::<CachedPod>();
-    let (scavenger_store, mut scavenger_writer) = reflector::store::<WatchedPod>();
+    // The controller's caches: watch stores fed by the watch's events.
+    let (store, mut writer) = watch_store::store::<CachedPod>();
+    let (scavenger_store, mut scavenger_writer) = watch_store::store::<WatchedPod>();
     // The comparison modes' k8s Pods.
     let mut full: Vec<Arc<Pod>> = Vec::new();
     let mut json_bytes = 0usize;
     let mut held = 0usize;
     if args.hold == Hold::Cached {
-        writer.apply_watcher_event(&watcher::Event::Init);
-        scavenger_writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply(watcher::Event::Init);
+        scavenger_writer.apply(watcher::Event::Init);
     }
     for w in 0..args.workloads {
         let running = w % 3 == 0;
@@ -287,10 +290,10 @@ fn main() -> Result<(), String> {
             if args.hold == Hold::Cached {
                 let pod: CachedPod =
                     serde_json::from_slice(&bytes).map_err(|e| format!("decoding pod: {e}"))?;
-                writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+                writer.apply(watcher::Event::InitApply(pod));
                 let pod: WatchedPod =
                     serde_json::from_slice(&bytes).map_err(|e| format!("decoding pod: {e}"))?;
-                scavenger_writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+                scavenger_writer.apply(watcher::Event::InitApply(pod));
                 continue;
             }
             let mut pod: Pod =
@@ -304,8 +307,8 @@ fn main() -> Result<(), String> {
         }
     }
     if args.hold == Hold::Cached {
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        scavenger_writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.apply(watcher::Event::InitDone);
+        scavenger_writer.apply(watcher::Event::InitDone);
     }
     let load_s = started.elapsed().as_secs_f64();
     let queues: Vec<Arc<CapacityQueue>> = (0..8)
