@@ -412,11 +412,13 @@ async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
     env.cleanup().await;
 }
 
-/// More workloads at once than the status write budget (20 per second by default) allows: their
-/// statuses wait (sluice's gauge says how many; it counts those waiting for the budget and those
-/// waiting for their pods to start) and none is lost: every workload gets its status.
+/// A burst of workloads at once: none loses its status (every workload gets one showing its
+/// admitted pod), and once they are written nothing is left waiting (`sluice_status_writes_pending`
+/// drains to 0). Whether the gauge shows statuses waiting during the burst is not asserted: without
+/// a write budget (the default) they wait a quarter of a status interval at most, which a poll may
+/// or may not catch.
 #[tokio::test]
-async fn a_burst_of_workloads_beyond_the_status_write_budget_loses_no_status() {
+async fn a_burst_of_workloads_loses_no_status_and_the_pending_gauge_drains() {
     if !cluster_or_skip() {
         return;
     }
@@ -435,18 +437,12 @@ async fn a_burst_of_workloads_beyond_the_status_write_budget_loses_no_status() {
         .await;
 
     let workloads = env.workloads();
-    // The most statuses seen waiting while the test waited (polled, so a lower bound).
-    let most_pending = std::rc::Rc::new(std::cell::Cell::new(0.0_f64));
     wait_for(
         &format!("all {WORKLOADS} DynamicWorkloads to show their admitted pod"),
         Duration::from_secs(90),
         || {
             let workloads = workloads.clone();
-            let most_pending = most_pending.clone();
             async move {
-                if let Some(pending) = sluice_metric("sluice_status_writes_pending").await {
-                    most_pending.set(most_pending.get().max(pending));
-                }
                 let list = workloads.list(&Default::default()).await.ok()?;
                 let written = list
                     .items
@@ -458,9 +454,14 @@ async fn a_burst_of_workloads_beyond_the_status_write_budget_loses_no_status() {
         },
     )
     .await;
-    assert!(
-        most_pending.get() > 0.0,
-        "{WORKLOADS} workloads at once: sluice_status_writes_pending never showed a status waiting"
-    );
+    wait_for(
+        "sluice_status_writes_pending to drain to 0",
+        Duration::from_secs(60),
+        || async {
+            let pending = sluice_metric("sluice_status_writes_pending").await?;
+            (pending == 0.0).then_some(())
+        },
+    )
+    .await;
     env.cleanup().await;
 }

@@ -67,8 +67,8 @@ for path in sorted(glob.glob(os.path.join(out, "turnover-*.json"))):
 lines = [
     "",
     f"Written {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by `hack/bench/turnover.sh` "
-    "(`hack/bench.sh --only turnover`); machine: 2 cores, 24 GiB, shared with other sessions' builds "
-    "and tests (load average per run below). A queue with room for 4 pods of 1 cpu, 8 more waiting; "
+    "(`hack/bench.sh --only turnover`); machine: 2 cores, 24 GiB "
+    "(load average per run below: what else ran shows there). A queue with room for 4 pods of 1 cpu, 8 more waiting; "
     "an admitted pod is ended the way kwok ends pods (annotation `sluice.dev/kwok-phase=Succeeded`) and "
     "the clock runs from the tool's pod watch showing it Succeeded to the same watch showing the next "
     "pod without sluice's gate (`tools/src/bin/turnover.rs`).",
