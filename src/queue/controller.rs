@@ -323,22 +323,8 @@ where
     K: Send + 'static,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => {
-                    for (notify, test) in &urgent {
-                        if test(&event) {
-                            notify.notify_one();
-                        }
-                    }
-                    changed.notify_one();
-                }
-                Err(e) => warn!(%e, what, "watch error; retrying with backoff"),
-            }
-        }
-    })
+    // The reflector stream has already applied each event to its store.
+    spawn_watch(stream, |_| {}, changed, urgent, what)
 }
 
 /// As [`spawn_reflector`], for a [`watch_store`]: each event is applied to the store (its object
@@ -354,6 +340,28 @@ where
     K: Resource + Send + Sync + 'static,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
+    spawn_watch(
+        stream,
+        move |event| writer.apply(event),
+        changed,
+        urgent,
+        what,
+    )
+}
+
+/// Runs a watch: each event goes to `apply`, then wakes `changed` and each of `urgent` whose test
+/// picks it (tested before `apply` takes the event).
+fn spawn_watch<K, S>(
+    stream: S,
+    mut apply: impl FnMut(watcher::Event<K>) + Send + 'static,
+    changed: Arc<Notify>,
+    urgent: Vec<Urgent<K>>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
@@ -363,7 +371,7 @@ where
                         .filter(|(_, test)| test(&event))
                         .map(|(notify, _)| notify)
                         .collect();
-                    writer.apply(event);
+                    apply(event);
                     for notify in wakes {
                         notify.notify_one();
                     }

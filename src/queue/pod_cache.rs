@@ -193,7 +193,7 @@ fn shared_phase(phase: String) -> Cow<'static, str> {
 }
 
 /// Makes a slim pod type (a struct with `metadata: ObjectMeta`) a Kubernetes Pod for kube's
-/// `Api` and reflector stores: one definition for every slim pod cache.
+/// `Api` and the watch stores (`crate::watch_store`): one definition for every slim pod cache.
 #[macro_export]
 macro_rules! slim_pod_resource {
     ($t:ty) => {

@@ -203,32 +203,13 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let stores = start_watches(&client, &changed);
     let ready = async {
-        stores
-            .nodes
-            .wait_until_ready()
-            .await
-            .map_err(|e| e.to_string())?;
-        stores
-            .pods
-            .wait_until_ready()
-            .await
-            .map_err(|e| e.to_string())?;
-        stores
-            .jobs
-            .wait_until_ready()
-            .await
-            .map_err(|e| e.to_string())?;
-        (stores.scavengers.wait_until_ready().await).map_err(|e| e.to_string())?;
-        stores
-            .queues
-            .wait_until_ready()
-            .await
-            .map_err(|e| e.to_string())?;
-        stores
-            .mounts
-            .wait_until_ready()
-            .await
-            .map_err(|e| e.to_string())
+        stores.nodes.wait_until_ready().await?;
+        stores.pods.wait_until_ready().await?;
+        stores.jobs.wait_until_ready().await?;
+        stores.scavengers.wait_until_ready().await?;
+        stores.queues.wait_until_ready().await?;
+        stores.mounts.wait_until_ready().await?;
+        Ok::<(), anyhow::Error>(())
     };
     tokio::select! {
         _ = shutdown.cancelled() => return,
