@@ -646,7 +646,7 @@ fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) -> WebhookS
             AdmitAtCreation::default().with_metrics(metrics.admitted_at_creation.clone()),
         ),
         ready: Arc::new(AtomicBool::new(false)),
-        mounts: Mounts::watch(client, None),
+        mounts: Mounts::watch(client, None, None),
     }
 }
 

@@ -79,6 +79,7 @@ fn watch<K>(
     trim: fn(&mut K),
     changed: &Arc<Notify>,
     seen: impl Fn(&K) + Send + Sync + 'static,
+    shutdown: &CancellationToken,
 ) -> Store<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -92,7 +93,7 @@ where
             .modify(trim),
     );
     let changed = changed.clone();
-    tokio::spawn(async move {
+    tokio::spawn(shutdown.clone().run_until_cancelled_owned(async move {
         stream
             .for_each(|event| {
                 match event {
@@ -104,7 +105,7 @@ where
                 async {}
             })
             .await
-    });
+    }));
     store
 }
 
@@ -114,11 +115,12 @@ fn watch_pods(
     config: watcher::Config,
     changed: &Arc<Notify>,
     seen: impl Fn(&WatchedPod) + Send + Sync + 'static,
+    shutdown: &CancellationToken,
 ) -> watch_store::Store<WatchedPod> {
     let (store, mut writer) = watch_store::store();
     let stream = watcher(api, config).backoff(crate::watch_backoff::watch_backoff());
     let changed = changed.clone();
-    tokio::spawn(async move {
+    tokio::spawn(shutdown.clone().run_until_cancelled_owned(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -132,11 +134,13 @@ fn watch_pods(
             }
             changed.notify_one();
         }
-    });
+    }));
     store
 }
 
-fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
+/// The watches of one term; they stop when `shutdown` is cancelled (the term ends), so that a
+/// replica that leads many terms does not keep a watch and a cache of every pod per term.
+fn start_watches(client: &Client, changed: &Arc<Notify>, shutdown: &CancellationToken) -> Stores {
     let all = watcher::Config::default();
     let deleted = DeletedPods::default();
     let remember = deleted.clone();
@@ -157,6 +161,7 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
             |_| {},
             changed,
             |_| {},
+            shutdown,
         ),
         // Pods that ended hold nothing: never cached; the rest decoded into what is read
         // (`WatchedPod`: the full pod never exists).
@@ -166,6 +171,7 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
                 .fields("status.phase!=Succeeded,status.phase!=Failed"),
             changed,
             remember_deleted,
+            shutdown,
         ),
         jobs: watch(
             Api::<Job>::all(client.clone()),
@@ -173,6 +179,7 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
             |_| {},
             changed,
             |_| {},
+            shutdown,
         ),
         scavengers: watch(
             Api::<ScavengerJob>::all(client.clone()),
@@ -180,6 +187,7 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
             |_| {},
             changed,
             |_| {},
+            shutdown,
         ),
         queues: watch(
             Api::<CapacityQueue>::all(client.clone()),
@@ -187,8 +195,9 @@ fn start_watches(client: &Client, changed: &Arc<Notify>) -> Stores {
             |_| {},
             changed,
             |_| {},
+            shutdown,
         ),
-        mounts: Mounts::watch(client, Some(changed.clone())),
+        mounts: Mounts::watch(client, Some(changed.clone()), Some(shutdown)),
         deleted,
     }
 }
@@ -201,7 +210,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let changed = Arc::new(Notify::new());
-    let stores = start_watches(&client, &changed);
+    let stores = start_watches(&client, &changed, &shutdown);
     let ready = async {
         stores.nodes.wait_until_ready().await?;
         stores.pods.wait_until_ready().await?;

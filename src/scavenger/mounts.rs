@@ -10,6 +10,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::spec::MountKind;
 
@@ -27,6 +28,7 @@ struct Stores {
 fn watch_metadata<K>(
     client: &Client,
     changed: Option<std::sync::Arc<Notify>>,
+    shutdown: Option<&CancellationToken>,
 ) -> Store<PartialObjectMeta<K>>
 where
     K: kube::Resource<DynamicType = ()>
@@ -46,7 +48,7 @@ where
         )
         .backoff(crate::watch_backoff::watch_backoff()),
     );
-    tokio::spawn(async move {
+    let watch = async move {
         stream
             .for_each(|_| {
                 if let Some(n) = &changed {
@@ -55,7 +57,15 @@ where
                 async {}
             })
             .await
-    });
+    };
+    match shutdown {
+        Some(shutdown) => {
+            tokio::spawn(shutdown.clone().run_until_cancelled_owned(watch));
+        }
+        None => {
+            tokio::spawn(watch);
+        }
+    }
     store
 }
 
@@ -66,11 +76,16 @@ impl Mounts {
     }
 
     /// Watches the three kinds' metadata; `changed` is notified of every change.
-    pub fn watch(client: &Client, changed: Option<std::sync::Arc<Notify>>) -> Self {
+    /// With `shutdown`, the watches stop when it is cancelled (a leadership term's).
+    pub fn watch(
+        client: &Client,
+        changed: Option<std::sync::Arc<Notify>>,
+        shutdown: Option<&CancellationToken>,
+    ) -> Self {
         Mounts(Some(Stores {
-            claims: watch_metadata::<PersistentVolumeClaim>(client, changed.clone()),
-            config_maps: watch_metadata::<ConfigMap>(client, changed.clone()),
-            secrets: watch_metadata::<Secret>(client, changed),
+            claims: watch_metadata::<PersistentVolumeClaim>(client, changed.clone(), shutdown),
+            config_maps: watch_metadata::<ConfigMap>(client, changed.clone(), shutdown),
+            secrets: watch_metadata::<Secret>(client, changed, shutdown),
         }))
     }
 
