@@ -367,13 +367,15 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
-                    let wakes: Vec<&Arc<Notify>> = (urgent.iter())
-                        .filter(|(_, test)| test(&event))
-                        .map(|(notify, _)| notify)
-                        .collect();
+                    // Which of `urgent` to wake, as bits (at most a few: no allocation per event).
+                    let wakes: u64 = (urgent.iter().take(64).enumerate())
+                        .filter(|(_, (_, test))| test(&event))
+                        .fold(0, |bits, (i, _)| bits | 1 << i);
                     apply(event);
-                    for notify in wakes {
-                        notify.notify_one();
+                    for (i, (notify, _)) in urgent.iter().take(64).enumerate() {
+                        if wakes & (1 << i) != 0 {
+                            notify.notify_one();
+                        }
                     }
                     changed.notify_one();
                 }

@@ -92,20 +92,7 @@ where
             .backoff(crate::watch_backoff::watch_backoff())
             .modify(trim),
     );
-    let changed = changed.clone();
-    tokio::spawn(shutdown.clone().run_until_cancelled_owned(async move {
-        stream
-            .for_each(|event| {
-                match event {
-                    Err(e) => debug!(error = %e, "scavenger watch"),
-                    Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)) => seen(&k),
-                    Ok(_) => {}
-                }
-                changed.notify_one();
-                async {}
-            })
-            .await
-    }));
+    drive(stream, |_| {}, seen, changed, shutdown);
     store
 }
 
@@ -119,6 +106,28 @@ fn watch_pods(
 ) -> watch_store::Store<WatchedPod> {
     let (store, mut writer) = watch_store::store();
     let stream = watcher(api, config).backoff(crate::watch_backoff::watch_backoff());
+    drive(
+        stream,
+        move |event| writer.apply(event),
+        seen,
+        changed,
+        shutdown,
+    );
+    store
+}
+
+/// Runs a watch until `shutdown`: each event shows its object to `seen`, then goes to `apply`,
+/// then wakes `changed`.
+fn drive<K, S>(
+    stream: S,
+    mut apply: impl FnMut(watcher::Event<K>) + Send + 'static,
+    seen: impl Fn(&K) + Send + Sync + 'static,
+    changed: &Arc<Notify>,
+    shutdown: &CancellationToken,
+) where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
     let changed = changed.clone();
     tokio::spawn(shutdown.clone().run_until_cancelled_owned(async move {
         let mut stream = std::pin::pin!(stream);
@@ -126,16 +135,15 @@ fn watch_pods(
             match event {
                 Err(e) => debug!(error = %e, "scavenger watch"),
                 Ok(event) => {
-                    if let watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) = &event {
-                        seen(pod);
+                    if let watcher::Event::Apply(k) | watcher::Event::InitApply(k) = &event {
+                        seen(k);
                     }
-                    writer.apply(event);
+                    apply(event);
                 }
             }
             changed.notify_one();
         }
     }));
-    store
 }
 
 /// The watches of one term; they stop when `shutdown` is cancelled (the term ends), so that a
