@@ -188,6 +188,8 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     .await;
 
     // Spark asks for up to 6 executors: 3 fit, 3 wait behind the gate, all in one DynamicWorkload.
+    // The driver's JVM start is the slow, load-dependent part: wait for its pods before the queue.
+    wait_for_executors(&env, 6).await;
     env.wait_queue_counts(&queue, 3, 4).await;
     let executors = executor_pods(&env).await;
     assert_eq!(
@@ -231,6 +233,17 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     assert_eq!(holding(&executors).len(), 4);
     drop(spark);
     env.cleanup().await;
+}
+
+/// Waits until Spark's driver has created `count` executor pods. Its JVM starts on the host, beside
+/// the cluster and the other tests: on a loaded two-core machine that alone can take a minute.
+async fn wait_for_executors(env: &TestEnv, count: usize) {
+    wait_for(
+        &format!("Spark's driver to create {count} executor pods"),
+        Duration::from_secs(240),
+        || async { (executor_pods(env).await.len() >= count).then_some(()) },
+    )
+    .await;
 }
 
 /// Every executor pod in the test namespace.
@@ -365,6 +378,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     )
     .await;
     // 4 cpu: the driver and 3 executors run, the 4th executor waits.
+    wait_for_executors(&env, 4).await;
     env.wait_queue_counts(&queue, 1, 4).await;
     let executors = executor_pods(&env).await;
     assert_eq!(

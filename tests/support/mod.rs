@@ -234,16 +234,31 @@ impl TestEnv {
         admitted: i32,
     ) -> CapacityQueue {
         let api: Api<CapacityQueue> = Api::all(self.client.clone());
-        wait_for(
-            &format!("queue {queue} to report {pending} pending and {admitted} admitted pods"),
-            Duration::from_secs(60),
-            || async {
-                let q = api.get(queue).await.ok()?;
-                let s = q.status.as_ref()?;
-                (s.pending_pods == pending && s.admitted_pods == admitted).then_some(q)
-            },
-        )
-        .await
+        // The last counts seen go into the failure message: a timeout then says what the queue did show.
+        let mut last_seen = String::from("no status");
+        let found = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                if let Ok(q) = api.get(queue).await {
+                    if let Some(s) = q.status.as_ref() {
+                        if s.pending_pods == pending && s.admitted_pods == admitted {
+                            return q;
+                        }
+                        last_seen = format!(
+                            "{} pending and {} admitted",
+                            s.pending_pods, s.admitted_pods
+                        );
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| {
+            panic!(
+                "timed out after 60s waiting for queue {queue} to report {pending} pending and {admitted} admitted pods; it last reported {}",
+                last_seen
+            )
+        })
     }
 
     /// Waits until the DynamicWorkload `name` has a status for which `ready` holds, and returns it.
