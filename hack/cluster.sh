@@ -25,6 +25,7 @@ COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kube
 NODES=${SLUICE_NODES:-4} NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
 WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true REAL_NODE=false
 SLUICE_PROFILE=${SLUICE_PROFILE:-debug}  # cargo profile of the sluice run on the host: debug or release
+KWOK_PARALLELISM=""                       # --kwok-parallelism: kwok's workers (its defaults when empty)
 TIMEOUT=${SLUICE_CLUSTER_TIMEOUT:-120}   # seconds to wait for each component to become ready
 PROFILING=${SLUICE_APISERVER_PROFILING:-false}  # true: kube-apiserver serves /debug/pprof (admin only)
 STOP_TIMEOUT=10                          # seconds between TERM and KILL in `down`
@@ -61,6 +62,9 @@ Flags of 'up' (and 'build'):
   --node-cpu Q         allocatable cpu of each node (default 32)
   --node-memory Q      allocatable memory of each node (default 128Gi)
   --node-pods N        allocatable pods of each node (default 110)
+  --kwok-parallelism N kwok's workers for pod stages, node stages, node leases and pod syncs (its own
+                       defaults 4, 4, 4 and 1 when not given; the large benchmark's 500 nodes need more).
+                       Applies when kwok starts: a running kwok keeps its settings until 'down'.
   --with-sluice        build sluice (cargo build --bin sluice) and run 'sluice serve --local' on the host;
                        writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR). Settings come
                        from the SLUICE_* environment (sluice serve --help). Restarted when its binary or
@@ -447,7 +451,20 @@ CFG
   # kwok manages only the nodes annotated kwok.x-k8s.io/node=fake, never another node. It renews node
   # leases every quarter of their duration: 160s keeps 1000 nodes at 25 lease updates a second (the
   # controller-manager's grace period is 180s to match).
-  start kwok "$BIN/kwok-$KWOK_VERSION" --kubeconfig "$STATE/kubeconfig" --config "$ROOT/hack/kwok/stages.yaml" \
+  local kwok_configs=(--config "$ROOT/hack/kwok/stages.yaml")
+  if [[ -n $KWOK_PARALLELISM ]]; then
+    cat >"$STATE/kwok-parallelism.yaml" <<YAML
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: $KWOK_PARALLELISM
+  nodePlayStageParallelism: $KWOK_PARALLELISM
+  nodeLeaseParallelism: $KWOK_PARALLELISM
+  podsOnNodeSyncParallelism: $KWOK_PARALLELISM
+YAML
+    kwok_configs+=(--config "$STATE/kwok-parallelism.yaml")
+  fi
+  start kwok "$BIN/kwok-$KWOK_VERSION" --kubeconfig "$STATE/kubeconfig" "${kwok_configs[@]}" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --cidr 10.244.0.1/16 --node-ip 10.0.0.1 --server-address "127.0.0.1:$KWOK_PORT" \
     --node-lease-duration-seconds 160
@@ -679,11 +696,13 @@ parse_flags() { # command flags...
   local cmd=$1; shift
   while (($#)); do
     case $1 in
-      --nodes | --node-cpu | --node-memory | --node-pods | --timeout)
+      --nodes | --node-cpu | --node-memory | --node-pods | --timeout | --kwok-parallelism)
         (($# >= 2)) || die "$1 needs a value (see hack/cluster.sh help)"
         case $1 in
           --nodes) NODES=$2 ;; --node-cpu) NODE_CPU=$2 ;; --node-memory) NODE_MEMORY=$2 ;;
           --node-pods) NODE_PODS=$2 ;; --timeout) TIMEOUT=$2 ;;
+          --kwok-parallelism) [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--kwok-parallelism needs a positive whole number, not '$2'"
+                              KWOK_PARALLELISM=$2 ;;
         esac
         shift 2 ;;
       --with-sluice) WITH_SLUICE=true; shift ;;

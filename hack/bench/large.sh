@@ -4,7 +4,9 @@
 # (started for its own run, last; its webhooks scoped to its namespace). Records each component's
 # CPU seconds, the API server's share of the machine over each run (its CPU seconds / wall seconds)
 # and API requests per pod. Env: LARGE_PODS (default 20000; 1000 with QUICK=1), LARGE_NODES (default
-# 500; 50 with QUICK=1), LARGE_MODES (default "nogate sluice kueue"), WRITE, KEEP_CLUSTER=1,
+# 500; 50 with QUICK=1), LARGE_MODES (default "nogate sluice kueue"), LARGE_KWOK_PARALLELISM (kwok's
+# workers, default 16: with its defaults, 4 lease and 1 pod-sync worker, kwok held 500 nodes to ~5 pod
+# status patches a second on 2026-11-25; the cluster is brought down first so kwok starts with it), WRITE, KEEP_CLUSTER=1,
 # NO_BUILD=1 (the binaries as they are: e2e_load and sluice's release build).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -17,17 +19,19 @@ quick="${QUICK:-0}"
 pods="${LARGE_PODS:-20000}" nodes="${LARGE_NODES:-500}"
 [[ $quick == 1 ]] && { pods="${LARGE_PODS:-1000}"; nodes="${LARGE_NODES:-50}"; }
 modes="${LARGE_MODES:-nogate sluice kueue}"
+kwok_parallelism="${LARGE_KWOK_PARALLELISM:-16}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 rm -f "$out"/large-*
 mkdir -p "$out"
-printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only large LARGE_PODS=$pods LARGE_NODES=$nodes" \
+printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only large LARGE_PODS=$pods LARGE_NODES=$nodes LARGE_KWOK_PARALLELISM=$kwok_parallelism" \
   "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-large"
 echo "$pods" > "$out/large-pods"; echo "$nodes" > "$out/large-nodes"
 no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)
 [[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin e2e_load >&2
 bin="$target_dir/release/e2e_load"
 [[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
-hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" --timeout 600 >&2
+hack/cluster.sh down >&2   # kwok reads its parallelism when it starts
+hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" --timeout 600 --kwok-parallelism "$kwok_parallelism" >&2
 eval "$(hack/cluster.sh env)"
 quota=$(( (pods + 500) / 50 ))   # cpu; each pod asks 10m: twice the demand and more
 
@@ -85,7 +89,7 @@ YAML
 
 for mode in $modes; do
   if [[ $mode == kueue ]]; then
-    hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build --timeout 600 >&2
+    hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build --timeout 600 --kwok-parallelism "$kwok_parallelism" >&2
     scope_kueue_webhooks
   fi
   large_run "$mode"

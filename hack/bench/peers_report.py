@@ -96,7 +96,8 @@ def peer_part():
             gate = c.get("sluice" if mode == "sluice" else "kueue")
             t, bc = d["time_to_admit"], d["time_to_admit_by_class"]
             walls.setdefault(mode, []).append(d["wall_admit_all_s"] if d["complete"] else None)
-            done = "yes" if d["complete"] else f"no: stopped at {d['elapsed_s']:.0f} s, {d['admitted']:,} admitted, {d['finished']:,} finished"
+            done = "yes" if d["complete"] else (f"no: {d.get('stopped') or 'stopped'} at {d['elapsed_s']:.0f} s, "
+                                                f"{d['admitted']:,} admitted, {d['finished']:,} finished")
             wa = f"{d['wall_admit_all_s']:.1f} s" if d["complete"] else "–"
             wf = f"{d['wall_finish_all_s']:.1f} s" if d["complete"] else "–"
             md.append(f"| {name} | {done} | {wa} | "
@@ -113,9 +114,10 @@ def peer_part():
     results["peer_suite_time_to_admit_s"] = {m: {"p50": tta(m, "p50_s"), "p99": tta(m, "p99_s")} for m in ("sluice", "kueue")}
     results["peer_suite_admissions_per_s"] = {m: med([d["admissions_per_s"] for _, d in data.get(m, []) if d and d["complete"]])
                                               for m in ("sluice", "kueue")}
-    # Runs stopped by --timeout: how far each got in the same time box (the side-by-side figure then).
+    # Runs stopped by --timeout or --stall-timeout: how far each got in the same time box (the side-by-side figure then).
     results["peer_suite_incomplete"] = {m: [{"elapsed_s": round(d["elapsed_s"]), "admitted": d["admitted"], "finished": d["finished"],
-                                             "workloads": d["workloads"], "preempted": d["preempted"]}
+                                             "workloads": d["workloads"], "preempted": d["preempted"],
+                                             "stopped": d.get("stopped"), "left_sample": d.get("left_sample", [])[:5]}
                                             for _, d in data.get(m, []) if d and not d["complete"]] for m in ("sluice", "kueue")}
     return "### Kueue's scheduler performance suite, as plain pods", md
 

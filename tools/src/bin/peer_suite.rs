@@ -60,6 +60,10 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800.0)]
     timeout: f64,
+    /// Give up once no workload was admitted or finished for this many seconds after the last
+    /// create (a stall: the summary then names some of the workloads left and what their pods showed).
+    #[arg(long, default_value_t = 300.0)]
+    stall_timeout: f64,
 }
 
 /// One class of the suite's workloads (generator.yaml, baseline).
@@ -226,6 +230,8 @@ struct Workload {
     pod: String,
     ending: bool,
     preempted: u32,
+    /// What the watch last saw of its pod (for a stalled run's summary).
+    last_seen: String,
 }
 
 fn pod_spec(args: &Args, queue: &str, class: &Class, name: &str, workload: usize) -> Pod {
@@ -398,6 +404,13 @@ fn observe(client: &Client, args: &Args, wl: &mut Workload, w: usize, s: Seen, t
         return;
     }
     wl.created.get_or_insert(t);
+    wl.last_seen = format!(
+        "{} {}{}{}",
+        s.name,
+        if s.phase.is_empty() { "no phase" } else { &s.phase },
+        if s.ungated { ", ungated" } else { ", gated" },
+        if s.deleted { ", deleted" } else { "" }
+    );
     let running = s.phase == "Running";
     if (s.ungated || running) && !s.deleted && wl.admitted.is_none() {
         wl.admitted = Some(t);
@@ -425,6 +438,25 @@ fn observe(client: &Client, args: &Args, wl: &mut Workload, w: usize, s: Seen, t
         let pod = pod_spec(args, &wl.queue, class, &wl.pod, w);
         let client = client.clone();
         tokio::spawn(async move { create(&client, &pod).await });
+    }
+}
+
+/// When admissions and ends were last seen to move, to tell a stalled run from a slow one.
+#[derive(Default)]
+struct Progress {
+    admitted: usize,
+    finished: usize,
+    since: f64,
+}
+
+impl Progress {
+    /// Whether nothing moved for `limit` seconds once every workload was created.
+    fn stalled(&mut self, admitted: usize, finished: usize, created_all: bool, t: f64, limit: f64) -> bool {
+        if (admitted, finished) != (self.admitted, self.finished) || !created_all {
+            *self = Progress { admitted, finished, since: t };
+            return false;
+        }
+        t - self.since > limit
     }
 }
 
@@ -529,13 +561,30 @@ async fn main() -> anyhow::Result<()> {
     drop(tx);
     let deadline = start + Duration::from_secs_f64(args.timeout);
     let mut finished = 0usize;
-    let mut last_report = Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_secs(10));
+    let mut progress = Progress::default();
+    let mut stopped = None;
     while finished < wls.len() {
-        let Ok(Some(ev)) = tokio::time::timeout_at(deadline.into(), rx.recv()).await else {
+        let ev = tokio::select! {
+            ev = tokio::time::timeout_at(deadline.into(), rx.recv()) => ev,
+            _ = ticks.tick() => {
+                let t = start.elapsed().as_secs_f64();
+                let admitted = wls.iter().filter(|w| w.admitted.is_some()).count();
+                eprintln!("peer_suite: {t:.1}s admitted {admitted} finished {finished} of {}", wls.len());
+                if progress.stalled(admitted, finished, generator.is_finished(), t, args.stall_timeout) {
+                    eprintln!("peer_suite: stalled: nothing admitted or finished for {:.0} s", args.stall_timeout);
+                    stopped = Some("stalled");
+                    break;
+                }
+                continue;
+            }
+        };
+        let Ok(Some(ev)) = ev else {
             eprintln!(
                 "peer_suite: timed out with {finished} of {} finished",
                 wls.len()
             );
+            stopped = Some("timed out");
             break;
         };
         let t = start.elapsed().as_secs_f64();
@@ -554,14 +603,6 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        if last_report.elapsed() > Duration::from_secs(10) {
-            let admitted = wls.iter().filter(|w| w.admitted.is_some()).count();
-            eprintln!(
-                "peer_suite: {t:.1}s admitted {admitted} finished {finished} of {}",
-                wls.len()
-            );
-            last_report = Instant::now();
-        }
     }
     let elapsed = start.elapsed().as_secs_f64();
     let create_s = if generator.is_finished() {
@@ -569,6 +610,21 @@ async fn main() -> anyhow::Result<()> {
     } else {
         elapsed
     };
-    println!("{}", summary(&args, &wls, create_s, elapsed));
+    let mut out = summary(&args, &wls, create_s, elapsed);
+    out["stopped"] = json!(stopped);
+    out["left_sample"] = json!(
+        wls.iter()
+            .filter(|w| w.finished.is_none())
+            .take(20)
+            .map(|w| format!(
+                "{} in {}: {}{}",
+                CLASSES[w.class].name,
+                w.queue,
+                w.last_seen,
+                if w.ending { ", ending asked" } else { "" }
+            ))
+            .collect::<Vec<_>>()
+    );
+    println!("{out}");
     Ok(())
 }
