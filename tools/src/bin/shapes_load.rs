@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -264,6 +264,26 @@ fn raycluster(args: &Args, app: &str) -> serde_json::Value {
                 "maxReplicas": args.max_workers, "rayStartParams": {}, "template": template}]}})
 }
 
+/// Sets the worker group's replicas as Ray's autoscaler does: the object read, its `replicas`
+/// changed, written back (again on a conflict). The rest of the group stays as the cluster has it,
+/// with what webhooks added (Kueue's elastic-job scheduling gate: a merge patch of the group's list
+/// would replace the template and drop it).
+async fn scale_workers(api: &Api<DynamicObject>, app: &str, replicas: usize) -> anyhow::Result<()> {
+    loop {
+        let mut obj = api.get(app).await?;
+        let group = obj
+            .data
+            .pointer_mut("/spec/workerGroupSpecs/0")
+            .and_then(|g| g.as_object_mut())
+            .ok_or_else(|| anyhow::anyhow!("RayCluster {app} has no worker group"))?;
+        group.insert("replicas".into(), json!(replicas));
+        match api.replace(app, &PostParams::default(), &obj).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            done => return done.map(|_| ()).map_err(Into::into),
+        }
+    }
+}
+
 async fn ray_app(
     args: Arc<Args>,
     client: Client,
@@ -294,10 +314,8 @@ async fn ray_app(
     while replicas < args.max_workers {
         tokio::time::sleep(Duration::from_secs_f64(args.step_s)).await;
         let next = (replicas * 2).min(args.max_workers);
-        let patch = json!({"spec": {"workerGroupSpecs": [{"groupName": "w", "replicas": next, "minReplicas": args.workers,
-            "maxReplicas": args.max_workers, "rayStartParams": {}, "template": raycluster(&args, &app)["spec"]["workerGroupSpecs"][0]["template"]}]}});
         let asked = start.elapsed().as_secs_f64();
-        api.patch(&app, &PatchParams::default(), &Patch::Merge(&patch))
+        scale_workers(&api, &app, next)
             .await
             .map_err(|e| anyhow::anyhow!("scaling RayCluster {app} to {next}: {e}"))?;
         let running = state
