@@ -205,8 +205,8 @@ for part in parts:
 def header(part):
     r = run_of(part)
     return (f"Measured {r['started_at']} by `{r['command']}` — {r['versions']}; machine: {os.cpu_count()} cores, "
-            f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, shared with five other sessions "
-            f"building and testing (load average {' / '.join(r['load'])} when this part started).")
+            f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB (load average {' / '.join(r['load'])} "
+            f"when this part started; other work on the machine, if any, is said beside the table).")
 bm = os.path.join(root, "BENCHMARKS.md")
 doc = open(bm).read()
 for part, (heading, body) in sections.items():

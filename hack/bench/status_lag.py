@@ -91,8 +91,8 @@ for tag in tags:
     rows.append(row)
 
 md = [f"Measured {info.get('started_at', '?')} by `{info.get('command', '?')}` ({info.get('settings') or 'sluice as installed'}) — "
-      f"{info.get('versions', '?')}; machine: 2 cores, 24 GiB, shared with five other sessions building and testing "
-      "(load averages per run below).", "",
+      f"{info.get('versions', '?')}; machine: {os.cpu_count()} cores "
+      "(load averages per run below; other work on the machine, if any, is said beside the table).", "",
       "Every pod change that changes what a DynamicWorkload's status shows (its pods pending, admitted, running,",
       "ended) of every workload of the sluice run, from the watch showing the pod change to the watch showing a",
       "status with that state or a later one (`tools/src/bin/status_lag.rs`, watching beside the load; changes",

@@ -160,12 +160,24 @@ fn spark_pod(
     serde_json::from_value(spec).map_err(|e| anyhow::anyhow!("building pod {name}: {e}"))
 }
 
+/// Creates refused and tried again (a webhook's refusal, a timeout): each adds 200 ms to its step,
+/// so the summary says how many there were and the first few reasons.
+static CREATE_RETRIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static RETRY_REASONS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 async fn create_pod(api: &Api<Pod>, pod: &Pod) -> anyhow::Result<Pod> {
     let mut last = None;
     for _ in 0..20 {
         match api.create(&PostParams::default(), pod).await {
             Ok(p) => return Ok(p),
             Err(e) => {
+                CREATE_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                {
+                    let mut reasons = RETRY_REASONS.lock().unwrap_or_else(|e| e.into_inner());
+                    if reasons.len() < 5 {
+                        reasons.push(format!("{}: {e}", pod.name_any()));
+                    }
+                }
                 last = Some(e);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -440,6 +452,8 @@ fn summary(
         "pods": pods.len(), "running": running,
         "gated_pods": pods.values().filter(|p| p.gated).count(),
         "errors": errors,
+        "create_retries": CREATE_RETRIES.load(std::sync::atomic::Ordering::Relaxed),
+        "create_retry_reasons": RETRY_REASONS.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         "all_running_s": last_running,
         "pods_per_s": if last_running > 0.0 { Some(running as f64 / last_running) } else { None },
         "time_to_admit_p50_s": pct(&mut tta, 0.5), "time_to_admit_p99_s": pct(&mut tta, 0.99),
