@@ -407,7 +407,11 @@ fn observe(client: &Client, args: &Args, wl: &mut Workload, w: usize, s: Seen, t
     wl.last_seen = format!(
         "{} {}{}{}",
         s.name,
-        if s.phase.is_empty() { "no phase" } else { &s.phase },
+        if s.phase.is_empty() {
+            "no phase"
+        } else {
+            &s.phase
+        },
         if s.ungated { ", ungated" } else { ", gated" },
         if s.deleted { ", deleted" } else { "" }
     );
@@ -451,9 +455,20 @@ struct Progress {
 
 impl Progress {
     /// Whether nothing moved for `limit` seconds once every workload was created.
-    fn stalled(&mut self, admitted: usize, finished: usize, created_all: bool, t: f64, limit: f64) -> bool {
+    fn stalled(
+        &mut self,
+        admitted: usize,
+        finished: usize,
+        created_all: bool,
+        t: f64,
+        limit: f64,
+    ) -> bool {
         if (admitted, finished) != (self.admitted, self.finished) || !created_all {
-            *self = Progress { admitted, finished, since: t };
+            *self = Progress {
+                admitted,
+                finished,
+                since: t,
+            };
             return false;
         }
         t - self.since > limit
