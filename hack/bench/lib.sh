@@ -63,7 +63,10 @@ delete_namespaces() { # selector: delete the namespaces and wait until they are 
     [[ -z "$(kubectl get namespace -l "$sel" -o name 2>/dev/null)" ]] && return 0
     if (( i % 120 == 0 )); then
       for ns in $(kubectl get namespace -l "$sel" -o jsonpath='{.items[*].metadata.name}'); do
-        kubectl -n "$ns" get pods -o name | xargs -r -P 4 -n 20 kubectl -n "$ns" patch --type=merge \
+        # Only the pods that hold a finalizer: a slow deletion of 20,000 pods without any is no reason
+        # to patch each of them.
+        kubectl -n "$ns" get pods -o jsonpath='{range .items[?(@.metadata.finalizers)]}pod/{.metadata.name}{"\n"}{end}' \
+          | xargs -r -P 4 -n 20 kubectl -n "$ns" patch --type=merge \
           -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
       done
     fi
