@@ -8,8 +8,9 @@
 //! costs at most one status write per interval, and a change to a status not written within the
 //! interval goes out within a quarter of it (statuses keep up with their pods: issue 24); a change
 //! of wording only (a waiting workload's message follows every pod of its queue) waits ten
-//! intervals. A DynamicWorkload status is sent as a JSON merge patch of what changed since the
-//! value the API server holds (what this writer wrote, else what the watch shows; see
+//! intervals, and a round sends a few of those at most, the oldest first
+//! ([`LAZY_WRITES_PER_ROUND`]). A DynamicWorkload status is sent as a JSON merge patch of what
+//! changed since the value the API server holds (what this writer wrote, else what the watch shows; see
 //! [`merge_patch`]): no write when nothing did, and a small body the API server merges without a
 //! server-side apply's field-by-field work. A value being sent counts as known, so a pass never
 //! asks for the same write twice. Nothing is lost by this: the cluster stays the source of truth,
@@ -42,6 +43,12 @@ const TRUST_WRITTEN_FOR: Duration = Duration::from_secs(30);
 /// A change of wording only (see [`same_but_for_wording`]) waits this many status intervals after
 /// the object's last write.
 const LAZY_INTERVALS: u32 = 10;
+/// DynamicWorkload statuses changed in wording only that one round sends at most (20 a second at
+/// the default interval). With thousands of workloads waiting, each one's "needs 1 cpu more …"
+/// followed every pod of its queue every lazy interval: 183,328 status writes for 15,152 workloads
+/// in Kueue's suite (BENCHMARKS.md), the API server's largest load. The oldest go first; a change
+/// of phase or counts is urgent and never waits on this.
+const LAZY_WRITES_PER_ROUND: usize = 5;
 /// Rounds of writes per status interval at most: a change waits for the next round (a quarter of
 /// the interval here), not for the interval, unless its object was written within the interval.
 const ROUNDS_PER_INTERVAL: u32 = 4;
@@ -105,6 +112,8 @@ struct Spacing {
     urgent: Duration,
     /// A lazy value (a change of wording only) waits until its object was last written this long ago.
     lazy: Duration,
+    /// Lazy values a round takes at most (the oldest wanted first).
+    lazy_limit: usize,
 }
 
 impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
@@ -186,7 +195,7 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
         let keep = spacing.lazy.max(spacing.urgent);
         self.last_write.retain(|_, at| at.elapsed() < keep);
         let last_write = &self.last_write;
-        let mut due: Vec<((bool, Instant), K)> = self
+        let (mut due, mut lazy): (Vec<_>, Vec<_>) = self
             .pending
             .iter()
             .filter(|(key, wanted)| {
@@ -196,7 +205,16 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
                 };
                 last_write.get(*key).is_none_or(|at| at.elapsed() >= wait)
             })
-            .map(|(key, wanted)| ((!wanted.first, wanted.since), key.clone()))
+            .map(|(key, wanted)| ((!wanted.first, wanted.since), key.clone(), wanted.patience))
+            .partition(|(_, _, patience)| *patience == Patience::Urgent);
+        if lazy.len() > spacing.lazy_limit {
+            lazy.select_nth_unstable_by_key(spacing.lazy_limit, |((_, since), _, _)| *since);
+            lazy.truncate(spacing.lazy_limit);
+        }
+        due.append(&mut lazy);
+        let mut due: Vec<((bool, Instant), K)> = due
+            .into_iter()
+            .map(|(order, key, _)| (order, key))
             .collect();
         if due.len() > limit {
             due.select_nth_unstable_by_key(limit, |(order, _)| *order);
@@ -483,10 +501,17 @@ impl Writer {
         let statuses = Spacing {
             urgent: self.inner.min_interval,
             lazy,
+            lazy_limit: LAZY_WRITES_PER_ROUND,
         };
         let records = Spacing {
             urgent: Duration::ZERO,
             lazy,
+            lazy_limit: usize::MAX,
+        };
+        // Queue statuses are few (one per queue): their wording is not rationed.
+        let queues = Spacing {
+            lazy_limit: usize::MAX,
+            ..statuses
         };
         let mut state = self.state();
         state
@@ -499,7 +524,7 @@ impl Writer {
             records: state.records.take_due(records, usize::MAX),
             deletes: std::mem::take(&mut state.deletes),
             workload_statuses,
-            queue_statuses: state.queue_statuses.take_due(statuses, usize::MAX),
+            queue_statuses: state.queue_statuses.take_due(queues, usize::MAX),
         }
     }
 
@@ -710,6 +735,7 @@ mod tests {
     const AT_ONCE: Spacing = Spacing {
         urgent: Duration::ZERO,
         lazy: Duration::from_secs(10),
+        lazy_limit: usize::MAX,
     };
 
     /// What a round takes, as (key, value), sorted.
@@ -795,6 +821,7 @@ mod tests {
         let spacing = Spacing {
             urgent: Duration::from_secs(60),
             lazy: Duration::from_secs(600),
+            lazy_limit: usize::MAX,
         };
         let mut slot: Slot<&str, u32> = Slot::new();
         // Never written: goes at once, whatever the spacing.
@@ -814,6 +841,38 @@ mod tests {
         };
         slot.last_write.insert("a", long_ago);
         assert_eq!(take(&mut slot, spacing, usize::MAX), vec![("a", 3)]);
+    }
+
+    #[test]
+    fn a_round_takes_few_changes_of_wording_only_the_oldest_first_and_every_urgent_one() {
+        let spacing = Spacing {
+            lazy_limit: 2,
+            ..AT_ONCE
+        };
+        let mut slot: Slot<&str, u32> = Slot::new();
+        let Some(start) = Instant::now().checked_sub(Duration::from_secs(10)) else {
+            return; // a clock this young cannot express the case
+        };
+        for (age, key) in ["w1", "w2", "w3", "w4"].into_iter().enumerate() {
+            assert!(slot.want(key, 1, None, Patience::Lazy, false));
+            // Wanted one second apart, w1 first.
+            if let Some(wanted) = slot.pending.get_mut(key) {
+                wanted.since = start + Duration::from_secs(age as u64);
+            }
+        }
+        assert!(slot.want("u1", 1, None, Patience::Urgent, false));
+        assert!(slot.want("u2", 1, None, Patience::Urgent, false));
+        // The urgent ones and the two oldest wording changes.
+        assert_eq!(
+            take(&mut slot, spacing, usize::MAX),
+            vec![("u1", 1), ("u2", 1), ("w1", 1), ("w2", 1)]
+        );
+        // The others wait for the next rounds, nothing is lost.
+        assert_eq!(
+            take(&mut slot, spacing, usize::MAX),
+            vec![("w3", 1), ("w4", 1)]
+        );
+        assert!(take(&mut slot, spacing, usize::MAX).is_empty());
     }
 
     #[test]

@@ -579,8 +579,20 @@ async fn main() -> anyhow::Result<()> {
     let mut ticks = tokio::time::interval(Duration::from_secs(10));
     let mut progress = Progress::default();
     let mut stopped = None;
+    // A run stopped from outside (SIGTERM, Ctrl-C: a time box) still prints what it saw so far.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     while finished < wls.len() {
         let ev = tokio::select! {
+            _ = terminate.recv() => {
+                eprintln!("peer_suite: stopped by SIGTERM with {finished} of {} finished", wls.len());
+                stopped = Some("stopped from outside");
+                break;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("peer_suite: interrupted with {finished} of {} finished", wls.len());
+                stopped = Some("stopped from outside");
+                break;
+            }
             ev = tokio::time::timeout_at(deadline.into(), rx.recv()) => ev,
             _ = ticks.tick() => {
                 let t = start.elapsed().as_secs_f64();
