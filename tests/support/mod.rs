@@ -238,16 +238,16 @@ impl TestEnv {
         let mut last_seen = String::from("no status");
         let found = tokio::time::timeout(Duration::from_secs(60), async {
             loop {
-                if let Ok(q) = api.get(queue).await {
-                    if let Some(s) = q.status.as_ref() {
-                        if s.pending_pods == pending && s.admitted_pods == admitted {
-                            return q;
-                        }
-                        last_seen = format!(
-                            "{} pending and {} admitted",
-                            s.pending_pods, s.admitted_pods
-                        );
+                if let Ok(q) = api.get(queue).await
+                    && let Some(s) = q.status.as_ref()
+                {
+                    if s.pending_pods == pending && s.admitted_pods == admitted {
+                        return q;
                     }
+                    last_seen = format!(
+                        "{} pending and {} admitted",
+                        s.pending_pods, s.admitted_pods
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
