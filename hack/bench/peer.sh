@@ -5,7 +5,9 @@
 # cluster (100 kwok nodes of 32 cpu). sluice's runs come first, Kueue joins the cluster for its own
 # (its controller watches every pod). Env: PEER_REPS (runs of each, default 3; 1 with QUICK=1),
 # PEER_SCALE (fraction of the suite's workload counts, default 1; 0.05 with QUICK=1), E2E_NODES
-# (default 100), WRITE (1: write BENCHMARKS.md and bench/results.json), KEEP_CLUSTER=1 (leave it up).
+# (default 100), PEER_MODES (default "sluice kueue"), PEER_TIMEOUT (seconds each run may take, default
+# 1800: a run stopped there reports how far it got), WRITE (1: write BENCHMARKS.md and bench/results.json),
+# KEEP_CLUSTER=1 (leave it up).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -17,9 +19,10 @@ quick="${QUICK:-0}"
 reps="${PEER_REPS:-3}" scale="${PEER_SCALE:-1}"
 [[ $quick == 1 ]] && { reps="${PEER_REPS:-1}"; scale="${PEER_SCALE:-0.05}"; }
 nodes="${E2E_NODES:-100}"
+modes="${PEER_MODES:-sluice kueue}" timeout="${PEER_TIMEOUT:-1800}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 rm -f "$out"/peer-*
-printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only peer${QUICK:+ (QUICK=$quick)} PEER_REPS=$reps PEER_SCALE=$scale" \
+printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only peer${QUICK:+ (QUICK=$quick)} PEER_REPS=$reps PEER_SCALE=$scale PEER_MODES='$modes' PEER_TIMEOUT=$timeout" \
   "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-peer"
 no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
 [[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin peer_suite >&2
@@ -37,7 +40,7 @@ peer_run() { # mode rep
   # shellcheck disable=SC2046  # one name a word
   kubectl wait --for=condition=Active --timeout=120s $(kubectl get "$kind" -o name | grep "/$prefix-") >&2
   measure_begin "$name"
-  "$bin" --mode "$mode" --prefix "$prefix" --scale "$scale" > "$out/$name.json"
+  "$bin" --mode "$mode" --prefix "$prefix" --scale "$scale" --timeout "$timeout" > "$out/$name.json"
   measure_end "$name"
   python3 "$bench_py/e2e_summary.py" "$out/$name.json" >&2
   [[ $mode == kueue ]] && end_kueue_pods $(kubectl get namespace -l "bench.sluice.dev/peer-suite=$prefix" -o jsonpath='{.items[*].metadata.name}')
@@ -50,8 +53,12 @@ peer_run() { # mode rep
   fi
 }
 
-for rep in $(seq "$reps"); do peer_run sluice "$rep"; done
-hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
-scope_kueue_webhooks
-for rep in $(seq "$reps"); do peer_run kueue "$rep"; done
+if [[ " $modes " == *" sluice "* ]]; then
+  for rep in $(seq "$reps"); do peer_run sluice "$rep"; done
+fi
+if [[ " $modes " == *" kueue "* ]]; then
+  hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
+  scope_kueue_webhooks
+  for rep in $(seq "$reps"); do peer_run kueue "$rep"; done
+fi
 python3 "$bench_py/peers_report.py" "$out" "$root" "${WRITE:-1}" peer
