@@ -234,14 +234,16 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
     let gated: Urgent<CachedPod> = (wakers.gated.clone(), shows_gated_pod);
     let ended: Urgent<CachedPod> = (wakers.ended.clone(), shows_freed_room);
     // Decoded straight into what admission reads (`CachedPod`): the full pod is never built.
-    let (pods, writer) = watch_store::store();
-    let p = spawn_store_writer(
+    // Each event is applied to the store (its object moved in, not copied) before the pass loop
+    // is woken.
+    let (pods, mut writer) = watch_store::store();
+    let p = spawn_watch(
         watcher(
             Api::<CachedPod>::all(client.clone()),
             config.clone().labels(QUEUE_LABEL),
         )
         .backoff(crate::watch_backoff::watch_backoff()),
-        writer,
+        move |event| writer.apply(event),
         changed.clone(),
         vec![gated, ended],
         "pods",
@@ -282,7 +284,8 @@ where
             .backoff(crate::watch_backoff::watch_backoff())
             .modify(trim),
     );
-    let task = spawn_reflector(stream, wake.0.clone(), wake.1, what);
+    // The reflector stream has already applied each event to its store.
+    let task = spawn_watch(stream, |_| {}, wake.0.clone(), wake.1, what);
     (store, task)
 }
 
@@ -310,44 +313,6 @@ fn shows_freed_room(event: &watcher::Event<CachedPod>) -> bool {
 
 /// A Notify to wake, and which watch events wake it.
 type Urgent<K> = (Arc<Notify>, fn(&watcher::Event<K>) -> bool);
-
-/// Drives a reflector, notifying `changed` of every event, and each of `urgent` its Notify of the
-/// events its test picks.
-fn spawn_reflector<K, S>(
-    stream: S,
-    changed: Arc<Notify>,
-    urgent: Vec<Urgent<K>>,
-    what: &'static str,
-) -> tokio::task::JoinHandle<()>
-where
-    K: Send + 'static,
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    // The reflector stream has already applied each event to its store.
-    spawn_watch(stream, |_| {}, changed, urgent, what)
-}
-
-/// As [`spawn_reflector`], for a [`watch_store`]: each event is applied to the store (its object
-/// moved in, not copied) before the pass loop is woken.
-fn spawn_store_writer<K, S>(
-    stream: S,
-    mut writer: watch_store::Writer<K>,
-    changed: Arc<Notify>,
-    urgent: Vec<Urgent<K>>,
-    what: &'static str,
-) -> tokio::task::JoinHandle<()>
-where
-    K: Resource + Send + Sync + 'static,
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-{
-    spawn_watch(
-        stream,
-        move |event| writer.apply(event),
-        changed,
-        urgent,
-        what,
-    )
-}
 
 /// Runs a watch: each event goes to `apply`, then wakes `changed` and each of `urgent` whose test
 /// picks it (tested before `apply` takes the event).
