@@ -8,7 +8,9 @@
 //! `admission_pass_incremental`: 100,000 plain pods, each its own workload, in the same 8 queues,
 //! through the incremental pass (`queue::incremental::Snapshotter`: pods grouped into workloads,
 //! the workload snapshot built, the groups decided): `one_pod_changed` is a pass after one pod
-//! changed (an admitted pod of a StrictFIFO queue ends, or runs again, in turn); `full` the same
+//! changed (an admitted pod of a StrictFIFO queue ends, or runs again, in turn);
+//! `one_pod_changed_assembled` the same with the whole snapshot and decisions put back together
+//! (`Decider::assemble`), as the controller's pass uses them; `full` the same
 //! state built and decided whole (a restart's pass); `build_and_decide` the controller's full path
 //! (`snapshot::build_from_facts` over every pod, then `decide`).
 
@@ -232,6 +234,16 @@ fn bench_incremental(c: &mut Criterion) {
             turn += 1;
             inc.put_pod(versions[turn % 2].clone());
             inc.pass()
+        })
+    });
+    // The same, with the whole put back together as the controller's pass does for what acts on
+    // the decisions (ungates, statuses, the room published for admission at creation).
+    group.bench_function("100000w_100000p/one_pod_changed_assembled", |b| {
+        b.iter(|| {
+            turn += 1;
+            inc.put_pod(versions[turn % 2].clone());
+            inc.pass();
+            inc.decider.assemble()
         })
     });
     group.sample_size(10);

@@ -145,6 +145,14 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_RESYNC_PERIOD", default_value = "30s", value_parser = parse_duration)]
     pub resync_period: Duration,
 
+    /// Every admission pass builds and decides everything. By default a pass builds again only
+    /// the workloads whose pods, DynamicWorkload or in-flight pods changed, and decides again only
+    /// their queues (or cohorts), with a full pass at the start and once per --resync-period: the
+    /// same decisions (a property test holds them equal), at a cost in proportion to the change.
+    /// For comparison, or when in doubt.
+    #[arg(long, env = "SLUICE_FULL_PASSES")]
+    pub full_passes: bool,
+
     /// Ungate patches and status writes in flight at once.
     #[arg(long, env = "SLUICE_MAX_CONCURRENT_WRITES", default_value_t = 32)]
     pub max_concurrent_writes: usize,
@@ -489,6 +497,7 @@ impl Settings {
                 status_interval: args.status_interval,
                 status_writes_per_second: args.status_writes_per_second,
                 idle_interval: args.idle_interval,
+                full_passes: args.full_passes,
                 ..ControllerSettings::default()
             },
             scavenger: ScavengerSettings {

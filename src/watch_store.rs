@@ -9,9 +9,14 @@
 //! once; a (re)list (`Init`, `InitApply`..., `InitDone`) fills a buffer that replaces the whole
 //! cache at `InitDone`, so that objects deleted while the watch was down do not linger, and a
 //! reader never sees a half-listed cache. The first `InitDone` makes the store ready.
+//!
+//! A store made by [`store_with_changes`] also notes which objects each event changed, under the
+//! same lock as the cache, so that [`Store::state_and_changes`] reads the cache and what changed
+//! since the last read as one view: an incremental reader (the queue controller's admission
+//! passes) never sees an object in the cache without its change, or the reverse.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use kube::Resource;
 use kube::runtime::watcher;
@@ -25,6 +30,10 @@ enum Key {
 }
 
 impl Key {
+    fn of_uid(uid: &str) -> Key {
+        canonical_uuid(uid).map_or_else(|| Key::Other(uid.into()), Key::Uuid)
+    }
+
     fn of<K: Resource>(object: &K) -> Key {
         let meta = object.meta();
         match meta.uid.as_deref() {
@@ -64,9 +73,28 @@ fn canonical_uuid(uid: &str) -> Option<u128> {
 
 type Map<K> = HashMap<Key, Arc<K>>;
 
+/// The uids of the objects changed since the last [`Store::state_and_changes`], and whether the
+/// whole cache was replaced by a (re)list meanwhile.
+#[derive(Default)]
+struct ChangeLog {
+    uids: HashSet<String>,
+    relisted: bool,
+}
+
+/// What changed since the last [`Store::state_and_changes`]: each changed object (by uid) as the
+/// cache holds it now (None: gone), and whether a (re)list replaced everything (then the whole
+/// state is what to read).
+pub struct Changes<K> {
+    pub relisted: bool,
+    pub objects: Vec<(String, Option<Arc<K>>)>,
+}
+
 /// The read side: cheap to clone, shared with the [`Writer`].
 pub struct Store<K> {
     objects: Arc<RwLock<Map<K>>>,
+    /// Only for a store made by [`store_with_changes`]; written while the cache's write lock is
+    /// held, read while its read lock is.
+    changes: Option<Arc<Mutex<ChangeLog>>>,
     /// True once the first list is in; closed when the writer is dropped.
     ready: tokio::sync::watch::Receiver<bool>,
 }
@@ -75,6 +103,7 @@ impl<K> Clone for Store<K> {
     fn clone(&self) -> Self {
         Store {
             objects: self.objects.clone(),
+            changes: self.changes.clone(),
             ready: self.ready.clone(),
         }
     }
@@ -90,6 +119,32 @@ impl<K> Store<K> {
     pub fn state(&self) -> Vec<Arc<K>> {
         let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
         objects.values().cloned().collect()
+    }
+
+    /// Every object cached, and what changed since the last call, read as one view (see the module
+    /// documentation). A store without a change log reports everything relisted.
+    pub fn state_and_changes(&self) -> (Vec<Arc<K>>, Changes<K>) {
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        let state: Vec<Arc<K>> = objects.values().cloned().collect();
+        let Some(log) = &self.changes else {
+            let changes = Changes {
+                relisted: true,
+                objects: Vec::new(),
+            };
+            return (state, changes);
+        };
+        let log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
+        let changed = (log.uids.into_iter())
+            .map(|uid| {
+                let object = objects.get(&Key::of_uid(&uid)).cloned();
+                (uid, object)
+            })
+            .collect();
+        let changes = Changes {
+            relisted: log.relisted,
+            objects: changed,
+        };
+        (state, changes)
     }
 
     /// How many objects are cached.
@@ -116,6 +171,7 @@ impl<K> Store<K> {
 /// The write side: applies a watch's events (see the module documentation).
 pub struct Writer<K> {
     objects: Arc<RwLock<Map<K>>>,
+    changes: Option<Arc<Mutex<ChangeLog>>>,
     ready: tokio::sync::watch::Sender<bool>,
     /// The objects of a list in progress (between `Init` and `InitDone`).
     buffer: Map<K>,
@@ -123,15 +179,26 @@ pub struct Writer<K> {
 
 /// A store and the writer that fills it.
 pub fn store<K>() -> (Store<K>, Writer<K>) {
+    store_noting(None)
+}
+
+/// A store and its writer that also note what changed ([`Store::state_and_changes`]).
+pub fn store_with_changes<K>() -> (Store<K>, Writer<K>) {
+    store_noting(Some(Arc::new(Mutex::new(ChangeLog::default()))))
+}
+
+fn store_noting<K>(changes: Option<Arc<Mutex<ChangeLog>>>) -> (Store<K>, Writer<K>) {
     let (ready, waiting) = tokio::sync::watch::channel(false);
     let objects = Arc::new(RwLock::new(HashMap::new()));
     (
         Store {
             objects: objects.clone(),
+            changes: changes.clone(),
             ready: waiting,
         },
         Writer {
             objects,
+            changes,
             ready,
             buffer: HashMap::new(),
         },
@@ -144,11 +211,17 @@ impl<K: Resource> Writer<K> {
         match event {
             watcher::Event::Apply(object) => {
                 let key = Key::of(&object);
-                self.write().insert(key, Arc::new(object));
+                let uid = object.meta().uid.clone();
+                let mut objects = self.write();
+                objects.insert(key, Arc::new(object));
+                self.note(uid, false);
             }
             watcher::Event::Delete(object) => {
                 let key = Key::of(&object);
-                self.write().remove(&key);
+                let uid = object.meta().uid.clone();
+                let mut objects = self.write();
+                objects.remove(&key);
+                self.note(uid, false);
             }
             watcher::Event::Init => self.buffer = HashMap::new(),
             watcher::Event::InitApply(object) => {
@@ -156,8 +229,11 @@ impl<K: Resource> Writer<K> {
             }
             watcher::Event::InitDone => {
                 let listed = std::mem::take(&mut self.buffer);
+                let mut objects = self.write();
+                let old = std::mem::replace(&mut *objects, listed);
+                self.note(None, true);
+                drop(objects);
                 // The old cache is dropped after the lock is released.
-                let old = std::mem::replace(&mut *self.write(), listed);
                 drop(old);
                 self.ready.send_replace(true);
             }
@@ -166,6 +242,19 @@ impl<K: Resource> Writer<K> {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Map<K>> {
         self.objects.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a change in the change log, if any; called while the cache's write lock is held. An
+    /// object without uid cannot be followed by uid: it is not noted.
+    fn note(&self, uid: Option<String>, relisted: bool) {
+        let Some(log) = &self.changes else {
+            return;
+        };
+        let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(uid) = uid {
+            log.uids.insert(uid);
+        }
+        log.relisted |= relisted;
     }
 }
 
@@ -275,6 +364,62 @@ mod tests {
         writer.apply(watcher::Event::InitDone);
         assert_eq!(versions(&store), [("b".into(), "7".into())]);
         assert!(store.wait_until_ready().await.is_ok());
+    }
+
+    fn changed(changes: &Changes<Pod>) -> Vec<(String, Option<String>)> {
+        let mut seen: Vec<(String, Option<String>)> = (changes.objects.iter())
+            .map(|(uid, pod)| {
+                let version = pod
+                    .as_ref()
+                    .and_then(|p| p.metadata.resource_version.clone());
+                (uid.clone(), version)
+            })
+            .collect();
+        seen.sort();
+        seen
+    }
+
+    #[test]
+    fn changes_name_each_object_changed_since_the_last_read_as_the_cache_holds_it_now() {
+        let (store, mut writer) = store_with_changes::<Pod>();
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(pod("a", Some(A), "1")));
+        writer.apply(watcher::Event::InitDone);
+        let (state, changes) = store.state_and_changes();
+        assert_eq!((state.len(), changes.relisted), (1, true), "the first list");
+        let (_, changes) = store.state_and_changes();
+        assert!(!changes.relisted && changes.objects.is_empty(), "read once");
+        writer.apply(watcher::Event::Apply(pod("b", Some(B), "2")));
+        writer.apply(watcher::Event::Apply(pod("b", Some(B), "3")));
+        writer.apply(watcher::Event::Delete(pod("a", Some(A), "4")));
+        // A pod without uid cannot be followed by uid: not noted.
+        writer.apply(watcher::Event::Apply(pod("c", None, "5")));
+        let (state, changes) = store.state_and_changes();
+        assert_eq!(state.len(), 2);
+        assert_eq!(
+            changed(&changes),
+            vec![
+                (A.to_string(), None),
+                (B.to_string(), Some("3".to_string()))
+            ],
+            "each once, as it is now"
+        );
+        writer.apply(watcher::Event::Init);
+        writer.apply(watcher::Event::InitApply(pod("b", Some(B), "6")));
+        let (_, changes) = store.state_and_changes();
+        assert!(!changes.relisted, "a list in progress changes nothing yet");
+        writer.apply(watcher::Event::InitDone);
+        let (state, changes) = store.state_and_changes();
+        assert_eq!((state.len(), changes.relisted), (1, true));
+    }
+
+    #[test]
+    fn a_store_without_change_log_reports_everything_relisted() {
+        let (store, mut writer) = store::<Pod>();
+        writer.apply(watcher::Event::Apply(pod("a", Some(A), "1")));
+        let (state, changes) = store.state_and_changes();
+        assert_eq!((state.len(), changes.relisted), (1, true));
+        assert!(changes.objects.is_empty());
     }
 
     #[tokio::test]

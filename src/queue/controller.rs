@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -30,11 +30,12 @@ use crate::integrations::Adapters;
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels, QueueResourceLabels};
 use crate::queue::admission::{
-    Decisions, PodState, QueueTally, Snapshot, WorkloadKey, WorkloadSnapshot, decide,
+    Decisions, PodState, QueueTally, WorkloadKey, WorkloadSnapshot, decide,
 };
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
 use crate::queue::evictor::{self, Evictor};
+use crate::queue::incremental::Snapshotter;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
@@ -79,6 +80,9 @@ pub struct ControllerSettings {
     pub idle_interval: Duration,
     /// Every API call of the controller answers within this or counts as failed.
     pub api_timeout: Duration,
+    /// Every pass builds and decides everything (else only what changed since the last pass, with
+    /// everything again once per resync period).
+    pub full_passes: bool,
 }
 
 impl ControllerSettings {
@@ -100,6 +104,7 @@ impl Default for ControllerSettings {
             status_writes_per_second: 0.0,
             idle_interval: Duration::from_millis(250),
             api_timeout: API_CALL_TIMEOUT,
+            full_passes: false,
         }
     }
 }
@@ -107,9 +112,35 @@ impl Default for ControllerSettings {
 struct Stores {
     queues: Store<CapacityQueue>,
     workloads: Store<DynamicWorkload>,
-    /// Keyed by uid, without kube's per-object key (see [`crate::watch_store`]).
+    /// Keyed by uid, without kube's per-object key (see [`crate::watch_store`]); notes what
+    /// changed for the incremental passes.
     pods: watch_store::Store<CachedPod>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// The DynamicWorkloads changed since the last pass, as the watch noted them.
+    workload_changes: Arc<Mutex<WorkloadChanges>>,
+}
+
+/// The keys of the DynamicWorkloads the watch changed (applied to the store first), and whether a
+/// (re)list replaced them all.
+#[derive(Default)]
+struct WorkloadChanges {
+    keys: HashSet<WorkloadKey>,
+    relisted: bool,
+}
+
+impl WorkloadChanges {
+    fn note(&mut self, event: &watcher::Event<DynamicWorkload>) {
+        match event {
+            watcher::Event::Apply(dwl) | watcher::Event::Delete(dwl) => {
+                self.keys.insert(WorkloadKey {
+                    namespace: dwl.namespace().unwrap_or_default(),
+                    name: dwl.name_any(),
+                });
+            }
+            watcher::Event::InitDone => self.relisted = true,
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
 }
 
 impl Stores {
@@ -221,13 +252,17 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
         Api::<CapacityQueue>::all(client.clone()),
         config.clone(),
         |_| {},
+        |_| {},
         (changed, Vec::new()),
         "capacityqueues",
     );
+    let workload_changes = Arc::new(Mutex::new(WorkloadChanges::default()));
+    let noted = workload_changes.clone();
     let (workloads, w) = watch(
         Api::<DynamicWorkload>::all(client.clone()),
         config.clone(),
         |_| {},
+        move |event| lock(&noted).note(event),
         (changed, Vec::new()),
         "dynamicworkloads",
     );
@@ -236,7 +271,7 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
     // Decoded straight into what admission reads (`CachedPod`): the full pod is never built.
     // Each event is applied to the store (its object moved in, not copied) before the pass loop
     // is woken.
-    let (pods, mut writer) = watch_store::store();
+    let (pods, mut writer) = watch_store::store_with_changes();
     let p = spawn_watch(
         watcher(
             Api::<CachedPod>::all(client.clone()),
@@ -252,6 +287,7 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         config,
         |_| {},
+        |_| {},
         (changed, Vec::new()),
         "namespaces",
     );
@@ -260,16 +296,19 @@ fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()
         workloads,
         pods,
         namespaces,
+        workload_changes,
     };
     (stores, vec![q, w, p, n])
 }
 
 /// A store of `K` kept by a watch in the background: each object trimmed by `trim` before it is
-/// cached; every event notifies `wake.0`, and each of `wake.1` its own Notify of the events it picks.
+/// cached; `note` sees every event once the store shows it; every event notifies `wake.0`, and
+/// each of `wake.1` its own Notify of the events it picks.
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
+    mut note: impl FnMut(&watcher::Event<K>) + Send + 'static,
     wake: (&Arc<Notify>, Vec<Urgent<K>>),
     what: &'static str,
 ) -> (Store<K>, JoinHandle<()>)
@@ -285,7 +324,13 @@ where
             .modify(trim),
     );
     // The reflector stream has already applied each event to its store.
-    let task = spawn_watch(stream, |_| {}, wake.0.clone(), wake.1, what);
+    let task = spawn_watch(
+        stream,
+        move |event| note(&event),
+        wake.0.clone(),
+        wake.1,
+        what,
+    );
     (store, task)
 }
 
@@ -367,6 +412,14 @@ struct Controller {
     passes: u64,
     /// When an admitted workload's podsReadyTimeout next falls due (a pass then, change or not).
     ready_due: Option<std::time::SystemTime>,
+    /// What the last passes built and decided, for the next one to redo only what changed.
+    snapshotter: Snapshotter,
+    /// When the next pass builds and decides everything (none yet: the first pass does).
+    full_pass_due: Option<Instant>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Turns admission at creation off when dropped.
@@ -515,37 +568,86 @@ pub(crate) struct PassPlan {
     pub rules: HashMap<String, (i64, Option<i32>)>,
 }
 
+/// How a pass builds its snapshot and decides.
+pub(crate) enum PassWay<'a> {
+    /// Everything, from the inputs.
+    Full,
+    /// Only what changed since the last pass: the [`Snapshotter`] was told of every pod and
+    /// DynamicWorkload change (the inputs' pods and workloads are not read again); the queues,
+    /// namespaces, in-flight and protected pods, requeues and holds reach it here.
+    Incremental(&'a mut Snapshotter),
+}
+
 /// The pure part of a pass, after the caches were read at `read_at`: admission at creation's holds
 /// taken (and those of pods the cache shows dropped), the snapshot built, the holds taken off
 /// their queues' quotas, the pods a disruption budget protects marked, pending requeues
-/// (`pending_requeues`, asked only when a queue has a podsReadyTimeout) applied, and the decision.
-/// The controller applies the plan; the model-based test (`queue::model_tests`) runs this same glue.
+/// (`pending_requeues`, asked only when a queue has a podsReadyTimeout) applied, and the decision,
+/// all of it or only what changed (`way`). The controller applies the plan; the model-based test
+/// (`queue::model_tests`) runs this same glue, both ways.
 pub(crate) fn plan_pass(
     at_creation: Option<&AdmitAtCreation>,
     inputs: PassInputs<'_>,
     read_at: std::time::Instant,
     pending_requeues: impl FnOnce() -> HashMap<WorkloadKey, status::Preemption>,
+    way: PassWay<'_>,
 ) -> PassPlan {
-    let (mark, holds) = match at_creation {
-        Some(at_creation) => {
-            at_creation.pause(queues_admitting_gated(
-                inputs.queues,
-                inputs.pods,
-                inputs.facts,
-            ));
-            let visible = inputs.facts.iter().flatten().filter_map(|f| {
-                Some(VisibleToken {
-                    token: f.at_creation_token.as_deref()?,
-                    namespace: &f.key.namespace,
-                    name: &f.name,
-                    queue: &f.queue,
-                })
-            });
-            let (mark, holds) = at_creation.holds_for_pass(read_at, visible);
-            (Some(mark), holds)
-        }
-        None => (None, HashMap::new()),
+    let (mark, holds) = take_holds(at_creation, &inputs, read_at);
+    let rules = ready::rules(inputs.queues);
+    let pending = if rules.is_empty() {
+        HashMap::new()
+    } else {
+        pending_requeues()
     };
+    let (built, decisions) = match way {
+        PassWay::Full => decide_all(&inputs, &holds, &rules, &pending),
+        PassWay::Incremental(snapshotter) => {
+            decide_changed(snapshotter, &inputs, &holds, &rules, pending)
+        }
+    };
+    PassPlan {
+        mark,
+        holds,
+        built,
+        decisions,
+        rules,
+    }
+}
+
+/// Admission at creation's part of a pass, after the pod cache was read at `read_at`: pauses the
+/// queues that may admit gated pods, drops the holds of pods the cache shows, and returns the
+/// mark for [`AdmitAtCreation::publish`] and the holds left per queue.
+pub(crate) fn take_holds(
+    at_creation: Option<&AdmitAtCreation>,
+    inputs: &PassInputs<'_>,
+    read_at: std::time::Instant,
+) -> (Option<PassMark>, HashMap<String, ResourceList>) {
+    let Some(at_creation) = at_creation else {
+        return (None, HashMap::new());
+    };
+    at_creation.pause(queues_admitting_gated(
+        inputs.queues,
+        inputs.pods,
+        inputs.facts,
+    ));
+    let visible = inputs.facts.iter().flatten().filter_map(|f| {
+        Some(VisibleToken {
+            token: f.at_creation_token.as_deref()?,
+            namespace: &f.key.namespace,
+            name: &f.name,
+            queue: &f.queue,
+        })
+    });
+    let (mark, holds) = at_creation.holds_for_pass(read_at, visible);
+    (Some(mark), holds)
+}
+
+/// The full build and decision over every input.
+pub(crate) fn decide_all(
+    inputs: &PassInputs<'_>,
+    holds: &HashMap<String, ResourceList>,
+    rules: &HashMap<String, (i64, Option<i32>)>,
+    pending: &HashMap<WorkloadKey, status::Preemption>,
+) -> (Built, Decisions) {
     let mut built = snapshot::build_from_facts(
         inputs.queues,
         inputs.workloads,
@@ -557,20 +659,41 @@ pub(crate) fn plan_pass(
     for problem in &built.problems {
         warn!(problem, "object skipped in admission pass");
     }
-    subtract_holds(&mut built.snapshot, &holds);
-    mark_eviction_blocked(&mut built, inputs.eviction_blocked);
-    let rules = ready::rules(inputs.queues);
+    snapshot::subtract_holds(&mut built.snapshot, holds);
+    snapshot::mark_eviction_blocked(&mut built, inputs.eviction_blocked);
     if !rules.is_empty() {
-        ready::apply_pending_requeues(&mut built, &rules, &pending_requeues());
+        ready::apply_pending_requeues(&mut built, rules, pending);
     }
     let decisions = decide(&built.snapshot);
-    PassPlan {
-        mark,
-        holds,
-        built,
-        decisions,
-        rules,
+    (built, decisions)
+}
+
+/// The same through the [`Snapshotter`]: the workloads that changed built again, the groups that
+/// changed decided again, the rest reused; the whole put together for what acts on it.
+pub(crate) fn decide_changed(
+    snapshotter: &mut Snapshotter,
+    inputs: &PassInputs<'_>,
+    holds: &HashMap<String, ResourceList>,
+    rules: &HashMap<String, (i64, Option<i32>)>,
+    pending: HashMap<WorkloadKey, status::Preemption>,
+) -> (Built, Decisions) {
+    snapshotter.set_queues(inputs.queues.to_vec());
+    snapshotter.set_namespaces(inputs.namespaces.to_vec());
+    snapshotter.set_in_flight(inputs.in_flight.clone());
+    snapshotter.set_eviction_blocked(inputs.eviction_blocked.clone());
+    snapshotter.set_pending_requeues(rules.clone(), pending);
+    snapshotter.set_holds(holds.clone());
+    let (problems, stats) = snapshotter.pass();
+    for problem in &problems {
+        warn!(problem, "object skipped in admission pass");
     }
+    debug!(
+        built = stats.built,
+        decided = stats.decided,
+        reused = stats.reused,
+        "incremental pass"
+    );
+    snapshotter.decider.assemble()
 }
 
 /// The queues in which a pass over `pods` may admit a gated pod: the queue of each workload with a
@@ -623,18 +746,6 @@ pub(crate) fn open_queues(queues: &[Arc<CapacityQueue>]) -> HashMap<String, bool
         .filter(|q| q.spec.admission == AdmissionTiming::AtCreation)
         .map(|q| (q.name_any(), q.spec.namespace_selector.is_none()))
         .collect()
-}
-
-/// Takes the room held for pods admitted at creation (not in the pod cache yet) off each queue's
-/// quota, so that the pass never gives it twice.
-fn subtract_holds(snapshot: &mut Snapshot, holds: &HashMap<String, ResourceList>) {
-    for queue in &mut snapshot.queues {
-        if let Some(held) = holds.get(&queue.name) {
-            for (name, limit) in queue.quota.0.iter_mut() {
-                *limit = limit.saturating_sub(held.get(name));
-            }
-        }
-    }
 }
 
 /// Whether the next change may admit something: a queue with something still gated, pods admitted
@@ -703,6 +814,8 @@ impl Controller {
             pod_memo: snapshot::PodMemo,
             passes: 0,
             ready_due: None,
+            snapshotter: Snapshotter::default(),
+            full_pass_due: None,
         }
     }
 
@@ -748,11 +861,24 @@ impl Controller {
         let started = Instant::now();
         self.passes += 1;
         let _pass = info_span!("pass", pass = self.passes).entered();
-        let pods = self.stores.pods.state();
+        // The pod cache and what changed in it since the last pass, as one view.
+        let (pods, pod_changes) = self.stores.pods.state_and_changes();
         let facts = self.pod_memo.refresh(&self.adapters, &pods);
         let in_flight = self.in_flight_now(&pods, started);
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
+        let full = self.settings.full_passes;
+        let workloads = if full {
+            self.stores.workloads.state()
+        } else {
+            self.feed_snapshotter(&pods, pod_changes, started);
+            Vec::new()
+        };
+        let way = if full {
+            PassWay::Full
+        } else {
+            PassWay::Incremental(&mut self.snapshotter)
+        };
         let PassPlan {
             mark,
             holds,
@@ -763,7 +889,7 @@ impl Controller {
             self.at_creation.as_deref(),
             PassInputs {
                 queues: &queues,
-                workloads: &self.stores.workloads.state(),
+                workloads: &workloads,
                 pods: &pods,
                 facts: &facts,
                 namespaces: &self.stores.namespaces.state(),
@@ -772,6 +898,7 @@ impl Controller {
             },
             started.into_std(),
             || self.evictor.for_statuses().preempted,
+            way,
         );
         self.requeue_overdue(&rules, &built, &mut decisions);
         if let Some(mark) = mark {
@@ -795,6 +922,35 @@ impl Controller {
             "admission pass"
         );
         waiting
+    }
+
+    /// Tells the snapshotter what the watches changed since the last pass. Once per resync period
+    /// (and at a term's first pass) everything is built and decided again, as at a restart: a
+    /// change the incremental state missed cannot outlive that.
+    fn feed_snapshotter(
+        &mut self,
+        pods: &[Arc<CachedPod>],
+        pod_changes: watch_store::Changes<CachedPod>,
+        now: Instant,
+    ) {
+        self.snapshotter.apply_pod_changes(pods, pod_changes);
+        let noted = std::mem::take(&mut *lock(&self.stores.workload_changes));
+        if noted.relisted {
+            self.snapshotter
+                .replace_workloads(&self.stores.workloads.state());
+        } else {
+            for key in noted.keys {
+                let reference = ObjectRef::<DynamicWorkload>::new(&key.name).within(&key.namespace);
+                match self.stores.workloads.get(&reference) {
+                    Some(dwl) => self.snapshotter.put_workload(dwl),
+                    None => self.snapshotter.remove_workload(&key),
+                }
+            }
+        }
+        if self.full_pass_due.is_none_or(|due| now >= due) {
+            self.snapshotter.invalidate();
+            self.full_pass_due = Some(now + self.settings.resync_period);
+        }
     }
 
     /// podsReadyTimeout: the admitted pods of workloads whose pods did not all run in time join the
@@ -1102,25 +1258,6 @@ impl Controller {
     }
 }
 
-/// Marks the pods a PodDisruptionBudget protects (`blocked`, by uid): the pass chooses other
-/// victims, or none.
-fn mark_eviction_blocked(built: &mut Built, blocked: &HashSet<String>) {
-    if blocked.is_empty() {
-        return;
-    }
-    for (workload, objects) in built.snapshot.workloads.iter_mut().zip(&built.pods) {
-        for (set, objects) in workload.pod_sets.iter_mut().zip(objects) {
-            for (pod, object) in set.pods.iter_mut().zip(objects) {
-                pod.eviction_blocked = object
-                    .metadata
-                    .uid
-                    .as_deref()
-                    .is_some_and(|uid| blocked.contains(uid));
-            }
-        }
-    }
-}
-
 /// This pass's evictions per preemptor (in the order decided), with what sending them, their
 /// events and metrics need.
 pub(crate) fn eviction_orders(built: &Built, decisions: &Decisions) -> Vec<evictor::Order> {
@@ -1366,7 +1503,7 @@ mod tests {
     use super::*;
     use crate::api::QueueingStrategy;
     use crate::queue::admission::{
-        Eviction, EvictionReason, PodRef, PodSetSnapshot, PodSnapshot, QueueSnapshot,
+        Eviction, EvictionReason, PodRef, PodSetSnapshot, PodSnapshot, QueueSnapshot, Snapshot,
     };
 
     #[test]
@@ -1389,7 +1526,7 @@ mod tests {
         };
         let mut held = quota(1500);
         held.add("memory", 1); // not in the quota: nothing to take it from
-        subtract_holds(&mut snapshot, &HashMap::from([("a".to_string(), held)]));
+        snapshot::subtract_holds(&mut snapshot, &HashMap::from([("a".to_string(), held)]));
         assert_eq!(snapshot.queues[0].quota, quota(2500));
         assert_eq!(snapshot.queues[1].quota, quota(4000));
     }
@@ -1535,7 +1672,7 @@ mod tests {
             problems: Vec::new(),
             left_behind: vec![0],
         };
-        mark_eviction_blocked(&mut built, &HashSet::from(["uid-a1".to_string()]));
+        snapshot::mark_eviction_blocked(&mut built, &HashSet::from(["uid-a1".to_string()]));
         let marks: Vec<bool> = built.snapshot.workloads[0].pod_sets[0]
             .pods
             .iter()

@@ -31,7 +31,10 @@ use crate::queue::admission::{
     Decisions, Eviction, PodRef, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot, decide,
 };
 use crate::queue::pod_cache::CachedPod;
+use crate::queue::ready;
 use crate::queue::snapshot::{self, Built, PodFacts};
+use crate::queue::status::Preemption;
+use crate::resources::ResourceList;
 
 /// Where a workload is decided: its queue alone (also a queue that does not exist), or its
 /// queue's cohort.
@@ -374,6 +377,13 @@ pub struct Snapshotter {
     /// Per pod uid, where it is kept.
     by_uid: HashMap<String, (WorkloadKey, String)>,
     dwls: HashMap<WorkloadKey, Arc<DynamicWorkload>>,
+    /// Uids of pods a PodDisruptionBudget protects from eviction now.
+    eviction_blocked: HashSet<String>,
+    /// podsReadyTimeout rules per queue, and the requeues sent whose status is not seen yet.
+    requeue_rules: HashMap<String, (i64, Option<i32>)>,
+    pending_requeues: HashMap<WorkloadKey, Preemption>,
+    /// Room admission at creation holds per queue, taken off the queues' quotas.
+    holds: HashMap<String, ResourceList>,
     /// Workloads to build again at the next pass.
     dirty: BTreeSet<WorkloadKey>,
     /// Everything is built again at the next pass (queues' rules or namespaces changed, restart).
@@ -460,12 +470,98 @@ impl Snapshotter {
     /// The uids of pods whose ungate is in flight (they count as admitted): the workloads of the
     /// pods that entered or left the set are built again.
     pub fn set_in_flight(&mut self, in_flight: HashSet<String>) {
-        for uid in in_flight.symmetric_difference(&self.in_flight) {
+        let changed: Vec<String> = (in_flight.symmetric_difference(&self.in_flight))
+            .cloned()
+            .collect();
+        self.dirty_pods_of(changed.iter());
+        self.in_flight = in_flight;
+    }
+
+    /// Every governed pod, as a (re)list shows them: what was kept and is not among them is gone.
+    pub fn replace_pods(&mut self, pods: &[Arc<CachedPod>]) {
+        self.pods.clear();
+        self.by_uid.clear();
+        for pod in pods {
+            self.put_pod(pod.clone());
+        }
+        self.all_dirty = true;
+    }
+
+    /// What the pod store changed since the last pass, with its state read in the same view
+    /// ([`crate::watch_store::Store::state_and_changes`]).
+    pub fn apply_pod_changes(
+        &mut self,
+        state: &[Arc<CachedPod>],
+        changes: crate::watch_store::Changes<CachedPod>,
+    ) {
+        if changes.relisted {
+            self.replace_pods(state);
+            return;
+        }
+        for (uid, pod) in changes.objects {
+            match pod {
+                Some(pod) => self.put_pod(pod),
+                None => self.remove_pod(&uid),
+            }
+        }
+    }
+
+    /// Every DynamicWorkload, as a (re)list shows them.
+    pub fn replace_workloads(&mut self, dwls: &[Arc<DynamicWorkload>]) {
+        self.dwls.clear();
+        for dwl in dwls {
+            self.put_workload(dwl.clone());
+        }
+        self.all_dirty = true;
+    }
+
+    /// The uids of pods a PodDisruptionBudget protects: the workloads of the pods that entered or
+    /// left the set are built again (their pods marked, `PodSnapshot::eviction_blocked`).
+    pub fn set_eviction_blocked(&mut self, blocked: HashSet<String>) {
+        let changed: Vec<String> = (blocked.symmetric_difference(&self.eviction_blocked))
+            .cloned()
+            .collect();
+        self.dirty_pods_of(changed.iter());
+        self.eviction_blocked = blocked;
+    }
+
+    /// The podsReadyTimeout rules of the queues and the requeues sent whose status the watch does
+    /// not show yet ([`ready::apply_pending_requeues`]): the workloads whose pending requeue
+    /// changed are built again.
+    pub fn set_pending_requeues(
+        &mut self,
+        rules: HashMap<String, (i64, Option<i32>)>,
+        pending: HashMap<WorkloadKey, Preemption>,
+    ) {
+        if rules != self.requeue_rules {
+            self.all_dirty = true;
+        }
+        let changed = |a: &HashMap<WorkloadKey, Preemption>,
+                       b: &HashMap<WorkloadKey, Preemption>|
+         -> Vec<WorkloadKey> {
+            (a.iter())
+                .filter(|(key, p)| b.get(*key) != Some(*p))
+                .map(|(key, _)| key.clone())
+                .collect()
+        };
+        self.dirty.extend(changed(&pending, &self.pending_requeues));
+        self.dirty.extend(changed(&self.pending_requeues, &pending));
+        self.requeue_rules = rules;
+        self.pending_requeues = pending;
+    }
+
+    /// The room admission at creation holds per queue: taken off the queues' quotas at the next
+    /// pass (a queue whose holds changed has its group decided again).
+    pub fn set_holds(&mut self, holds: HashMap<String, ResourceList>) {
+        self.holds = holds;
+    }
+
+    fn dirty_pods_of<'a>(&mut self, uids: impl Iterator<Item = &'a String>) {
+        for uid in uids {
             if let Some((key, _)) = self.by_uid.get(uid) {
                 self.dirty.insert(key.clone());
             }
         }
-        self.in_flight = in_flight;
     }
 
     /// Builds everything again at the next pass (a restart, or when in doubt).
@@ -507,6 +603,12 @@ impl Snapshotter {
             &self.namespaces,
             &self.in_flight,
         );
+        // What the controller's full pass does after its build, to the workloads built here.
+        snapshot::subtract_holds(&mut built.snapshot, &self.holds);
+        snapshot::mark_eviction_blocked(&mut built, &self.eviction_blocked);
+        if !self.requeue_rules.is_empty() {
+            ready::apply_pending_requeues(&mut built, &self.requeue_rules, &self.pending_requeues);
+        }
         let problems = std::mem::take(&mut built.problems);
         let queues = std::mem::take(&mut built.snapshot.queues);
         self.decider.set_queues(queues);

@@ -1,13 +1,14 @@
 //! Property test of the incremental pass (`queue::incremental`): random clusters changed by random
 //! steps (pods added, removed, ungated, ended, deleted; DynamicWorkloads recorded and removed;
-//! quotas changed; ungates in flight), with an incremental pass now and then. After every pass,
+//! quotas changed; ungates in flight; pods protected by a disruption budget; room held by admission
+//! at creation; podsReadyTimeout requeues pending), with an incremental pass now and then. After every pass,
 //! what the incremental pass built and decided, workload by workload, queue by queue, and the pods
 //! it admits and evicts in order, is exactly what the full pass (`snapshot::build_from_facts` over
 //! every pod, then `decide`) builds and decides over the same cluster.
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 256).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -18,7 +19,10 @@ use crate::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload};
 use crate::queue::admission::{Decisions, WorkloadKey, decide};
 use crate::queue::incremental::Snapshotter;
 use crate::queue::pod_cache::CachedPod;
+use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
+use crate::queue::status::Preemption;
+use crate::resources::ResourceList;
 
 const QUEUES: [(&str, Option<&str>, &str); 3] = [
     ("solo", None, "StrictFIFO"),
@@ -57,6 +61,12 @@ enum Op {
     },
     Unrecord(usize, usize),
     InFlight(prop::sample::Index),
+    /// A pod a disruption budget protects, or no longer.
+    Block(prop::sample::Index),
+    /// Room admission at creation holds in a queue (0: none).
+    Hold(usize, i64),
+    /// A podsReadyTimeout requeue sent for a workload, not shown by its status yet (or no more).
+    Requeue(usize, usize, u8),
     Pass,
 }
 
@@ -88,6 +98,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         ),
         1 => (0..2usize, 0..5usize).prop_map(|(ns, w)| Op::Unrecord(ns, w)),
         1 => any::<prop::sample::Index>().prop_map(Op::InFlight),
+        1 => any::<prop::sample::Index>().prop_map(Op::Block),
+        1 => (0..3usize, 0..4i64).prop_map(|(q, h)| Op::Hold(q, h)),
+        1 => (0..2usize, 0..5usize, 0..3u8).prop_map(|(ns, w, at)| Op::Requeue(ns, w, at)),
         2 => Just(Op::Pass),
     ]
 }
@@ -133,6 +146,10 @@ fn queue_object(q: usize, quota_halves: i64) -> Arc<CapacityQueue> {
         json!({"quota": {"cpu": format!("{}m", quota_halves * 500)}, "queueingStrategy": strategy});
     if let Some(c) = cohort {
         spec["cohort"] = json!(c);
+    } else {
+        // The queue outside the cohort sends back workloads whose pods do not run in time, once.
+        spec["podsReadyTimeout"] = json!("5m");
+        spec["requeueLimit"] = json!(1);
     }
     Arc::new(
         serde_json::from_value(
@@ -168,6 +185,9 @@ struct World {
     pods: BTreeMap<String, (PodDef, Arc<CachedPod>)>,
     dwls: BTreeMap<WorkloadKey, Arc<DynamicWorkload>>,
     in_flight: HashSet<String>,
+    blocked: HashSet<String>,
+    holds: HashMap<String, ResourceList>,
+    requeues: HashMap<WorkloadKey, Preemption>,
     next: u32,
 }
 
@@ -242,6 +262,51 @@ impl World {
                 }
                 inc.set_in_flight(self.in_flight.clone());
             }
+            Op::Block(i) => {
+                if let Some(uid) = pick(self, i)
+                    && !self.blocked.remove(&uid)
+                {
+                    self.blocked.insert(uid);
+                }
+                inc.set_eviction_blocked(self.blocked.clone());
+            }
+            Op::Hold(q, halves) => {
+                let queue = QUEUES[*q].0.to_string();
+                if *halves == 0 {
+                    self.holds.remove(&queue);
+                } else {
+                    let held = ResourceList::from_quantities(&BTreeMap::from([(
+                        "cpu".to_string(),
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity(format!(
+                            "{}m",
+                            halves * 500
+                        )),
+                    )]))
+                    .expect("cpu");
+                    self.holds.insert(queue, held);
+                }
+                inc.set_holds(self.holds.clone());
+            }
+            Op::Requeue(ns, workload, at) => {
+                let key = WorkloadKey {
+                    namespace: format!("ns{ns}"),
+                    name: format!("w{workload}"),
+                };
+                if *at == 0 {
+                    self.requeues.remove(&key);
+                } else {
+                    let preemption = Preemption {
+                        by: key.to_string(),
+                        reason: ready::REASON.to_string(),
+                        queue: "solo".into(),
+                        needed: String::new(),
+                        pods: 1,
+                        at: format!("2026-11-23T00:00:0{at}Z"),
+                    };
+                    self.requeues.insert(key, preemption);
+                }
+                inc.set_pending_requeues(ready::rules(&self.queues()), self.requeues.clone());
+            }
             Op::Pass => {}
         }
     }
@@ -252,8 +317,12 @@ impl World {
         let pods: Vec<Arc<CachedPod>> = self.pods.values().map(|(_, p)| p.clone()).collect();
         let facts: Vec<_> = pods.iter().map(|p| p.facts.clone()).collect();
         let dwls: Vec<_> = self.dwls.values().cloned().collect();
-        let built =
-            snapshot::build_from_facts(&self.queues(), &dwls, &pods, &facts, &[], &self.in_flight);
+        let queues = self.queues();
+        let mut built =
+            snapshot::build_from_facts(&queues, &dwls, &pods, &facts, &[], &self.in_flight);
+        snapshot::subtract_holds(&mut built.snapshot, &self.holds);
+        snapshot::mark_eviction_blocked(&mut built, &self.blocked);
+        ready::apply_pending_requeues(&mut built, &ready::rules(&queues), &self.requeues);
         let decisions = decide(&built.snapshot);
         (built, decisions)
     }
@@ -261,14 +330,14 @@ impl World {
 
 /// What a pass built and decided, by names rather than positions.
 #[derive(Debug, PartialEq)]
-struct Outcome {
+pub(super) struct Outcome {
     workloads: BTreeMap<WorkloadKey, String>,
     queues: String,
     admit: Vec<String>,
     evict: Vec<String>,
 }
 
-fn outcome(built: &Built, decisions: &Decisions) -> Outcome {
+pub(super) fn outcome(built: &Built, decisions: &Decisions) -> Outcome {
     let s = &built.snapshot;
     let pod = |r: &crate::queue::admission::PodRef| {
         let w = &s.workloads[r.workload];
@@ -321,10 +390,14 @@ proptest! {
             pods: BTreeMap::new(),
             dwls: BTreeMap::new(),
             in_flight: HashSet::new(),
+            blocked: HashSet::new(),
+            holds: HashMap::new(),
+            requeues: HashMap::new(),
             next: 0,
         };
         let mut inc = Snapshotter::default();
         inc.set_queues(world.queues());
+        inc.set_pending_requeues(ready::rules(&world.queues()), HashMap::new());
         check(&world, &mut inc)?;
         for op in &ops {
             world.apply(op, &mut inc);

@@ -40,8 +40,11 @@ use crate::api::{
 use crate::integrations::Adapters;
 use crate::queue::at_creation::{AdmitAtCreation, Classifier};
 use crate::queue::controller::{
-    PassInputs, PassPlan, eviction_orders, open_queues, plan_pass, ungate_patch,
+    PassInputs, PassPlan, PassWay, decide_all, eviction_orders, open_queues, plan_pass,
+    ungate_patch,
 };
+use crate::queue::incremental::Snapshotter;
+use crate::queue::incremental_tests::outcome;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::{self, PodMemo};
 use crate::resources::pod_requests;
@@ -173,6 +176,9 @@ struct Replica {
     at_creation: Arc<AdmitAtCreation>,
     classifier: Classifier,
     memo: PodMemo,
+    /// Its incremental passes' state, and the pods (by uid) it was last told of.
+    snapshotter: Snapshotter,
+    told: BTreeMap<String, Pod>,
 }
 
 impl Replica {
@@ -186,6 +192,8 @@ impl Replica {
             },
             at_creation,
             memo: PodMemo,
+            snapshotter: Snapshotter::default(),
+            told: BTreeMap::new(),
         }
     }
 }
@@ -545,8 +553,12 @@ impl World {
     fn pass(&mut self, during: Option<&Op>) {
         self.passes += 1;
         let read_at = Instant::now();
-        // The pods as the API server holds them, and as the controller's cache decodes them.
-        let full: Vec<Pod> = self.stored.values().cloned().collect();
+        // The pods as the API server holds them, and as the controller's cache decodes them (in
+        // name order, as the incremental state keeps a workload's pods).
+        let mut full: Vec<Pod> = self.stored.values().cloned().collect();
+        full.sort_by(|a, b| {
+            (&a.metadata.name, &a.metadata.uid).cmp(&(&b.metadata.name, &b.metadata.uid))
+        });
         let pods: Vec<Arc<CachedPod>> = full
             .iter()
             .cloned()
@@ -554,6 +566,22 @@ impl World {
             .collect();
         let leader = &mut self.replicas[self.leader];
         let facts = leader.memo.refresh(&leader.classifier.adapters, &pods);
+        // As the pod watch would: the leader's incremental state learns the pods that changed.
+        for (pod, cached) in full.iter().zip(&pods) {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if leader.told.get(&uid) != Some(pod) {
+                leader.snapshotter.put_pod(cached.clone());
+                leader.told.insert(uid, pod.clone());
+            }
+        }
+        let gone: Vec<String> = (leader.told.keys())
+            .filter(|uid| !self.stored.contains_key(*uid))
+            .cloned()
+            .collect();
+        for uid in gone {
+            leader.snapshotter.remove_pod(&uid);
+            leader.told.remove(&uid);
+        }
         // In flight: ungates decided and not applied, of pods the cache still shows gated.
         let in_flight: HashSet<String> = self
             .ungates
@@ -561,25 +589,35 @@ impl World {
             .filter_map(|p| p.metadata.uid.clone())
             .filter(|uid| self.stored.get(uid).is_some_and(gated))
             .collect();
+        let blocked = HashSet::new();
+        let inputs = || PassInputs {
+            queues: &self.queues,
+            workloads: &[],
+            pods: &pods,
+            facts: &facts,
+            namespaces: &self.namespaces,
+            in_flight: &in_flight,
+            eviction_blocked: &blocked,
+        };
         let PassPlan {
             mark,
             holds,
             built,
             decisions,
-            ..
+            rules,
         } = plan_pass(
             Some(&leader.at_creation),
-            PassInputs {
-                queues: &self.queues,
-                workloads: &[],
-                pods: &pods,
-                facts: &facts,
-                namespaces: &self.namespaces,
-                in_flight: &in_flight,
-                eviction_blocked: &HashSet::new(),
-            },
+            inputs(),
             read_at,
             HashMap::new,
+            PassWay::Incremental(&mut leader.snapshotter),
+        );
+        // The full pass over the same inputs and holds decides the same.
+        let (full_built, full_decisions) = decide_all(&inputs(), &holds, &rules, &HashMap::new());
+        assert_eq!(
+            outcome(&built, &decisions),
+            outcome(&full_built, &full_decisions),
+            "the incremental pass decided otherwise than the full pass"
         );
         if let Some(Op::Create { then, .. }) = during {
             self.create(during.expect("a creation"), true, *then);

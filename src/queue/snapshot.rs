@@ -485,6 +485,37 @@ fn requeued(built: &mut Built, dwl: Option<&Arc<DynamicWorkload>>, limit: Option
     }
 }
 
+/// Takes the room held for pods admitted at creation (not in the pod cache yet) off each queue's
+/// quota, so that the pass never gives it twice.
+pub fn subtract_holds(snapshot: &mut Snapshot, holds: &HashMap<String, ResourceList>) {
+    for queue in &mut snapshot.queues {
+        if let Some(held) = holds.get(&queue.name) {
+            for (name, limit) in queue.quota.0.iter_mut() {
+                *limit = limit.saturating_sub(held.get(name));
+            }
+        }
+    }
+}
+
+/// Marks the pods a PodDisruptionBudget protects (`blocked`, by uid): the pass chooses other
+/// victims, or none.
+pub fn mark_eviction_blocked(built: &mut Built, blocked: &HashSet<String>) {
+    if blocked.is_empty() {
+        return;
+    }
+    for (workload, objects) in built.snapshot.workloads.iter_mut().zip(&built.pods) {
+        for (set, objects) in workload.pod_sets.iter_mut().zip(objects) {
+            for (pod, object) in set.pods.iter_mut().zip(objects) {
+                pod.eviction_blocked = object
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| blocked.contains(uid));
+            }
+        }
+    }
+}
+
 /// Takes workload `w`'s gated pods out of the pass (they are never admitted; counted as left
 /// behind): a workload that is Failed.
 pub fn leave_gated_behind(built: &mut Built, w: usize) {

@@ -2,7 +2,10 @@
 //! shape as the API server returns them, managedFields and status included) in W workloads over 8
 //! CapacityQueues, as the controller's pod cache holds them, then runs the pass on them as the
 //! controller does (each pod's facts, `queue::snapshot::build_from_facts`,
-//! `queue::admission::decide`). Prints the time of each step and the peak resident memory (VmHWM)
+//! `queue::admission::decide`), then, as the controller's passes now run, through the incremental
+//! pass (`queue::incremental::Snapshotter`, kept alive to the end as the controller keeps it): a
+//! first pass over everything, then passes after one pod changed, each with the whole put back
+//! together for what acts on it. Prints the time of each step and the peak resident memory (VmHWM)
 //! as one JSON line.
 //!
 //!   cargo run --release -p sluice-tools --bin admission_scale -- --workloads 10000 --pods 100000
@@ -28,6 +31,7 @@ use kube::runtime::watcher;
 use serde_json::json;
 use sluice::api::{CapacityQueue, DynamicWorkload};
 use sluice::integrations::Adapters;
+use sluice::queue::incremental::Snapshotter;
 use sluice::queue::pod_cache::CachedPod;
 use sluice::queue::{admission, snapshot};
 use sluice::scavenger::capacity::capacity;
@@ -217,6 +221,10 @@ struct PassFigures {
     workloads: usize,
     /// The ordinary pods' cpu the scavengers' capacity counted (milli-cpu).
     ordinary_cpu: i64,
+    /// The incremental pass: its first pass (everything), then the median after one pod changed.
+    incremental_first_ms: f64,
+    incremental_ms: f64,
+    incremental_admitted: usize,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -261,6 +269,48 @@ fn passes(
     figures
 }
 
+/// `passes` passes as `Controller::pass` runs them now: the store's state and what changed in it,
+/// each pod's facts, the [`Snapshotter`] told of the changes, its pass, the whole put together.
+/// Between passes one pod's watch event is applied again (its workload built again, its queue
+/// decided again). Returns the snapshotter, for the caller to keep alive as the controller does.
+fn incremental_passes(
+    (store, writer): (
+        &watch_store::Store<CachedPod>,
+        &mut watch_store::Writer<CachedPod>,
+    ),
+    queues: &[Arc<CapacityQueue>],
+    passes: usize,
+    figures: &mut PassFigures,
+) -> Snapshotter {
+    let adapters = Adapters::default();
+    let mut memo = snapshot::PodMemo;
+    let mut inc = Snapshotter::default();
+    inc.set_queues(queues.to_vec());
+    let mut times = Vec::new();
+    for pass in 0..passes {
+        if pass > 0
+            && let Some(pod) = store.state().first()
+        {
+            writer.apply(watcher::Event::Apply((**pod).clone()));
+        }
+        let t = Instant::now();
+        let (pods, changes) = store.state_and_changes();
+        let _facts = memo.refresh(&adapters, &pods);
+        inc.apply_pod_changes(&pods, changes);
+        inc.pass();
+        let (_, decisions) = inc.decider.assemble();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        figures.incremental_admitted = decisions.admit.len();
+        if pass == 0 {
+            figures.incremental_first_ms = ms;
+        } else {
+            times.push(ms);
+        }
+    }
+    figures.incremental_ms = median(&mut times);
+    inc
+}
+
 fn main() -> Result<(), String> {
     let args = parse_args()?;
     let per_workload = args.pods / args.workloads;
@@ -268,7 +318,7 @@ fn main() -> Result<(), String> {
 
     let started = Instant::now();
     // The controller's caches: watch stores fed by the watch's events.
-    let (store, mut writer) = watch_store::store::<CachedPod>();
+    let (store, mut writer) = watch_store::store_with_changes::<CachedPod>();
     let (scavenger_store, mut scavenger_writer) = watch_store::store::<WatchedPod>();
     // The comparison modes' k8s Pods.
     let mut full: Vec<Arc<Pod>> = Vec::new();
@@ -317,11 +367,13 @@ fn main() -> Result<(), String> {
         .map_err(|e| format!("decoding queue: {e}"))?;
     let (_, rss_held) = memory_kib();
 
-    let figures = if args.hold == Hold::Cached {
+    let mut figures = if args.hold == Hold::Cached {
         passes((&store, &scavenger_store), &queues, args.passes)
     } else {
         PassFigures::default()
     };
+    let _kept = (args.hold == Hold::Cached && args.passes > 0)
+        .then(|| incremental_passes((&store, &mut writer), &queues, args.passes, &mut figures));
     let (peak, rss_end) = memory_kib();
     let hold = match args.hold {
         Hold::Cached => "cached",
@@ -340,6 +392,9 @@ fn main() -> Result<(), String> {
             "load_s": load_s,
             "snapshot_build_ms_median": (args.hold == Hold::Cached).then_some(figures.build_ms),
             "decide_ms_median": (args.hold == Hold::Cached).then_some(figures.decide_ms),
+            "incremental_first_pass_ms": (args.hold == Hold::Cached).then_some(figures.incremental_first_ms),
+            "incremental_pass_ms_median": (args.hold == Hold::Cached).then_some(figures.incremental_ms),
+            "incremental_admitted": figures.incremental_admitted,
             "admitted": figures.admitted,
             "scavenger_store_pods": scavenger_store.state().len(),
             "scavenger_ordinary_cpu_milli": figures.ordinary_cpu,
