@@ -566,6 +566,9 @@ pub(crate) struct PassPlan {
     pub built: Built,
     pub decisions: Decisions,
     pub rules: HashMap<String, (i64, Option<i32>)>,
+    /// Per workload of `built`, whether this pass decided its group; None: it decided every group.
+    /// (A workload of a group whose decisions were reused has the status it had.)
+    pub decided: Option<Vec<bool>>,
 }
 
 /// How a pass builds its snapshot and decides.
@@ -598,10 +601,11 @@ pub(crate) fn plan_pass(
     } else {
         pending_requeues()
     };
-    let (built, decisions) = match way {
-        PassWay::Full => decide_all(&inputs, &holds, &rules, &pending),
+    let ((built, decisions), decided) = match way {
+        PassWay::Full => (decide_all(&inputs, &holds, &rules, &pending), None),
         PassWay::Incremental(snapshotter) => {
-            decide_changed(snapshotter, &inputs, &holds, &rules, pending)
+            let plan = decide_changed(snapshotter, &inputs, &holds, &rules, pending);
+            (plan, Some(snapshotter.decider.decided_mask()))
         }
     };
     PassPlan {
@@ -610,6 +614,7 @@ pub(crate) fn plan_pass(
         built,
         decisions,
         rules,
+        decided,
     }
 }
 
@@ -885,6 +890,7 @@ impl Controller {
             built,
             mut decisions,
             rules,
+            decided,
         } = plan_pass(
             self.at_creation.as_deref(),
             PassInputs {
@@ -908,8 +914,21 @@ impl Controller {
         self.start_evictions(&built, &decisions, started);
         let terminating = self.terminating_namespaces();
         let preemptions = self.evictor.for_statuses();
-        self.record_workloads(&built, &terminating, &preemptions);
-        self.want_workload_statuses(&built, &decisions, &terminating, &preemptions);
+        // The workloads whose record and status this pass looks at: those of the groups it decided
+        // (a reused group's statuses are what they were), those whose writes failed, and those a
+        // preemption concerns (its record is kept, its status shows it, apart from any decision).
+        let retry = self.writer.take_failed();
+        let look_at = |w: usize| {
+            let key = &built.snapshot.workloads[w].key;
+            decided
+                .as_ref()
+                .is_none_or(|d| d.get(w).copied().unwrap_or(true))
+                || retry.contains(key)
+                || preemptions.preempted.contains_key(key)
+                || preemptions.held.contains_key(key)
+        };
+        self.record_workloads(&built, &terminating, &preemptions, &look_at);
+        self.want_workload_statuses(&built, &decisions, &terminating, &preemptions, &look_at);
         self.want_queue_statuses(&decisions);
         self.record_pass_metrics(&decisions, started);
         let waiting = still_waiting(&in_flight, &decisions);
@@ -1112,9 +1131,10 @@ impl Controller {
         built: &Built,
         terminating: &HashSet<String>,
         preemptions: &evictor::ForStatuses,
+        look_at: &dyn Fn(usize) -> bool,
     ) {
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            if terminating.contains(&workload.key.namespace) {
+            if !look_at(w) || terminating.contains(&workload.key.namespace) {
                 continue;
             }
             let existing = built.workloads[w].as_ref();
@@ -1182,6 +1202,7 @@ impl Controller {
         decisions: &Decisions,
         terminating: &HashSet<String>,
         preemptions: &evictor::ForStatuses,
+        look_at: &dyn Fn(usize) -> bool,
     ) {
         let now = now_rfc3339();
         let limits = ready::rules(&self.stores.queues.state());
@@ -1194,7 +1215,7 @@ impl Controller {
         }
         let none = HashSet::new();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            if terminating.contains(&workload.key.namespace) {
+            if !look_at(w) || terminating.contains(&workload.key.namespace) {
                 continue;
             }
             // A workload seen only through its pods is recorded in the same round of writes,

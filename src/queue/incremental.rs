@@ -139,6 +139,8 @@ pub struct Decider {
     /// The group each workload is in.
     placed: HashMap<WorkloadKey, Group>,
     dirty: HashSet<Group>,
+    /// The groups the last pass decided (the others' decisions were reused).
+    decided: HashSet<Group>,
 }
 
 /// What one [`Decider::pass`] did.
@@ -259,10 +261,12 @@ impl Decider {
     /// Decides the groups that changed since the last pass; the others keep their decisions.
     pub fn pass(&mut self) -> PassStats {
         let mut stats = PassStats::default();
+        self.decided.clear();
         for group in self.dirty.drain() {
             if let Some(part) = self.parts.get_mut(&group) {
                 part.decisions = decide(&part.built.snapshot);
                 stats.decided += 1;
+                self.decided.insert(group);
             }
         }
         stats.reused = self.parts.len() - stats.decided;
@@ -278,6 +282,14 @@ impl Decider {
     /// The groups in the order [`decide`] admits in: queues outside cohorts in their order, then
     /// cohorts by name, then the groups of queues that do not exist (which admit nothing).
     fn ordered(&self) -> Vec<&Part> {
+        self.ordered_groups()
+            .into_iter()
+            .map(|(_, part)| part)
+            .collect()
+    }
+
+    /// [`Decider::ordered`], each part with its group.
+    fn ordered_groups(&self) -> Vec<(Group, &Part)> {
         let mut order: Vec<Group> = Vec::new();
         let mut cohorts = BTreeSet::new();
         for q in &self.queues {
@@ -294,7 +306,23 @@ impl Decider {
         missing.sort();
         let missing: Vec<Group> = missing.into_iter().cloned().collect();
         order.extend(missing);
-        order.iter().filter_map(|g| self.parts.get(g)).collect()
+        (order.into_iter())
+            .filter_map(|g| self.parts.get(&g).map(|part| (g, part)))
+            .collect()
+    }
+
+    /// Per workload, in the order of [`Decider::assemble`]: whether the last pass decided its group
+    /// (else the group's decisions, and so what its workloads' statuses say, were reused).
+    pub fn decided_mask(&self) -> Vec<bool> {
+        let mut mask = Vec::new();
+        for (group, part) in self.ordered_groups() {
+            let fresh = self.decided.contains(&group);
+            mask.extend(std::iter::repeat_n(
+                fresh,
+                part.built.snapshot.workloads.len(),
+            ));
+        }
+        mask
     }
 
     /// The whole snapshot and its decisions, put together from the groups' (for the controller's

@@ -198,12 +198,6 @@ impl World {
 
     /// Applies one step to the world and, as the watches would, to the incremental state.
     fn apply(&mut self, op: &Op, inc: &mut Snapshotter) {
-        let pick = |world: &World, i: &prop::sample::Index| -> Option<String> {
-            (!world.pods.is_empty()).then(|| {
-                let at = i.index(world.pods.len());
-                world.pods.keys().nth(at).cloned().unwrap_or_default()
-            })
-        };
         match op {
             Op::AddPod(def) => {
                 self.next += 1;
@@ -213,13 +207,13 @@ impl World {
                 self.pods.insert(uid, (def.clone(), pod));
             }
             Op::Remove(i) => {
-                if let Some(uid) = pick(self, i) {
+                if let Some(uid) = self.pick(i) {
                     self.pods.remove(&uid);
                     inc.remove_pod(&uid);
                 }
             }
             Op::Restate(i, state) => {
-                if let Some(uid) = pick(self, i)
+                if let Some(uid) = self.pick(i)
                     && let Some((def, pod)) = self.pods.get_mut(&uid)
                 {
                     def.state = *state;
@@ -255,15 +249,24 @@ impl World {
                 inc.remove_workload(&key);
             }
             Op::InFlight(i) => {
-                if let Some(uid) = pick(self, i)
+                if let Some(uid) = self.pick(i)
                     && !self.in_flight.remove(&uid)
                 {
                     self.in_flight.insert(uid);
                 }
                 inc.set_in_flight(self.in_flight.clone());
             }
+            Op::Block(_) | Op::Hold(..) | Op::Requeue(..) => self.apply_pass_input(op, inc),
+            Op::Pass => {}
+        }
+    }
+
+    /// The steps that change what a pass reads beside pods and DynamicWorkloads: protected pods,
+    /// holds, pending requeues.
+    fn apply_pass_input(&mut self, op: &Op, inc: &mut Snapshotter) {
+        match op {
             Op::Block(i) => {
-                if let Some(uid) = pick(self, i)
+                if let Some(uid) = self.pick(i)
                     && !self.blocked.remove(&uid)
                 {
                     self.blocked.insert(uid);
@@ -307,8 +310,15 @@ impl World {
                 }
                 inc.set_pending_requeues(ready::rules(&self.queues()), self.requeues.clone());
             }
-            Op::Pass => {}
+            _ => {}
         }
+    }
+
+    fn pick(&self, i: &prop::sample::Index) -> Option<String> {
+        (!self.pods.is_empty()).then(|| {
+            let at = i.index(self.pods.len());
+            self.pods.keys().nth(at).cloned().unwrap_or_default()
+        })
     }
 
     /// The full pass: every pod (in name order, as the incremental state keeps them), built and
@@ -447,5 +457,17 @@ fn a_pass_after_one_change_decides_only_the_group_of_the_change() {
         (one.built, one.decided, one.reused),
         (1, 1, 1),
         "the solo queue only"
+    );
+    // Its workloads are the ones whose statuses the controller looks at again.
+    let (built, _) = inc.decider.assemble();
+    let fresh: Vec<bool> = (built.snapshot.workloads.iter())
+        .map(|w| w.queue == "solo")
+        .collect();
+    assert_eq!(inc.decider.decided_mask(), fresh);
+    inc.invalidate();
+    inc.pass();
+    assert!(
+        inc.decider.decided_mask().iter().all(|d| *d),
+        "a full pass decides all"
     );
 }

@@ -182,6 +182,30 @@ struct Replica {
 }
 
 impl Replica {
+    /// As the pod watch would: its incremental state learns the pods that changed since it was
+    /// last told (`full`: the stored pods, `pods`: the same as its cache decodes them).
+    fn tell(&mut self, full: &[Pod], pods: &[Arc<CachedPod>]) {
+        for (pod, cached) in full.iter().zip(pods) {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if self.told.get(&uid) != Some(pod) {
+                self.snapshotter.put_pod(cached.clone());
+                self.told.insert(uid, pod.clone());
+            }
+        }
+        let stored: HashSet<&str> = full
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        let gone: Vec<String> = (self.told.keys())
+            .filter(|uid| !stored.contains(uid.as_str()))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.snapshotter.remove_pod(&uid);
+            self.told.remove(&uid);
+        }
+    }
+
     fn new() -> Replica {
         let at_creation = Arc::new(AdmitAtCreation::default());
         Replica {
@@ -566,22 +590,7 @@ impl World {
             .collect();
         let leader = &mut self.replicas[self.leader];
         let facts = leader.memo.refresh(&leader.classifier.adapters, &pods);
-        // As the pod watch would: the leader's incremental state learns the pods that changed.
-        for (pod, cached) in full.iter().zip(&pods) {
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            if leader.told.get(&uid) != Some(pod) {
-                leader.snapshotter.put_pod(cached.clone());
-                leader.told.insert(uid, pod.clone());
-            }
-        }
-        let gone: Vec<String> = (leader.told.keys())
-            .filter(|uid| !self.stored.contains_key(*uid))
-            .cloned()
-            .collect();
-        for uid in gone {
-            leader.snapshotter.remove_pod(&uid);
-            leader.told.remove(&uid);
-        }
+        leader.tell(&full, &pods);
         // In flight: ungates decided and not applied, of pods the cache still shows gated.
         let in_flight: HashSet<String> = self
             .ungates
@@ -605,6 +614,7 @@ impl World {
             built,
             decisions,
             rules,
+            ..
         } = plan_pass(
             Some(&leader.at_creation),
             inputs(),

@@ -17,7 +17,7 @@
 //! and a write that fails is wanted again by the next pass (which compares with what the watch
 //! shows).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -60,6 +60,9 @@ struct Slot<K, V> {
     written: HashMap<K, (V, Instant)>,
     /// When each object was last written (kept after the watch caught up: lazy values wait on it).
     last_write: HashMap<K, Instant>,
+    /// Objects whose write failed since the controller last asked ([`Writer::take_failed`]): an
+    /// incremental pass looks at them again even if nothing of theirs changed.
+    failed: HashSet<K>,
 }
 
 /// A value wanted, and how long it may wait (see [`Writer::want_workload_status`]).
@@ -123,6 +126,7 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
             sending: HashMap::new(),
             written: HashMap::new(),
             last_write: HashMap::new(),
+            failed: HashSet::new(),
         }
     }
 
@@ -241,11 +245,14 @@ impl<K: Eq + Hash + Clone, V: PartialEq + Clone> Slot<K, V> {
     /// The write of `key` ended: remembered as written when it succeeded; forgotten when it
     /// failed, so that the next pass wants it again.
     fn sent(&mut self, key: K, ok: bool) {
-        if let Some(value) = self.sending.remove(&key)
-            && ok
-        {
-            self.last_write.insert(key.clone(), Instant::now());
-            self.written.insert(key, (value, Instant::now()));
+        if self.sending.remove(&key).is_some_and(|value| {
+            if ok {
+                self.last_write.insert(key.clone(), Instant::now());
+                self.written.insert(key.clone(), (value, Instant::now()));
+            }
+            !ok
+        }) {
+            self.failed.insert(key);
         }
     }
 }
@@ -352,6 +359,15 @@ impl Writer {
 
     /// The newest status known for a workload when it is newer than what the watch shows (`seen`);
     /// None when `seen` is the newest. What a pass builds on.
+    /// The workloads whose record, status or deletion failed since the last call: the next pass
+    /// looks at them again (an incremental pass would otherwise wait for a change of theirs).
+    pub(crate) fn take_failed(&self) -> HashSet<WorkloadKey> {
+        let mut state = self.state();
+        let mut failed = std::mem::take(&mut state.records.failed);
+        failed.extend(std::mem::take(&mut state.workload_statuses.failed));
+        failed
+    }
+
     pub(crate) fn newer_workload_status(
         &self,
         key: &WorkloadKey,
@@ -569,6 +585,8 @@ impl Writer {
                 };
                 if done {
                     self.state().deleted.insert(uid, Instant::now());
+                } else {
+                    self.state().records.failed.insert(key);
                 }
             })
             .await;
@@ -794,6 +812,8 @@ mod tests {
         assert_eq!(take(&mut slot, AT_ONCE, usize::MAX), vec![("a", 2)]);
         slot.sent("a", false);
         assert!(slot.want("a", 2, Some(&1), Patience::Urgent, false));
+        // ... and is named to the controller, whose incremental pass looks at it again.
+        assert!(slot.failed.contains("a"));
     }
 
     #[test]

@@ -22,17 +22,21 @@
 //! `trimmed-before` trimmed as the controller's cache trimmed them before `CachedPod` (the function
 //! is copied here as it was).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::runtime::watcher;
 use serde_json::json;
+use sluice::api::DynamicWorkloadStatus;
 use sluice::api::{CapacityQueue, DynamicWorkload};
 use sluice::integrations::Adapters;
+use sluice::queue::at_creation::AdmitAtCreation;
 use sluice::queue::incremental::Snapshotter;
 use sluice::queue::pod_cache::CachedPod;
+use sluice::queue::status;
 use sluice::queue::{admission, snapshot};
 use sluice::scavenger::capacity::capacity;
 use sluice::scavenger::pod::WatchedPod;
@@ -225,6 +229,10 @@ struct PassFigures {
     incremental_first_ms: f64,
     incremental_ms: f64,
     incremental_admitted: usize,
+    /// What a pass does after deciding, over every workload (medians): each workload's status
+    /// computed and compared with the last, and the room published for admission at creation.
+    statuses_ms: f64,
+    publish_ms: f64,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -308,7 +316,53 @@ fn incremental_passes(
         }
     }
     figures.incremental_ms = median(&mut times);
+    after_deciding(&inc, queues, passes, figures);
     inc
+}
+
+/// Times what `Controller::pass` does after deciding that reads every workload (see
+/// [`PassFigures`]): the statuses (as `want_workload_statuses` computes them, against the status
+/// the last pass computed) and the room published (`AdmitAtCreation::publish`).
+fn after_deciding(
+    inc: &Snapshotter,
+    queues: &[Arc<CapacityQueue>],
+    passes: usize,
+    figures: &mut PassFigures,
+) {
+    let (built, decisions) = inc.decider.assemble();
+    let none = HashSet::new();
+    let now = "2026-11-26T00:00:00Z";
+    let mut last: Vec<Option<DynamicWorkloadStatus>> = vec![None; built.snapshot.workloads.len()];
+    let (mut statuses, mut publishes) = (Vec::new(), Vec::new());
+    let at_creation = AdmitAtCreation::default();
+    let open: HashMap<String, bool> = queues.iter().map(|q| (q.name_any(), true)).collect();
+    for _ in 0..passes.max(2) {
+        let t = Instant::now();
+        let mut changed = 0usize;
+        for (w, old) in last.iter_mut().enumerate() {
+            let status = status::workload_status(
+                &status::WorkloadView::of(&built, w),
+                &decisions.workloads[w],
+                &none,
+                old.as_ref(),
+                now,
+            );
+            if old.as_ref() != Some(&status) {
+                changed += 1;
+                *old = Some(status);
+            }
+        }
+        std::hint::black_box(changed);
+        statuses.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let (mark, _) = at_creation.holds_for_pass(std::time::Instant::now(), []);
+        at_creation.publish(mark, &built, &decisions, &open, None);
+        publishes.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    // The first round computed every status from nothing: the later ones are a pass's.
+    statuses.remove(0);
+    figures.statuses_ms = median(&mut statuses);
+    figures.publish_ms = median(&mut publishes);
 }
 
 fn main() -> Result<(), String> {
@@ -395,6 +449,8 @@ fn main() -> Result<(), String> {
             "incremental_first_pass_ms": (args.hold == Hold::Cached).then_some(figures.incremental_first_ms),
             "incremental_pass_ms_median": (args.hold == Hold::Cached).then_some(figures.incremental_ms),
             "incremental_admitted": figures.incremental_admitted,
+            "statuses_ms_median": (args.hold == Hold::Cached).then_some(figures.statuses_ms),
+            "publish_ms_median": (args.hold == Hold::Cached).then_some(figures.publish_ms),
             "admitted": figures.admitted,
             "scavenger_store_pods": scavenger_store.state().len(),
             "scavenger_ordinary_cpu_milli": figures.ordinary_cpu,
