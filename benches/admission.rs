@@ -10,7 +10,8 @@
 //! the workload snapshot built, the groups decided): `one_pod_changed` is a pass after one pod
 //! changed (an admitted pod of a StrictFIFO queue ends, or runs again, in turn);
 //! `one_pod_changed_assembled` the same with the whole snapshot and decisions put back together
-//! (`Decider::assemble`), as the controller's pass uses them; `full` the same
+//! (`Decider::assemble`, a copy); `one_pod_changed_lent` the same lent and given back
+//! (`Snapshotter::lend`, `give_back`: moved, not copied), as the controller's pass does; `full` the same
 //! state built and decided whole (a restart's pass); `build_and_decide` the controller's full path
 //! (`snapshot::build_from_facts` over every pod, then `decide`).
 
@@ -244,6 +245,18 @@ fn bench_incremental(c: &mut Criterion) {
             inc.put_pod(versions[turn % 2].clone());
             inc.pass();
             inc.decider.assemble()
+        })
+    });
+    // As the controller's pass now does: the whole lent (moved, not copied), then given back.
+    group.bench_function("100000w_100000p/one_pod_changed_lent", |b| {
+        b.iter(|| {
+            turn += 1;
+            inc.put_pod(versions[turn % 2].clone());
+            inc.pass();
+            let (built, decisions) = inc.lend();
+            let admitted = decisions.admit.len();
+            inc.give_back(built, decisions);
+            admitted
         })
     });
     group.sample_size(10);

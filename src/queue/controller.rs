@@ -566,7 +566,9 @@ pub(crate) struct PassPlan {
     pub built: Built,
     pub decisions: Decisions,
     pub rules: HashMap<String, (i64, Option<i32>)>,
-    /// Per workload of `built`, whether this pass decided its group; None: it decided every group.
+    /// Per workload of `built`, whether this pass decided its group; None: it decided every group
+    /// (a full pass). Otherwise `built` and `decisions` are lent by the [`Snapshotter`], to be
+    /// given back after the pass.
     /// (A workload of a group whose decisions were reused has the status it had.)
     pub decided: Option<Vec<bool>>,
 }
@@ -604,8 +606,9 @@ pub(crate) fn plan_pass(
     let ((built, decisions), decided) = match way {
         PassWay::Full => (decide_all(&inputs, &holds, &rules, &pending), None),
         PassWay::Incremental(snapshotter) => {
-            let plan = decide_changed(snapshotter, &inputs, &holds, &rules, pending);
-            (plan, Some(snapshotter.decider.decided_mask()))
+            let (built, decisions, decided) =
+                decide_changed(snapshotter, &inputs, &holds, &rules, pending);
+            ((built, decisions), Some(decided))
         }
     };
     PassPlan {
@@ -674,14 +677,15 @@ pub(crate) fn decide_all(
 }
 
 /// The same through the [`Snapshotter`]: the workloads that changed built again, the groups that
-/// changed decided again, the rest reused; the whole put together for what acts on it.
+/// changed decided again, the rest reused; the whole lent for what acts on it (to be given back:
+/// [`Snapshotter::give_back`]), with per workload whether this pass decided its group.
 pub(crate) fn decide_changed(
     snapshotter: &mut Snapshotter,
     inputs: &PassInputs<'_>,
     holds: &HashMap<String, ResourceList>,
     rules: &HashMap<String, (i64, Option<i32>)>,
     pending: HashMap<WorkloadKey, status::Preemption>,
-) -> (Built, Decisions) {
+) -> (Built, Decisions, Vec<bool>) {
     snapshotter.set_queues(inputs.queues.to_vec());
     snapshotter.set_namespaces(inputs.namespaces.to_vec());
     snapshotter.set_in_flight(inputs.in_flight.clone());
@@ -698,7 +702,9 @@ pub(crate) fn decide_changed(
         reused = stats.reused,
         "incremental pass"
     );
-    snapshotter.decider.assemble()
+    let decided = snapshotter.decider.decided_mask();
+    let (built, decisions) = snapshotter.lend();
+    (built, decisions, decided)
 }
 
 /// The queues in which a pass over `pods` may admit a gated pod: the queue of each workload with a
@@ -912,23 +918,7 @@ impl Controller {
         }
         self.start_ungates(&built, &decisions);
         self.start_evictions(&built, &decisions, started);
-        let terminating = self.terminating_namespaces();
-        let preemptions = self.evictor.for_statuses();
-        // The workloads whose record and status this pass looks at: those of the groups it decided
-        // (a reused group's statuses are what they were), those whose writes failed, and those a
-        // preemption concerns (its record is kept, its status shows it, apart from any decision).
-        let retry = self.writer.take_failed();
-        let look_at = |w: usize| {
-            let key = &built.snapshot.workloads[w].key;
-            decided
-                .as_ref()
-                .is_none_or(|d| d.get(w).copied().unwrap_or(true))
-                || retry.contains(key)
-                || preemptions.preempted.contains_key(key)
-                || preemptions.held.contains_key(key)
-        };
-        self.record_workloads(&built, &terminating, &preemptions, &look_at);
-        self.want_workload_statuses(&built, &decisions, &terminating, &preemptions, &look_at);
+        self.want_records_and_statuses(&built, &decisions, decided.as_deref());
         self.want_queue_statuses(&decisions);
         self.record_pass_metrics(&decisions, started);
         let waiting = still_waiting(&in_flight, &decisions);
@@ -940,7 +930,35 @@ impl Controller {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "admission pass"
         );
+        if decided.is_some() {
+            // Lent by the snapshotter: the next pass reuses them.
+            self.snapshotter.give_back(built, decisions);
+        }
         waiting
+    }
+
+    /// The DynamicWorkloads' records and statuses this pass wants: those of the groups it decided
+    /// (`decided`, per workload; None: all), of workloads whose writes failed, and of those a
+    /// preemption concerns (its record is kept, its status shows it, apart from any decision). A
+    /// group whose decisions were reused has the statuses it had.
+    fn want_records_and_statuses(
+        &self,
+        built: &Built,
+        decisions: &Decisions,
+        decided: Option<&[bool]>,
+    ) {
+        let terminating = self.terminating_namespaces();
+        let preemptions = self.evictor.for_statuses();
+        let retry = self.writer.take_failed();
+        let look_at = |w: usize| {
+            let key = &built.snapshot.workloads[w].key;
+            decided.is_none_or(|d| d.get(w).copied().unwrap_or(true))
+                || retry.contains(key)
+                || preemptions.preempted.contains_key(key)
+                || preemptions.held.contains_key(key)
+        };
+        self.record_workloads(built, &terminating, &preemptions, &look_at);
+        self.want_workload_statuses(built, decisions, &terminating, &preemptions, &look_at);
     }
 
     /// Tells the snapshotter what the watches changed since the last pass. Once per resync period

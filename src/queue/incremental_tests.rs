@@ -386,6 +386,10 @@ fn check(world: &World, inc: &mut Snapshotter) -> Result<(), TestCaseError> {
         outcome(&built, &decisions),
         outcome(&full_built, &full_decisions)
     );
+    // What the controller acts on: the same, lent rather than copied, then given back.
+    let (lent, lent_decisions) = inc.lend();
+    prop_assert_eq!(outcome(&lent, &lent_decisions), outcome(&built, &decisions));
+    inc.give_back(lent, lent_decisions);
     Ok(())
 }
 
@@ -420,6 +424,48 @@ proptest! {
         inc.invalidate();
         check(&world, &mut inc)?;
     }
+}
+
+#[test]
+fn a_pass_after_a_lend_never_given_back_starts_over_and_decides_the_same() {
+    let mut inc = Snapshotter::default();
+    inc.set_queues((0..3).map(|q| queue_object(q, 2)).collect());
+    for i in 0..6 {
+        let def = PodDef {
+            ns: 0,
+            workload: i,
+            queue: i % 3,
+            set: 0,
+            min: 1,
+            half_cpus: 1,
+            priority: 0,
+            state: (i % 2) as u8,
+            created: 0,
+        };
+        inc.put_pod(pod_object(&format!("u{i}"), &def));
+    }
+    inc.pass();
+    let (built, decisions) = inc.decider.assemble();
+    let before = outcome(&built, &decisions);
+    // Lent and given back: the next pass reuses everything.
+    let (lent, lent_decisions) = inc.lend();
+    inc.give_back(lent, lent_decisions);
+    let (_, reused) = inc.pass();
+    assert_eq!((reused.built, reused.decided), (0, 0));
+    // Lent and dropped (a pass that panicked half way): the next pass builds everything again.
+    drop(inc.lend());
+    let (_, again) = inc.pass();
+    assert_eq!((again.built, again.decided), (6, 2));
+    let (built, decisions) = inc.decider.assemble();
+    assert_eq!(outcome(&built, &decisions), before);
+    // Given back something else: the same.
+    let (mut lent, lent_decisions) = inc.lend();
+    lent.pods.pop();
+    inc.give_back(lent, lent_decisions);
+    let (_, again) = inc.pass();
+    assert_eq!(again.built, 6);
+    let (built, decisions) = inc.decider.assemble();
+    assert_eq!(outcome(&built, &decisions), before);
 }
 
 #[test]

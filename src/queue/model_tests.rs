@@ -576,6 +576,7 @@ impl World {
     /// evictions); checks the pass's own figures.
     fn pass(&mut self, during: Option<&Op>) {
         self.passes += 1;
+        let leading = self.leader;
         let read_at = Instant::now();
         // The pods as the API server holds them, and as the controller's cache decodes them (in
         // name order, as the incremental state keeps a workload's pods).
@@ -648,6 +649,10 @@ impl World {
             .into_iter()
             .flat_map(|o| o.victims.into_iter().map(|v| v.uid))
             .collect();
+        // Lent by the leader's incremental state, as the controller's pass gives them back.
+        self.replicas[leading]
+            .snapshotter
+            .give_back(built, decisions);
     }
 
     /// Checks a pass's decisions and figures: no pod admitted twice, its usage exactly the pods the

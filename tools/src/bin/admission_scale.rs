@@ -4,8 +4,8 @@
 //! controller does (each pod's facts, `queue::snapshot::build_from_facts`,
 //! `queue::admission::decide`), then, as the controller's passes now run, through the incremental
 //! pass (`queue::incremental::Snapshotter`, kept alive to the end as the controller keeps it): a
-//! first pass over everything, then passes after one pod changed, each with the whole put back
-//! together for what acts on it. Prints the time of each step and the peak resident memory (VmHWM)
+//! first pass over everything, then passes after one pod changed, each with the whole lent for
+//! what acts on it and given back. Prints the time of each step and the peak resident memory (VmHWM)
 //! as one JSON line.
 //!
 //!   cargo run --release -p sluice-tools --bin admission_scale -- --workloads 10000 --pods 100000
@@ -228,6 +228,8 @@ struct PassFigures {
     /// The incremental pass: its first pass (everything), then the median after one pod changed.
     incremental_first_ms: f64,
     incremental_ms: f64,
+    /// Of `incremental_ms`: the whole lent and given back (`Snapshotter::lend`, `give_back`).
+    lend_ms: f64,
     incremental_admitted: usize,
     /// What a pass does after deciding, over every workload (medians): each workload's status
     /// computed and compared with the last, and the room published for admission at creation.
@@ -294,7 +296,7 @@ fn incremental_passes(
     let mut memo = snapshot::PodMemo;
     let mut inc = Snapshotter::default();
     inc.set_queues(queues.to_vec());
-    let mut times = Vec::new();
+    let (mut times, mut lends) = (Vec::new(), Vec::new());
     for pass in 0..passes {
         if pass > 0
             && let Some(pod) = store.state().first()
@@ -306,9 +308,14 @@ fn incremental_passes(
         let _facts = memo.refresh(&adapters, &pods);
         inc.apply_pod_changes(&pods, changes);
         inc.pass();
-        let (_, decisions) = inc.decider.assemble();
-        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let lent_at = Instant::now();
+        let (built, decisions) = inc.lend();
         figures.incremental_admitted = decisions.admit.len();
+        inc.give_back(built, decisions);
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        if pass > 0 {
+            lends.push(lent_at.elapsed().as_secs_f64() * 1e3);
+        }
         if pass == 0 {
             figures.incremental_first_ms = ms;
         } else {
@@ -316,7 +323,8 @@ fn incremental_passes(
         }
     }
     figures.incremental_ms = median(&mut times);
-    after_deciding(&inc, queues, passes, figures);
+    figures.lend_ms = median(&mut lends);
+    after_deciding(&mut inc, queues, passes, figures);
     inc
 }
 
@@ -324,12 +332,12 @@ fn incremental_passes(
 /// [`PassFigures`]): the statuses (as `want_workload_statuses` computes them, against the status
 /// the last pass computed) and the room published (`AdmitAtCreation::publish`).
 fn after_deciding(
-    inc: &Snapshotter,
+    inc: &mut Snapshotter,
     queues: &[Arc<CapacityQueue>],
     passes: usize,
     figures: &mut PassFigures,
 ) {
-    let (built, decisions) = inc.decider.assemble();
+    let (built, decisions) = inc.lend();
     let none = HashSet::new();
     let now = "2026-11-26T00:00:00Z";
     let mut last: Vec<Option<DynamicWorkloadStatus>> = vec![None; built.snapshot.workloads.len()];
@@ -363,6 +371,7 @@ fn after_deciding(
     statuses.remove(0);
     figures.statuses_ms = median(&mut statuses);
     figures.publish_ms = median(&mut publishes);
+    inc.give_back(built, decisions);
 }
 
 fn main() -> Result<(), String> {
@@ -448,6 +457,7 @@ fn main() -> Result<(), String> {
             "decide_ms_median": (args.hold == Hold::Cached).then_some(figures.decide_ms),
             "incremental_first_pass_ms": (args.hold == Hold::Cached).then_some(figures.incremental_first_ms),
             "incremental_pass_ms_median": (args.hold == Hold::Cached).then_some(figures.incremental_ms),
+            "incremental_lend_ms_median": (args.hold == Hold::Cached).then_some(figures.lend_ms),
             "incremental_admitted": figures.incremental_admitted,
             "statuses_ms_median": (args.hold == Hold::Cached).then_some(figures.statuses_ms),
             "publish_ms_median": (args.hold == Hold::Cached).then_some(figures.publish_ms),
