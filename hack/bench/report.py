@@ -73,7 +73,7 @@ def scale_part():
           "before `CachedPod` the leader held two such caches: the queue's trimmed one and the ScavengerJob controller's).", "",
           "The incremental columns: the same passes as the controller runs them now (`queue::incremental`, kept",
           "alive to the end as the controller keeps it): its first pass over everything, then the median after one pod",
-          "changed, each with the whole put back together; the peak RSS includes it. After deciding: each workload's",
+          "changed, each with the whole lent to the pass and given back; the peak RSS includes it. After deciding: each workload's",
           "status computed and compared with the last (what a full pass's `want_workload_statuses` does; an incremental",
           "pass does it only for the groups it decided) and the room published for admission at creation (every pass).", "",
           "| pods held | snapshot build | pass | pods admitted | incremental: first pass / after one change | after deciding: every status / publish | RSS holding the pods | peak RSS (time -v) |",
