@@ -239,11 +239,18 @@ impl Evictor {
     /// Before a pass: forgets evictions the cache shows done (the pod terminating or gone) or
     /// whose outcome stayed unknown too long, and budgets' refusals that have run out.
     pub(crate) fn prune(&self, pods: &[Arc<CachedPod>], now: Instant) {
-        let live: HashSet<&str> = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
+        // Only evictions under way need the live pods (no eviction is started between this check
+        // and the prune: passes start them, one at a time, after their prune): most passes have
+        // none, and skip a read of every pod's uid.
+        let evicting = !self.ledger().evicting.is_empty();
+        let live: HashSet<&str> = if evicting {
+            pods.iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.metadata.uid.as_deref())
+                .collect()
+        } else {
+            HashSet::new()
+        };
         let mut ledger = self.ledger();
         prune_evicting(&mut ledger.evicting, &live, now);
         ledger.blocked.retain(|_, (until, _)| now < *until);
