@@ -490,6 +490,21 @@ impl Decider {
     }
 }
 
+/// Marks to build again the workloads of the pods (by uid, as `by_uid` places them) in one of
+/// `old` and `new` but not the other: a set of pods the build reads (in flight, protected) changed.
+fn dirty_pods_between(
+    by_uid: &HashMap<String, (WorkloadKey, String)>,
+    dirty: &mut BTreeSet<WorkloadKey>,
+    old: &HashSet<String>,
+    new: &HashSet<String>,
+) {
+    for uid in old.symmetric_difference(new) {
+        if let Some((key, _)) = by_uid.get(uid) {
+            dirty.insert(key.clone());
+        }
+    }
+}
+
 /// A governed pod as kept between passes.
 struct Kept {
     pod: Arc<CachedPod>,
@@ -585,13 +600,13 @@ impl Snapshotter {
     /// The namespaces (their labels decide which queues admit them): a change builds every
     /// workload again.
     pub fn set_namespaces(&mut self, namespaces: Vec<Arc<PartialObjectMeta<Namespace>>>) {
-        let labels =
-            |ns: &[Arc<PartialObjectMeta<Namespace>>]| -> Vec<(String, BTreeMap<String, String>)> {
-                ns.iter()
-                    .map(|n| (n.name_any(), n.labels().clone()))
-                    .collect()
-            };
-        if labels(&self.namespaces) != labels(&namespaces) {
+        // Compared in place, not copied: this runs every pass, over every namespace.
+        let same = self.namespaces.len() == namespaces.len()
+            && (self.namespaces.iter().zip(&namespaces)).all(|(old, new)| {
+                Arc::ptr_eq(old, new)
+                    || (old.metadata.name == new.metadata.name && old.labels() == new.labels())
+            });
+        if !same {
             self.all_dirty = true;
         }
         self.namespaces = namespaces;
@@ -600,10 +615,7 @@ impl Snapshotter {
     /// The uids of pods whose ungate is in flight (they count as admitted): the workloads of the
     /// pods that entered or left the set are built again.
     pub fn set_in_flight(&mut self, in_flight: HashSet<String>) {
-        let changed: Vec<String> = (in_flight.symmetric_difference(&self.in_flight))
-            .cloned()
-            .collect();
-        self.dirty_pods_of(changed.iter());
+        dirty_pods_between(&self.by_uid, &mut self.dirty, &self.in_flight, &in_flight);
         self.in_flight = in_flight;
     }
 
@@ -648,10 +660,12 @@ impl Snapshotter {
     /// The uids of pods a PodDisruptionBudget protects: the workloads of the pods that entered or
     /// left the set are built again (their pods marked, `PodSnapshot::eviction_blocked`).
     pub fn set_eviction_blocked(&mut self, blocked: HashSet<String>) {
-        let changed: Vec<String> = (blocked.symmetric_difference(&self.eviction_blocked))
-            .cloned()
-            .collect();
-        self.dirty_pods_of(changed.iter());
+        dirty_pods_between(
+            &self.by_uid,
+            &mut self.dirty,
+            &self.eviction_blocked,
+            &blocked,
+        );
         self.eviction_blocked = blocked;
     }
 
@@ -684,14 +698,6 @@ impl Snapshotter {
     /// pass (a queue whose holds changed has its group decided again).
     pub fn set_holds(&mut self, holds: HashMap<String, ResourceList>) {
         self.holds = holds;
-    }
-
-    fn dirty_pods_of<'a>(&mut self, uids: impl Iterator<Item = &'a String>) {
-        for uid in uids {
-            if let Some((key, _)) = self.by_uid.get(uid) {
-                self.dirty.insert(key.clone());
-            }
-        }
     }
 
     /// Builds everything again at the next pass (a restart, or when in doubt).

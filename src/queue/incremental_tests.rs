@@ -426,23 +426,30 @@ proptest! {
     }
 }
 
+/// Workload `i`: one pod of half a cpu in queue `i % 3`, in `state` (see [`PodDef`]).
+fn one_pod_workload(i: usize, state: u8) -> PodDef {
+    PodDef {
+        ns: 0,
+        workload: i,
+        queue: i % 3,
+        set: 0,
+        min: 1,
+        half_cpus: 1,
+        priority: 0,
+        state,
+        created: 0,
+    }
+}
+
 #[test]
 fn a_pass_after_a_lend_never_given_back_starts_over_and_decides_the_same() {
     let mut inc = Snapshotter::default();
     inc.set_queues((0..3).map(|q| queue_object(q, 2)).collect());
     for i in 0..6 {
-        let def = PodDef {
-            ns: 0,
-            workload: i,
-            queue: i % 3,
-            set: 0,
-            min: 1,
-            half_cpus: 1,
-            priority: 0,
-            state: (i % 2) as u8,
-            created: 0,
-        };
-        inc.put_pod(pod_object(&format!("u{i}"), &def));
+        inc.put_pod(pod_object(
+            &format!("u{i}"),
+            &one_pod_workload(i, (i % 2) as u8),
+        ));
     }
     inc.pass();
     let (built, decisions) = inc.decider.assemble();
@@ -473,19 +480,7 @@ fn a_pass_after_one_change_decides_only_the_group_of_the_change() {
     let world_quotas = [4, 4, 4];
     let mut inc = Snapshotter::default();
     inc.set_queues((0..3).map(|q| queue_object(q, world_quotas[q])).collect());
-    let defs: Vec<PodDef> = (0..6)
-        .map(|i| PodDef {
-            ns: 0,
-            workload: i,
-            queue: i % 3,
-            set: 0,
-            min: 1,
-            half_cpus: 1,
-            priority: 0,
-            state: 0,
-            created: 0,
-        })
-        .collect();
+    let defs: Vec<PodDef> = (0..6).map(|i| one_pod_workload(i, 0)).collect();
     for (i, def) in defs.iter().enumerate() {
         let pod = pod_object(&format!("u{i}"), def);
         inc.put_pod(pod.clone());
@@ -516,4 +511,30 @@ fn a_pass_after_one_change_decides_only_the_group_of_the_change() {
         inc.decider.decided_mask().iter().all(|d| *d),
         "a full pass decides all"
     );
+}
+
+#[test]
+fn a_namespace_relabelled_builds_everything_again_the_same_labels_do_not() {
+    let namespace = |labels: serde_json::Value| {
+        Arc::new(
+            serde_json::from_value::<
+                kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+            >(json!({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "ns0", "labels": labels}}))
+            .expect("namespace"),
+        )
+    };
+    let mut inc = Snapshotter::default();
+    inc.set_queues((0..3).map(|q| queue_object(q, 2)).collect());
+    inc.set_namespaces(vec![namespace(json!({"team": "a"}))]);
+    for i in 0..3 {
+        inc.put_pod(pod_object(&format!("u{i}"), &one_pod_workload(i, 0)));
+    }
+    inc.pass();
+    // Another copy of the same namespace (a watch event that changed nothing the pass reads).
+    inc.set_namespaces(vec![namespace(json!({"team": "a"}))]);
+    assert_eq!(inc.pass().1.built, 0);
+    // Relabelled: which queues admit its pods may change, so every workload is built again.
+    inc.set_namespaces(vec![namespace(json!({"team": "b"}))]);
+    assert_eq!(inc.pass().1.built, 3);
 }

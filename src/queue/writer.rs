@@ -365,6 +365,8 @@ impl Writer {
         let mut state = self.state();
         let mut failed = std::mem::take(&mut state.records.failed);
         failed.extend(std::mem::take(&mut state.workload_statuses.failed));
+        // Queue statuses are computed at every pass: nothing to name.
+        state.queue_statuses.failed.clear();
         failed
     }
 
