@@ -153,6 +153,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_FULL_PASSES")]
     pub full_passes: bool,
 
+    /// The longest grace period sluice's evictions (preemption, reclaim within a cohort,
+    /// podsReadyTimeout) give a pod: a pod's own terminationGracePeriodSeconds if shorter. A
+    /// victim that ignores SIGTERM keeps its quota, and its preemptor waiting, this long at most.
+    #[arg(long, env = "SLUICE_EVICTION_GRACE_PERIOD", default_value = "2m", value_parser = parse_duration)]
+    pub eviction_grace_period: Duration,
+
     /// Ungate patches and status writes in flight at once.
     #[arg(long, env = "SLUICE_MAX_CONCURRENT_WRITES", default_value_t = 32)]
     pub max_concurrent_writes: usize,
@@ -498,6 +504,7 @@ impl Settings {
                 status_writes_per_second: args.status_writes_per_second,
                 idle_interval: args.idle_interval,
                 full_passes: args.full_passes,
+                eviction_grace_period: args.eviction_grace_period,
                 ..ControllerSettings::default()
             },
             scavenger: ScavengerSettings {
