@@ -283,7 +283,7 @@ mod tests {
             .check(&RayClusters, &app, "q")
             .expect_err("5 cpu gang in 4 cpu");
         assert!(
-            err.contains("needs 5 cpu") && err.contains("at most 4 cpu (its quota)"),
+            err.contains("needs 5 cpu") && err.contains("quota of 4 cpu"),
             "{err}"
         );
         let err = validator("8")

@@ -67,30 +67,27 @@ pub fn exceeded(need: &ResourceList, most: &ResourceList) -> Option<(String, i64
     })
 }
 
-/// "N cpu but queue Q can give at most M cpu (its quota, plus what its cohort lends)".
+/// "needs N cpu but CapacityQueue Q has a quota of M cpu" (and, in a cohort, "and can borrow at
+/// most B cpu more from cohort C"), for a message.
 pub fn describe_exceeded(
     queue: &CapacityQueue,
     (resource, needed, most): &(String, i64, i64),
 ) -> String {
-    let source = if queue.spec.cohort.is_some() {
-        format!(
-            "its quota of {} plus what cohort {:?} can lend it",
-            describe_quantity(
-                resource,
-                ResourceList::from_quantities(&queue.spec.quota)
-                    .map(|q| q.get(resource))
-                    .unwrap_or(0)
-            ),
-            queue.spec.cohort.as_deref().unwrap_or_default()
-        )
-    } else {
-        "its quota".to_string()
+    let quota = ResourceList::from_quantities(&queue.spec.quota)
+        .map(|q| q.get(resource))
+        .unwrap_or(0);
+    let borrow = match &queue.spec.cohort {
+        Some(cohort) => format!(
+            " and can borrow at most {} {resource} more from cohort {cohort:?}",
+            describe_quantity(resource, most.saturating_sub(quota).max(0)),
+        ),
+        None => String::new(),
     };
     format!(
-        "needs {} {resource} but CapacityQueue {} can give at most {} {resource} ({source})",
+        "needs {} {resource} but CapacityQueue {} has a quota of {} {resource}{borrow}",
         describe_quantity(resource, *needed),
         queue.name_any(),
-        describe_quantity(resource, *most),
+        describe_quantity(resource, quota),
     )
 }
 
@@ -153,7 +150,7 @@ mod tests {
         assert_eq!(over, ("cpu".to_string(), 9000, 4000));
         let text = describe_exceeded(&q, &over);
         assert!(
-            text.contains("9 cpu") && text.contains("at most 4 cpu"),
+            text.contains("needs 9 cpu") && text.contains("a quota of 4 cpu"),
             "{text}"
         );
     }

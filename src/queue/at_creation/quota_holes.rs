@@ -217,7 +217,7 @@ fn a_pod_or_gang_larger_than_its_queue_could_ever_give_is_refused_with_the_numbe
         .classify_in("ns", &plain_pod("huge", "q", "huge", "3", None))
         .expect_err("3 cpu in a 2-cpu queue");
     assert!(
-        too_big.contains("3 cpu") && too_big.contains("at most 2 cpu"),
+        too_big.contains("needs 3 cpu") && too_big.contains("a quota of 2 cpu"),
         "{too_big}"
     );
     let absurd = classifier
