@@ -5,7 +5,7 @@
 #
 # Plain `cargo test --workspace` needs no cluster: it runs the unit, property and manifest tests and
 # skips each end-to-end test, saying that hack/test.sh runs it. Here SLUICE_REQUIRE_CLUSTER=1 makes a
-# test that finds no cluster fail instead (docs/architecture.md, Test tiers).
+# test that finds no cluster fail instead (docs/src/development/architecture.md, Test tiers).
 #
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
