@@ -228,7 +228,10 @@ fn every_relative_link_in_the_book_and_the_readme_resolves() {
             }
         }
     }
-    assert!(checked > 100, "only {checked} links found: is the reader broken?");
+    assert!(
+        checked > 100,
+        "only {checked} links found: is the reader broken?"
+    );
     assert!(
         broken.is_empty(),
         "broken links:\n  {}",
@@ -274,8 +277,24 @@ const UNCHECKED_PROGRAMS: &[&str] = &[
     "helm",         // the chart's own checks are its tests'
     "buildah",      // builds the image
     "spark-submit", // Spark's client
-    "curl", "grep", "echo", "cat", "ls", "jq", "sed", "awk", "python3", "git", "rustup",
-    "ctr", "flock", "sleep", "cd", "export", "eval", "true",
+    "curl",
+    "grep",
+    "echo",
+    "cat",
+    "ls",
+    "jq",
+    "sed",
+    "awk",
+    "python3",
+    "git",
+    "rustup",
+    "ctr",
+    "flock",
+    "sleep",
+    "cd",
+    "export",
+    "eval",
+    "true",
 ];
 
 /// The verbs of `kubectl` the book may use.
@@ -335,8 +354,9 @@ fn check_command(words: &[String], helps: &mut Helps) -> Option<String> {
     let words: Vec<String> = words
         .iter()
         .skip_while(|w| {
-            w.split_once('=')
-                .is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            w.split_once('=').is_some_and(|(k, _)| {
+                !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            })
         })
         .cloned()
         .collect();
@@ -379,7 +399,10 @@ fn check_kubectl(args: &[String]) -> Option<String> {
     let mut words = args.iter().peekable();
     // Global flags before the verb: `-n NS`, `--namespace NS`, `--context C`.
     while let Some(w) = words.peek() {
-        if matches!(w.as_str(), "-n" | "--namespace" | "--context" | "--kubeconfig") {
+        if matches!(
+            w.as_str(),
+            "-n" | "--namespace" | "--context" | "--kubeconfig"
+        ) {
             words.next();
             words.next();
         } else if w.starts_with('-') {
@@ -390,7 +413,9 @@ fn check_kubectl(args: &[String]) -> Option<String> {
     }
     let verb = words.next()?;
     if !KUBECTL_VERBS.contains(&verb.as_str()) {
-        return Some(format!("`kubectl {verb}` is not a verb the book may use (KUBECTL_VERBS)"));
+        return Some(format!(
+            "`kubectl {verb}` is not a verb the book may use (KUBECTL_VERBS)"
+        ));
     }
     let rest: Vec<&String> = words.collect();
     for pair in rest.windows(2) {
@@ -411,7 +436,10 @@ fn check_kubectl(args: &[String]) -> Option<String> {
 fn check_cargo(args: &[String]) -> Option<String> {
     for pair in args.windows(2) {
         if pair[0] == "--test" && !repo_root().join(format!("tests/{}.rs", pair[1])).exists() {
-            return Some(format!("`cargo --test {}`: tests/{}.rs does not exist", pair[1], pair[1]));
+            return Some(format!(
+                "`cargo --test {}`: tests/{}.rs does not exist",
+                pair[1], pair[1]
+            ));
         }
     }
     None
@@ -426,7 +454,9 @@ fn check_script(script: &str, args: &[String], helps: &mut Helps) -> Option<Stri
         return Some(format!("`{script} --help` fails"));
     };
     // A script's first word, when it is a word (hack/cluster.sh up), is a subcommand its help names.
-    if let Some(first) = args.first().filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+    if let Some(first) = args
+        .first()
+        .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
         && script.ends_with("cluster.sh")
         && !help.contains(first.as_str())
     {
@@ -434,7 +464,9 @@ fn check_script(script: &str, args: &[String], helps: &mut Helps) -> Option<Stri
     }
     for flag in flags(args) {
         if !help.contains(&flag) {
-            return Some(format!("`{script}` has no flag {flag} (its --help does not name it)"));
+            return Some(format!(
+                "`{script}` has no flag {flag} (its --help does not name it)"
+            ));
         }
     }
     None
@@ -458,12 +490,18 @@ fn every_command_in_the_book_and_the_readme_exists() {
             for words in simple_commands(line) {
                 commands += 1;
                 if let Some(problem) = check_command(&words, &mut helps) {
-                    wrong.push(format!("{}:{}: {line}\n    {problem}", block.file, block.line));
+                    wrong.push(format!(
+                        "{}:{}: {line}\n    {problem}",
+                        block.file, block.line
+                    ));
                 }
             }
         }
     }
-    assert!(commands > 50, "only {commands} commands found: is the reader broken?");
+    assert!(
+        commands > 50,
+        "only {commands} commands found: is the reader broken?"
+    );
     assert!(
         wrong.is_empty(),
         "commands in the docs that do not exist:\n  {}",
@@ -476,14 +514,29 @@ fn the_command_checker_refuses_what_does_not_exist() {
     let mut helps = Helps::default();
     let words = |line: &str| simple_commands(line).remove(0);
     assert_eq!(check_command(&words("sluice queue -A"), &mut helps), None);
-    assert_eq!(check_command(&words("SLUICE_X=1 sluice scavengers --json"), &mut helps), None);
+    assert_eq!(
+        check_command(&words("SLUICE_X=1 sluice scavengers --json"), &mut helps),
+        None
+    );
     assert!(check_command(&words("sluice queue --nope"), &mut helps).is_some());
     assert!(check_command(&words("sluice frobnicate"), &mut helps).is_some());
-    assert_eq!(check_command(&words("hack/cluster.sh up --with-sluice"), &mut helps), None);
+    assert_eq!(
+        check_command(&words("hack/cluster.sh up --with-sluice"), &mut helps),
+        None
+    );
     assert!(check_command(&words("hack/cluster.sh up --with-nothing"), &mut helps).is_some());
     assert!(check_command(&words("hack/nope.sh"), &mut helps).is_some());
-    assert!(check_command(&words("kubectl apply -f manifests/samples/nope.yaml"), &mut helps).is_some());
-    assert_eq!(check_command(&words("kubectl -n demo get tasks"), &mut helps), None);
+    assert!(
+        check_command(
+            &words("kubectl apply -f manifests/samples/nope.yaml"),
+            &mut helps
+        )
+        .is_some()
+    );
+    assert_eq!(
+        check_command(&words("kubectl -n demo get tasks"), &mut helps),
+        None
+    );
     assert!(check_command(&words("cargo test --test nope"), &mut helps).is_some());
     assert!(check_command(&words("frobnicate --all"), &mut helps).is_some());
 }

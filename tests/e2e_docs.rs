@@ -23,10 +23,7 @@ fn run(line: &str) -> (bool, String) {
         .parent()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    let path = format!(
-        "{sluice_dir}:{}",
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = format!("{sluice_dir}:{}", std::env::var("PATH").unwrap_or_default());
     match Command::new("bash")
         .args(["-euo", "pipefail", "-c", line])
         .current_dir(repo_root())

@@ -40,7 +40,9 @@ fn command_sections(cmd: &mut clap::Command, parent: &str, out: &mut String) {
         .map(argument_row)
         .collect();
     if !rows.is_empty() {
-        out.push_str("| flag or argument | environment | default | description |\n|---|---|---|---|\n");
+        out.push_str(
+            "| flag or argument | environment | default | description |\n|---|---|---|---|\n",
+        );
         for row in rows {
             out.push_str(&row);
         }
@@ -139,7 +141,9 @@ mod tests {
         let page = page(cmd);
         assert!(page.contains("## `demo`"), "{page}");
         assert!(
-            page.contains("| `--listen <LISTEN>` | `DEMO_LISTEN` | `0.0.0.0:1` | where \\| to listen |"),
+            page.contains(
+                "| `--listen <LISTEN>` | `DEMO_LISTEN` | `0.0.0.0:1` | where \\| to listen |"
+            ),
             "{page}"
         );
         assert!(page.contains("## `demo shown`"), "{page}");

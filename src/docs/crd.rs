@@ -11,7 +11,10 @@ pub(super) fn pages() -> anyhow::Result<Vec<(String, String)>> {
     let mut pages = Vec::new();
     for crd in crate::api::crds() {
         let crd = serde_json::to_value(&crd)?;
-        let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or("?").to_string();
+        let kind = crd["spec"]["names"]["kind"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
         pages.push((format!("crd-{}.md", kind.to_lowercase()), page(&kind, &crd)));
     }
     Ok(pages)
@@ -94,7 +97,11 @@ fn field_rows(path: &str, schema: &Value, required: bool, rows: &mut Vec<String>
             notes.push(format!("{} {}.", capitalised(what), plain(bound)));
         }
     }
-    for rule in schema["x-kubernetes-validations"].as_array().into_iter().flatten() {
+    for rule in schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         notes.push(format!(
             "Rule `{}`: {}",
             rule["rule"].as_str().unwrap_or("?"),
@@ -127,13 +134,20 @@ fn field_rows(path: &str, schema: &Value, required: bool, rows: &mut Vec<String>
         field_rows(&format!("{path}[]"), &schema["items"], false, rows);
     }
     if has_fields(&schema["additionalProperties"]) {
-        field_rows(&format!("{path}.*"), &schema["additionalProperties"], false, rows);
+        field_rows(
+            &format!("{path}.*"),
+            &schema["additionalProperties"],
+            false,
+            rows,
+        );
     }
 }
 
 /// Whether a schema has fields of its own to list (an object with properties).
 fn has_fields(schema: &Value) -> bool {
-    schema["properties"].as_object().is_some_and(|p| !p.is_empty())
+    schema["properties"]
+        .as_object()
+        .is_some_and(|p| !p.is_empty())
 }
 
 /// A field's type in words: `string`, `integer (int32)`, `array of object`, `map of quantity`.
@@ -200,7 +214,12 @@ mod tests {
             .find(|(name, _)| name == "crd-capacityqueue.md")
             .map(|(_, body)| body)
             .expect("the CapacityQueue page");
-        for field in ["`spec.quota`", "`spec.cohort`", "`status.usage`", "`spec.preemption.maxPriority`"] {
+        for field in [
+            "`spec.quota`",
+            "`spec.cohort`",
+            "`status.usage`",
+            "`spec.preemption.maxPriority`",
+        ] {
             assert!(queue.contains(field), "{field} is missing:\n{queue}");
         }
         assert!(queue.contains("short names `cq`"));

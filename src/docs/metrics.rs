@@ -1,7 +1,8 @@
 //! The metrics reference, read from the Prometheus registry `sluice serve` serves on
-//! `--metrics-listen` ([`crate::serve::metrics_registry`]): every metric's name as scraped, type
-//! and help. The label sets are not in an empty registry, so they are listed here; generating the
-//! page fails when a registered metric has no entry below, or an entry names no metric.
+//! `--metrics-listen` ([`crate::serve::metrics_registry`]): every metric's name as scraped, type,
+//! help and label names. A labelled family shows in the encoding only once it has a series, so
+//! [`registered`] gives each family one; the values a label takes are written in [`LABELS`], and
+//! generating the page fails when a metric has no entry there, or an entry names no metric.
 
 use std::collections::BTreeMap;
 
@@ -9,14 +10,15 @@ use anyhow::bail;
 
 use super::cell;
 
-/// The labels of each metric (by its name without the `_total` a counter gets) and their values.
+/// The values of each metric's labels (by its name without the `_total` a counter gets), where
+/// the name alone does not say them.
 const LABELS: &[(&str, &str)] = &[
-    ("sluice_admitted_pods", "`queue`"),
-    ("sluice_admitted_at_creation_pods", "`queue`"),
-    ("sluice_queue_pending_pods", "`queue`"),
-    ("sluice_queue_pending_workloads", "`queue`"),
-    ("sluice_queue_borrowed_milli", "`queue`, `resource`"),
-    ("sluice_admission_wait_seconds", "`queue`"),
+    ("sluice_admitted_pods", ""),
+    ("sluice_admitted_at_creation_pods", ""),
+    ("sluice_queue_pending_pods", ""),
+    ("sluice_queue_pending_workloads", ""),
+    ("sluice_queue_borrowed_milli", ""),
+    ("sluice_admission_wait_seconds", ""),
     ("sluice_admission_pass_duration_seconds", ""),
     ("sluice_ungate_errors", ""),
     ("sluice_ungates_in_flight", ""),
@@ -26,19 +28,22 @@ const LABELS: &[(&str, &str)] = &[
     ("sluice_leader_lease_transitions", ""),
     (
         "sluice_preemptions",
-        "`queue`, `reason` (`InQueuePriority`, `CohortReclaim`, `PodsReadyTimeout`)",
+        "`reason`: `InQueuePriority`, `CohortReclaim`, `PodsReadyTimeout`",
     ),
     (
         "sluice_evicted_pods",
-        "`queue`, `reason` (`InQueuePriority`, `CohortReclaim`, `PodsReadyTimeout`)",
+        "`reason`: `InQueuePriority`, `CohortReclaim`, `PodsReadyTimeout`",
     ),
-    ("sluice_preemption_admission_seconds", "`queue`"),
-    ("sluice_tasks_started", "`executor` (`container`, `pod`, `http`, `resource`)"),
+    ("sluice_preemption_admission_seconds", ""),
+    (
+        "sluice_tasks_started",
+        "`executor`: `container`, `pod`, `http`, `resource`",
+    ),
     (
         "sluice_tasks_finished",
-        "`executor`, `phase` (`Success`, `Failed`, `Killed`)",
+        "`phase`: `Success`, `Failed`, `Killed`",
     ),
-    ("sluice_task_duration_seconds", "`executor`"),
+    ("sluice_task_duration_seconds", ""),
     ("sluice_task_workers_created", ""),
     ("sluice_task_workers_deleted", ""),
     ("sluice_scavenger_started", ""),
@@ -50,29 +55,41 @@ const LABELS: &[(&str, &str)] = &[
     ),
     ("sluice_scavenger_unschedulable", ""),
     ("sluice_scavenger_first_start_seconds", ""),
-    ("sluice_scavenger_capacity", "`resource` (`cpu` in cores, `memory` in bytes)"),
-    ("sluice_scavenger_in_use", "`resource` (`cpu` in cores, `memory` in bytes)"),
+    (
+        "sluice_scavenger_capacity",
+        "`resource`: `cpu` in cores, `memory` in bytes",
+    ),
+    (
+        "sluice_scavenger_in_use",
+        "`resource`: `cpu` in cores, `memory` in bytes",
+    ),
     (
         "sluice_webhook_request_duration_seconds",
-        "`operation` (`mutate_pods`, `validate_pods`, `mutate_applications`, `validate_applications`, ...)",
+        "`operation`: the webhook (`mutate_pods`, `validate_pods`, `mutate_applications`, `validate_applications`, ...)",
     ),
     (
         "sluice_webhook_requests",
-        "`operation`, `outcome` (`allowed`, `patched`, `denied`, `rejected_bad_request`)",
+        "`outcome`: `allowed`, `patched`, `denied`, `rejected_bad_request`",
     ),
 ];
 
 /// A metric as the registry encodes it.
+#[derive(Default)]
 struct Metric {
     kind: String,
     help: String,
+    /// Its label names (a histogram's `le` left out).
+    labels: Vec<String>,
 }
 
 /// The page: one table of every registered metric.
 pub(super) fn page() -> anyhow::Result<String> {
     let metrics = registered()?;
     let labels: BTreeMap<&str, &str> = LABELS.iter().copied().collect();
-    let unknown: Vec<&&str> = labels.keys().filter(|k| !metrics.contains_key(**k)).collect();
+    let unknown: Vec<&&str> = labels
+        .keys()
+        .filter(|k| !metrics.contains_key(**k))
+        .collect();
     if !unknown.is_empty() {
         bail!("src/docs/metrics.rs lists labels of metrics nobody registers: {unknown:?}");
     }
@@ -83,8 +100,14 @@ pub(super) fn page() -> anyhow::Result<String> {
          | metric | type | labels | help |\n|---|---|---|---|\n",
     );
     for (name, metric) in &metrics {
-        let Some(label) = labels.get(name.as_str()) else {
-            bail!("the metric {name} has no entry in LABELS (src/docs/metrics.rs): add its labels");
+        let Some(values) = labels.get(name.as_str()) else {
+            bail!("the metric {name} has no entry in LABELS (src/docs/metrics.rs): add it");
+        };
+        let names: Vec<String> = metric.labels.iter().map(|l| format!("`{l}`")).collect();
+        let label = match (names.is_empty(), values.is_empty()) {
+            (true, _) => String::new(),
+            (false, true) => names.join(", "),
+            (false, false) => format!("{}; {values}", names.join(", ")),
         };
         let scraped = if metric.kind == "counter" {
             format!("{name}_total")
@@ -100,28 +123,96 @@ pub(super) fn page() -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Every metric of the registry, by name, from its text encoding (`# HELP` and `# TYPE` lines).
+/// Every metric of the registry, by name, from its text encoding (`# HELP` and `# TYPE` lines,
+/// and the label names of its one series).
 fn registered() -> anyhow::Result<BTreeMap<String, Metric>> {
-    let (registry, ..) = crate::serve::metrics_registry();
+    let (registry, controller, tasks, webhooks, scavengers) = crate::serve::metrics_registry();
+    one_series_each(&controller, &tasks, &webhooks, &scavengers);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     let mut metrics: BTreeMap<String, Metric> = BTreeMap::new();
+    let mut current = String::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            metrics.entry(name.to_string()).or_insert_with(|| Metric {
-                kind: String::new(),
-                help: String::new(),
-            }).help = help.trim_end_matches('.').to_string();
+            current = name.to_string();
+            metrics.entry(current.clone()).or_default().help =
+                help.trim_end_matches('.').to_string();
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or((rest, "?"));
-            metrics.entry(name.to_string()).or_insert_with(|| Metric {
-                kind: String::new(),
-                help: String::new(),
-            }).kind = kind.to_string();
+            metrics.entry(name.to_string()).or_default().kind = kind.to_string();
+        } else if let Some((_, labels)) = line.split_once('{')
+            && let Some(metric) = metrics.get_mut(&current)
+        {
+            for pair in labels.split(',') {
+                let Some((key, _)) = pair.split_once('=') else {
+                    continue;
+                };
+                if key != "le" && !metric.labels.iter().any(|l| l == key) {
+                    metric.labels.push(key.to_string());
+                }
+            }
         }
     }
     Ok(metrics)
+}
+
+/// One series in every labelled family, so that the encoding shows it and its label names.
+fn one_series_each(
+    controller: &crate::metrics::ControllerMetrics,
+    tasks: &crate::tasks::TaskMetrics,
+    webhooks: &sluice_webhooks::WebhookMetrics,
+    scavengers: &crate::scavenger::metrics::ScavengerMetrics,
+) {
+    use crate::metrics::{PreemptionLabels, QueueLabels, QueueResourceLabels};
+    let queue = QueueLabels { queue: "q".into() };
+    let _ = controller.admitted_pods.get_or_create(&queue);
+    let _ = controller.admitted_at_creation.get_or_create(&queue);
+    let _ = controller.pending_pods.get_or_create(&queue);
+    let _ = controller.pending_workloads.get_or_create(&queue);
+    let _ = controller.admission_wait_seconds.get_or_create(&queue);
+    let _ = controller
+        .preemption_admission_seconds
+        .get_or_create(&queue);
+    let preemption = PreemptionLabels {
+        queue: "q".into(),
+        reason: "r".into(),
+    };
+    let _ = controller.preemptions.get_or_create(&preemption);
+    let _ = controller.evicted_pods.get_or_create(&preemption);
+    let _ = controller.borrowed.get_or_create(&QueueResourceLabels {
+        queue: "q".into(),
+        resource: "cpu".into(),
+    });
+    let executor = crate::tasks::metrics::ExecutorLabels {
+        executor: "pod".into(),
+    };
+    let _ = tasks.started.get_or_create(&executor);
+    let _ = tasks.duration_seconds.get_or_create(&executor);
+    let _ = tasks
+        .finished
+        .get_or_create(&crate::tasks::metrics::FinishedLabels {
+            executor: "pod".into(),
+            phase: "Success".into(),
+        });
+    let _ = webhooks
+        .duration
+        .get_or_create(&sluice_webhooks::OperationLabels { operation: "o" });
+    let _ = webhooks
+        .requests
+        .get_or_create(&sluice_webhooks::OutcomeLabels {
+            operation: "o",
+            outcome: "allowed",
+        });
+    use crate::scavenger::metrics::{ReasonLabels, ResourceLabels};
+    let _ = scavengers.interrupted.get_or_create(&ReasonLabels {
+        by: "sluice".into(),
+    });
+    let cpu = ResourceLabels {
+        resource: "cpu".into(),
+    };
+    let _ = scavengers.in_use.get_or_create(&cpu);
+    let _ = scavengers.capacity.get_or_create(&cpu);
 }
 
 #[cfg(test)]
@@ -133,8 +224,18 @@ mod tests {
         let page = page().expect("every metric has its labels listed");
         let metrics = registered().expect("registry");
         assert!(metrics.len() >= 30, "{} metrics", metrics.len());
-        assert!(page.contains("| `sluice_admitted_pods_total` | counter | `queue` |"), "{page}");
+        assert!(
+            page.contains("| `sluice_admitted_pods_total` | counter | `queue` |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("| `sluice_webhook_requests_total` | counter | `operation`, `outcome`;"),
+            "{page}"
+        );
         assert!(page.contains("| `sluice_leader` | gauge |"), "{page}");
-        assert!(page.contains("| `sluice_admission_pass_duration_seconds` | histogram |"), "{page}");
+        assert!(
+            page.contains("| `sluice_admission_pass_duration_seconds` | histogram |"),
+            "{page}"
+        );
     }
 }

@@ -98,7 +98,8 @@ fn routes() -> anyhow::Result<axum::Router> {
     let (namespaces, mut ns_writer) =
         reflector::store::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>();
     for name in ["ns", "other"] {
-        let mut meta = kube::core::PartialObjectMeta::<k8s_openapi::api::core::v1::Namespace>::default();
+        let mut meta =
+            kube::core::PartialObjectMeta::<k8s_openapi::api::core::v1::Namespace>::default();
         meta.metadata.name = Some(name.to_string());
         ns_writer.apply_watcher_event(&Event::Apply(meta));
     }
@@ -112,7 +113,13 @@ fn routes() -> anyhow::Result<axum::Router> {
 }
 
 /// An AdmissionReview as the API server sends it.
-fn review(resource: (&str, &str, &str, &str), operation: &str, object: Value, old: Value, user: &str) -> Value {
+fn review(
+    resource: (&str, &str, &str, &str),
+    operation: &str,
+    object: Value,
+    old: Value,
+    user: &str,
+) -> Value {
     let (group, version, kind, plural) = resource;
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "0d6b9a7e-5a2f-4c0b-9d3e-1f2a3b4c5d6e",
@@ -125,10 +132,15 @@ fn review(resource: (&str, &str, &str, &str), operation: &str, object: Value, ol
 }
 
 const POD: (&str, &str, &str, &str) = ("", "v1", "Pod", "pods");
-const SPARK: (&str, &str, &str, &str) =
-    ("sparkoperator.k8s.io", "v1beta2", "SparkApplication", "sparkapplications");
+const SPARK: (&str, &str, &str, &str) = (
+    "sparkoperator.k8s.io",
+    "v1beta2",
+    "SparkApplication",
+    "sparkapplications",
+);
 const RAY: (&str, &str, &str, &str) = ("ray.io", "v1", "RayCluster", "rayclusters");
-const SCAVENGER: (&str, &str, &str, &str) = ("sluice.dev", "v1alpha1", "ScavengerJob", "scavengerjobs");
+const SCAVENGER: (&str, &str, &str, &str) =
+    ("sluice.dev", "v1alpha1", "ScavengerJob", "scavengerjobs");
 const JOB: (&str, &str, &str, &str) = ("batch", "v1", "Job", "jobs");
 
 fn pod(queue: &str, cpu: &str, extra_spec: Value) -> Value {
@@ -174,7 +186,11 @@ fn scavenger(change: impl FnOnce(&mut Value)) -> Value {
 
 // Long: a table of cases, one entry each, read top to bottom.
 fn cases() -> Vec<(&'static str, Case)> {
-    let gated = pod("q", "1", json!({"schedulingGates": [{"name": "sluice.dev/admission"}]}));
+    let gated = pod(
+        "q",
+        "1",
+        json!({"schedulingGates": [{"name": "sluice.dev/admission"}]}),
+    );
     let ungated = pod("q", "1", json!({}));
     let mut relabelled = ungated.clone();
     relabelled["metadata"]["labels"]["sluice.dev/queue"] = json!("capped");
@@ -189,130 +205,223 @@ fn cases() -> Vec<(&'static str, Case)> {
             "spec": {"priorityClassName": "sluice-scavenger",
                 "containers": [{"name": "c", "image": "busybox"}]}}}});
     vec![
-        ("Pods", Case {
-            title: "Removing the gate yourself",
-            path: "/validate-pods",
-            review: review(POD, "UPDATE", ungated.clone(), gated, "alice"),
-            cause: "A user (not sluice's controller) removed the scheduling gate `sluice.dev/admission` of a governed pod that waits for quota.",
-            fix: "Wait: sluice removes the gate when the queue has room. See why it waits with `kubectl get dynamicworkloads -n <namespace>` or `sluice queue <queue>`.",
-        }),
-        ("Pods", Case {
-            title: "Changing a sluice label",
-            path: "/validate-pods",
-            review: review(POD, "UPDATE", relabelled, ungated.clone(), "alice"),
-            cause: "A user added, changed or removed a `sluice.dev/*` label (here the queue) of a governed pod: the labels say which queue and workload the pod counts in.",
-            fix: "Delete the pod and create it again with the labels you want.",
-        }),
-        ("Pods", Case {
-            title: "A negative request",
-            path: "/mutate-pods",
-            review: review(POD, "CREATE", pod("q", "-1", json!({})), Value::Null, "alice"),
-            cause: "A container asks for a negative amount of a resource (or an amount that does not parse as a Kubernetes quantity, or that overflows).",
-            fix: "Give requests and limits as non-negative quantities (`500m`, `2`, `1Gi`).",
-        }),
-        ("Pods", Case {
-            title: "Devices through dynamic resource allocation",
-            path: "/mutate-pods",
-            review: review(POD, "CREATE",
-                pod("q", "1", json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]})),
-                Value::Null, "alice"),
-            cause: "A governed pod claims devices through `spec.resourceClaims`: sluice cannot count DRA claims against a quota yet.",
-            fix: "Request the device as an extended resource (`nvidia.com/gpu: 1`) in the container's resources, or run the pod outside sluice's queues.",
-        }),
-        ("Pods", Case {
-            title: "A priority above the queue's cap",
-            path: "/mutate-pods",
-            review: review(POD, "CREATE", pod("capped", "1", json!({"priority": 1000, "priorityClassName": "high"})),
-                Value::Null, "alice"),
-            cause: "The pod's priority (from its PriorityClass) is above the queue's `spec.preemption.maxPriority`.",
-            fix: "Use a PriorityClass at or below the cap, or ask the queue's owner to raise `maxPriority`.",
-        }),
-        ("Pods", Case {
-            title: "Growing an admitted pod in place",
-            path: "/validate-pods",
-            review: {
-                let mut r = review(POD, "UPDATE", grown, ungated.clone(), "alice");
-                r["request"]["subResource"] = json!("resize");
-                r
+        (
+            "Pods",
+            Case {
+                title: "Removing the gate yourself",
+                path: "/validate-pods",
+                review: review(POD, "UPDATE", ungated.clone(), gated, "alice"),
+                cause: "A user (not sluice's controller) removed the scheduling gate `sluice.dev/admission` of a governed pod that waits for quota.",
+                fix: "Wait: sluice removes the gate when the queue has room. See why it waits with `kubectl get dynamicworkloads -n <namespace>` or `sluice queue <queue>`.",
             },
-            cause: "An in-place resize (`pods/resize`) asks for more than the pod was admitted with: the queue's quota was checked for the old size.",
-            fix: "Shrinking is allowed; to grow, create a bigger pod: it waits for room like any other.",
-        }),
-        ("Applications", Case {
-            title: "A queue that does not exist",
-            path: "/validate-applications",
-            review: review(SPARK, "CREATE", spark("nope", 1), Value::Null, "alice"),
-            cause: "The application's `sluice.dev/queue` label names a CapacityQueue that does not exist.",
-            fix: "Fix the label (`kubectl get capacityqueues` lists the queues), or ask an administrator to create the queue.",
-        }),
-        ("Applications", Case {
-            title: "A queue that does not admit the namespace",
-            path: "/validate-applications",
-            review: review(SPARK, "CREATE", spark("team-only", 1), Value::Null, "alice"),
-            cause: "The queue's `spec.namespaceSelector` does not select the application's namespace.",
-            fix: "Use a queue open to your namespace, or ask for the namespace to be labelled as the queue's selector says.",
-        }),
-        ("Applications", Case {
-            title: "A gang that could never fit",
-            path: "/validate-applications",
-            review: review(SPARK, "CREATE", spark("q", 20), Value::Null, "alice"),
-            cause: "The application's minimum (the gang: a Spark driver and its minimum executors, a Ray head and each group's minimum workers, a Job's parallelism) asks for more than the queue's whole quota: it would wait for ever.",
-            fix: "Lower the minimum (Spark `dynamicAllocation.minExecutors` or `executor.instances`, Ray `minReplicas`, Job `parallelism` or `sluice.dev/min-count`), or use a bigger queue.",
-        }),
-        ("Applications", Case {
-            title: "Moving an application to another queue",
-            path: "/validate-applications",
-            review: review(SPARK, "UPDATE", moved, spark("q", 1), "alice"),
-            cause: "The `sluice.dev/queue` label of an application was changed or removed: its pods already count in the first queue.",
-            fix: "Delete the application and submit it again with the new label.",
-        }),
-        ("Applications", Case {
-            title: "A negative amount in a template",
-            path: "/validate-applications",
-            review: review(RAY, "CREATE", ray_cluster("-2", 1), Value::Null, "alice"),
-            cause: "A pod template of the application asks for a negative, unparsable or overflowing amount (or negative replicas, executors or hosts).",
-            fix: "Fix the field the message names.",
-        }),
-        ("ScavengerJobs", Case {
-            title: "Requests that differ from limits",
-            path: "/validate-scavengerjobs",
-            review: review(SCAVENGER, "CREATE", scavenger(|s| s["resources"]["limits"]["cpu"] = json!("1")),
-                Value::Null, "alice"),
-            cause: "A ScavengerJob's pods are Guaranteed: its `resources.requests` must equal `resources.limits`.",
-            fix: "Give the same cpu and memory in both.",
-        }),
-        ("ScavengerJobs", Case {
-            title: "A duration that is not one",
-            path: "/validate-scavengerjobs",
-            review: review(SCAVENGER, "CREATE", scavenger(|s| s["duration"] = json!("soon")),
-                Value::Null, "alice"),
-            cause: "`spec.duration` is not a duration (`30s`, `30m`, `2h`, `1d`), is 0, or is more than a year.",
-            fix: "Write a duration up to `365d`; the job should checkpoint more often than this.",
-        }),
-        ("ScavengerJobs", Case {
-            title: "A relative mount path",
-            path: "/validate-scavengerjobs",
-            review: review(SCAVENGER, "CREATE",
-                scavenger(|s| s["mounts"] = json!([{"persistentVolumeClaim": "counter", "mountPath": "data"}])),
-                Value::Null, "alice"),
-            cause: "A mount's `mountPath` is relative, repeated, or the mount names no source or several (`persistentVolumeClaim`, `configMap`, `secret`).",
-            fix: "Give each mount exactly one source and an absolute, distinct `mountPath`.",
-        }),
-        ("ScavengerJobs", Case {
-            title: "A queue without scavenger quota",
-            path: "/validate-scavengerjobs",
-            review: review(SCAVENGER, "CREATE", scavenger(|s| s["queueName"] = json!("q")),
-                Value::Null, "alice"),
-            cause: "`spec.queueName` names a queue that does not exist or has no `spec.scavengerQuota`: such a queue runs no ScavengerJobs.",
-            fix: "Leave `queueName` out (the cluster's idle capacity only), or ask for a `scavengerQuota` on the queue.",
-        }),
-        ("ScavengerJobs", Case {
-            title: "A Job that claims to be a ScavengerJob's",
-            path: "/validate-scavenger-workloads",
-            review: review(JOB, "CREATE", scavenger_job, Value::Null, "alice"),
-            cause: "Only sluice creates Jobs labelled `sluice.dev/scavenger-job` or using the `sluice-scavenger` PriorityClass (and only the Job controller their pods): anyone else would get scavenger capacity outside a ScavengerJob.",
-            fix: "Create a ScavengerJob; sluice creates its Job.",
-        }),
+        ),
+        (
+            "Pods",
+            Case {
+                title: "Changing a sluice label",
+                path: "/validate-pods",
+                review: review(POD, "UPDATE", relabelled, ungated.clone(), "alice"),
+                cause: "A user added, changed or removed a `sluice.dev/*` label (here the queue) of a governed pod: the labels say which queue and workload the pod counts in.",
+                fix: "Delete the pod and create it again with the labels you want.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "A negative request",
+                path: "/mutate-pods",
+                review: review(
+                    POD,
+                    "CREATE",
+                    pod("q", "-1", json!({})),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "A container asks for a negative amount of a resource (or an amount that does not parse as a Kubernetes quantity, or that overflows).",
+                fix: "Give requests and limits as non-negative quantities (`500m`, `2`, `1Gi`).",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "Devices through dynamic resource allocation",
+                path: "/mutate-pods",
+                review: review(
+                    POD,
+                    "CREATE",
+                    pod(
+                        "q",
+                        "1",
+                        json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}),
+                    ),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "A governed pod claims devices through `spec.resourceClaims`: sluice cannot count DRA claims against a quota yet.",
+                fix: "Request the device as an extended resource (`nvidia.com/gpu: 1`) in the container's resources, or run the pod outside sluice's queues.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "A priority above the queue's cap",
+                path: "/mutate-pods",
+                review: review(
+                    POD,
+                    "CREATE",
+                    pod(
+                        "capped",
+                        "1",
+                        json!({"priority": 1000, "priorityClassName": "high"}),
+                    ),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "The pod's priority (from its PriorityClass) is above the queue's `spec.preemption.maxPriority`.",
+                fix: "Use a PriorityClass at or below the cap, or ask the queue's owner to raise `maxPriority`.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "Growing an admitted pod in place",
+                path: "/validate-pods",
+                review: {
+                    let mut r = review(POD, "UPDATE", grown, ungated.clone(), "alice");
+                    r["request"]["subResource"] = json!("resize");
+                    r
+                },
+                cause: "An in-place resize (`pods/resize`) asks for more than the pod was admitted with: the queue's quota was checked for the old size.",
+                fix: "Shrinking is allowed; to grow, create a bigger pod: it waits for room like any other.",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "A queue that does not exist",
+                path: "/validate-applications",
+                review: review(SPARK, "CREATE", spark("nope", 1), Value::Null, "alice"),
+                cause: "The application's `sluice.dev/queue` label names a CapacityQueue that does not exist.",
+                fix: "Fix the label (`kubectl get capacityqueues` lists the queues), or ask an administrator to create the queue.",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "A queue that does not admit the namespace",
+                path: "/validate-applications",
+                review: review(SPARK, "CREATE", spark("team-only", 1), Value::Null, "alice"),
+                cause: "The queue's `spec.namespaceSelector` does not select the application's namespace.",
+                fix: "Use a queue open to your namespace, or ask for the namespace to be labelled as the queue's selector says.",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "A gang that could never fit",
+                path: "/validate-applications",
+                review: review(SPARK, "CREATE", spark("q", 20), Value::Null, "alice"),
+                cause: "The application's minimum (the gang: a Spark driver and its minimum executors, a Ray head and each group's minimum workers, a Job's parallelism) asks for more than the queue's whole quota: it would wait for ever.",
+                fix: "Lower the minimum (Spark `dynamicAllocation.minExecutors` or `executor.instances`, Ray `minReplicas`, Job `parallelism` or `sluice.dev/min-count`), or use a bigger queue.",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "Moving an application to another queue",
+                path: "/validate-applications",
+                review: review(SPARK, "UPDATE", moved, spark("q", 1), "alice"),
+                cause: "The `sluice.dev/queue` label of an application was changed or removed: its pods already count in the first queue.",
+                fix: "Delete the application and submit it again with the new label.",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "A negative amount in a template",
+                path: "/validate-applications",
+                review: review(RAY, "CREATE", ray_cluster("-2", 1), Value::Null, "alice"),
+                cause: "A pod template of the application asks for a negative, unparsable or overflowing amount (or negative replicas, executors or hosts).",
+                fix: "Fix the field the message names.",
+            },
+        ),
+        (
+            "ScavengerJobs",
+            Case {
+                title: "Requests that differ from limits",
+                path: "/validate-scavengerjobs",
+                review: review(
+                    SCAVENGER,
+                    "CREATE",
+                    scavenger(|s| s["resources"]["limits"]["cpu"] = json!("1")),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "A ScavengerJob's pods are Guaranteed: its `resources.requests` must equal `resources.limits`.",
+                fix: "Give the same cpu and memory in both.",
+            },
+        ),
+        (
+            "ScavengerJobs",
+            Case {
+                title: "A duration that is not one",
+                path: "/validate-scavengerjobs",
+                review: review(
+                    SCAVENGER,
+                    "CREATE",
+                    scavenger(|s| s["duration"] = json!("soon")),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "`spec.duration` is not a duration (`30s`, `30m`, `2h`, `1d`), is 0, or is more than a year.",
+                fix: "Write a duration up to `365d`; the job should checkpoint more often than this.",
+            },
+        ),
+        (
+            "ScavengerJobs",
+            Case {
+                title: "A relative mount path",
+                path: "/validate-scavengerjobs",
+                review: review(
+                    SCAVENGER,
+                    "CREATE",
+                    scavenger(|s| {
+                        s["mounts"] =
+                            json!([{"persistentVolumeClaim": "counter", "mountPath": "data"}])
+                    }),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "A mount's `mountPath` is relative, repeated, or the mount names no source or several (`persistentVolumeClaim`, `configMap`, `secret`).",
+                fix: "Give each mount exactly one source and an absolute, distinct `mountPath`.",
+            },
+        ),
+        (
+            "ScavengerJobs",
+            Case {
+                title: "A queue without scavenger quota",
+                path: "/validate-scavengerjobs",
+                review: review(
+                    SCAVENGER,
+                    "CREATE",
+                    scavenger(|s| s["queueName"] = json!("q")),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "`spec.queueName` names a queue that does not exist or has no `spec.scavengerQuota`: such a queue runs no ScavengerJobs.",
+                fix: "Leave `queueName` out (the cluster's idle capacity only), or ask for a `scavengerQuota` on the queue.",
+            },
+        ),
+        (
+            "ScavengerJobs",
+            Case {
+                title: "A Job that claims to be a ScavengerJob's",
+                path: "/validate-scavenger-workloads",
+                review: review(JOB, "CREATE", scavenger_job, Value::Null, "alice"),
+                cause: "Only sluice creates Jobs labelled `sluice.dev/scavenger-job` or using the `sluice-scavenger` PriorityClass (and only the Job controller their pods): anyone else would get scavenger capacity outside a ScavengerJob.",
+                fix: "Create a ScavengerJob; sluice creates its Job.",
+            },
+        ),
     ]
 }
 
