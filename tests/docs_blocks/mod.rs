@@ -173,6 +173,7 @@ pub fn simple_commands(line: &str) -> Vec<Vec<String>> {
                     if chars[i] == '$' && chars.get(i + 1) == Some(&'(') {
                         let (inner, next) = substitution(&chars, i + 2);
                         commands.extend(simple_commands(&inner));
+                        word.push_str("$(...)");
                         i = next;
                         continue;
                     }
