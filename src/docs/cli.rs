@@ -29,7 +29,7 @@ fn command_sections(cmd: &mut clap::Command, parent: &str, out: &mut String) {
         .map(|a| a.to_string())
         .unwrap_or_default();
     if !about.trim().is_empty() {
-        out.push_str(&format!("{}\n\n", about.trim()));
+        out.push_str(&format!("{}\n\n", super::prose(about.trim())));
     }
     let usage = cmd.render_usage().to_string();
     let usage = usage.trim().trim_start_matches("Usage:").trim();

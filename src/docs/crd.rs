@@ -49,7 +49,7 @@ fn version_section(version: &Value) -> String {
     let schema = &version["schema"]["openAPIV3Schema"];
     let mut out = format!("## Version `{name}`\n\n");
     if let Some(description) = schema["description"].as_str() {
-        out.push_str(&format!("{}\n\n", description.trim()));
+        out.push_str(&format!("{}\n\n", super::prose(description.trim())));
     }
     let columns = version["additionalPrinterColumns"].as_array();
     if let Some(columns) = columns.filter(|c| !c.is_empty()) {

@@ -45,14 +45,30 @@ pub fn write_reference(cli: clap::Command, out: &Path) -> anyhow::Result<Vec<Str
     Ok(written)
 }
 
-/// `text` fit for one cell of a Markdown table: pipes escaped, paragraphs kept as `<br>`.
+/// `text` fit for one cell of a Markdown table: pipes escaped, `<` and `>` escaped outside code
+/// spans (so `<namespace>` is not taken for HTML), paragraphs kept as `<br>`.
 pub(crate) fn cell(text: &str) -> String {
-    let text = text.trim().replace('|', "\\|");
+    let text = prose(text.trim()).replace('|', "\\|");
     text.split("\n\n")
         .map(|para| para.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|para| !para.is_empty())
         .collect::<Vec<_>>()
         .join("<br><br>")
+}
+
+/// `text` with `<` and `>` escaped outside code spans.
+pub(crate) fn prose(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                part.to_string()
+            } else {
+                part.replace('<', "&lt;").replace('>', "&gt;")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 #[cfg(test)]
@@ -63,5 +79,6 @@ mod tests {
     fn a_cell_escapes_pipes_and_keeps_paragraphs() {
         assert_eq!(cell(" a | b\nc\n\nd "), "a \\| b c<br><br>d");
         assert_eq!(cell(""), "");
+        assert_eq!(cell("a <b> `<c>`"), "a &lt;b&gt; `<c>`");
     }
 }
