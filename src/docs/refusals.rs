@@ -142,6 +142,17 @@ const RAY: (&str, &str, &str, &str) = ("ray.io", "v1", "RayCluster", "raycluster
 const SCAVENGER: (&str, &str, &str, &str) =
     ("sluice.dev", "v1alpha1", "ScavengerJob", "scavengerjobs");
 const JOB: (&str, &str, &str, &str) = ("batch", "v1", "Job", "jobs");
+const RAY_JOB: (&str, &str, &str, &str) = ("ray.io", "v1", "RayJob", "rayjobs");
+
+fn job(change: impl FnOnce(&mut Value)) -> Value {
+    let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "hello", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
+        "spec": {"parallelism": 2, "completions": 4, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox",
+                "resources": {"requests": {"cpu": "500m"}}}]}}}});
+    change(&mut job);
+    job
+}
 
 fn pod(queue: &str, cpu: &str, extra_spec: Value) -> Value {
     let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
@@ -171,6 +182,17 @@ fn ray_cluster(cpu: &str, replicas: i64) -> Value {
             "workerGroupSpecs": [{"groupName": "cpu", "replicas": replicas, "minReplicas": replicas,
                 "maxReplicas": 5, "template": {"spec": {"containers": [
                     {"name": "w", "image": "ray", "resources": {"requests": {"cpu": cpu}}}]}}}]}})
+}
+
+fn ray_job_with_group(group: &str) -> Value {
+    json!({"apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": "rj", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
+        "spec": {"entrypoint": "python -c 1", "rayClusterSpec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [
+                {"name": "head", "image": "ray", "resources": {"requests": {"cpu": "1"}}}]}}},
+            "workerGroupSpecs": [{"groupName": group, "replicas": 1, "minReplicas": 1,
+                "maxReplicas": 1, "template": {"spec": {"containers": [
+                    {"name": "w", "image": "ray", "resources": {"requests": {"cpu": "1"}}}]}}}]}}})
 }
 
 fn scavenger(change: impl FnOnce(&mut Value)) -> Value {
@@ -223,6 +245,21 @@ fn cases() -> Vec<(&'static str, Case)> {
                 review: review(POD, "UPDATE", relabelled, ungated.clone(), "alice"),
                 cause: "A user added, changed or removed a `sluice.dev/*` label (here the queue) of a governed pod: the labels say which queue and workload the pod counts in.",
                 fix: "Delete the pod and create it again with the labels you want.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "Changing an admission annotation",
+                path: "/validate-pods",
+                review: {
+                    let mut noted = ungated.clone();
+                    noted["metadata"]["annotations"] =
+                        json!({"sluice.dev/admitted-at-creation": "t-1"});
+                    review(POD, "UPDATE", noted, ungated.clone(), "alice")
+                },
+                cause: "A user set or changed `sluice.dev/admitted-at-creation` or `sluice.dev/admitted-at`: they record how and when sluice admitted the pod.",
+                fix: "Leave them to sluice; a pod created with a copied token is gated, not admitted.",
             },
         ),
         (
@@ -346,6 +383,57 @@ fn cases() -> Vec<(&'static str, Case)> {
             },
         ),
         (
+            "Applications",
+            Case {
+                title: "A Job's gang that is not a number",
+                path: "/validate-applications",
+                review: review(
+                    JOB,
+                    "CREATE",
+                    job(|j| j["metadata"]["annotations"] = json!({"sluice.dev/min-count": "many"})),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "The annotation `sluice.dev/min-count` (the gang) of a Job, or of its template, is not a whole number.",
+                fix: "Write the gang's size as a number (`\"2\"`), at most `parallelism`.",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "A Job that claims to be a RayJob's submitter",
+                path: "/validate-applications",
+                review: review(
+                    JOB,
+                    "CREATE",
+                    job(|j| {
+                        j["spec"]["template"]["metadata"] =
+                            json!({"labels": {"sluice.dev/ray-job": "other"}})
+                    }),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "A Job's template carries `sluice.dev/ray-job`, the label by which a RayJob's pods are counted in its ledger.",
+                fix: "Remove the label: only KubeRay's submitter Job of that RayJob carries it (sluice puts it there).",
+            },
+        ),
+        (
+            "Applications",
+            Case {
+                title: "A RayJob worker group named submitter",
+                path: "/validate-applications",
+                review: review(
+                    RAY_JOB,
+                    "CREATE",
+                    ray_job_with_group("submitter"),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "`submitter` is the pod set of a RayJob's submitter pod in its DynamicWorkload; a worker group of that name would be counted as it. (A RayJob with more than 64 worker groups, or whose name is not a label value, is refused the same way, naming the field.)",
+                fix: "Name the worker group otherwise.",
+            },
+        ),
+        (
             "ScavengerJobs",
             Case {
                 title: "Requests that differ from limits",
@@ -420,6 +508,24 @@ fn cases() -> Vec<(&'static str, Case)> {
                 review: review(JOB, "CREATE", scavenger_job, Value::Null, "alice"),
                 cause: "Only sluice creates Jobs labelled `sluice.dev/scavenger-job` or using the `sluice-scavenger` PriorityClass (and only the Job controller their pods): anyone else would get scavenger capacity outside a ScavengerJob.",
                 fix: "Create a ScavengerJob; sluice creates its Job.",
+            },
+        ),
+        (
+            "ScavengerJobs",
+            Case {
+                title: "A pod that claims to be a ScavengerJob's",
+                path: "/validate-scavenger-workloads",
+                review: {
+                    let mut forged = pod(
+                        "q",
+                        "500m",
+                        json!({"priorityClassName": "sluice-scavenger"}),
+                    );
+                    forged["metadata"]["labels"] = json!({"sluice.dev/scavenger-job": "counter"});
+                    review(POD, "CREATE", forged, Value::Null, "alice")
+                },
+                cause: "A pod labelled `sluice.dev/scavenger-job` or using the `sluice-scavenger` PriorityClass, not created by the Job controller for a ScavengerJob's Job.",
+                fix: "Create a ScavengerJob.",
             },
         ),
     ]
