@@ -1000,8 +1000,11 @@ mod tests {
             assert!(name.starts_with("sluice_"), "metric {name} in:\n{text}");
         }
         assert!(names.contains(&"sluice_status_writes_total"), "{text}");
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-            .expect("README");
+        let reference = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/src/reference/metrics.md"
+        ))
+        .expect("docs/src/reference/metrics.md");
         for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
             let mut words = line.split_whitespace().skip(2);
             let (Some(name), Some(kind)) = (words.next(), words.next()) else {
@@ -1013,8 +1016,8 @@ mod tests {
                 name.to_string()
             };
             assert!(
-                readme.contains(&format!("`{documented}`")),
-                "README's Metrics table lacks `{documented}`"
+                reference.contains(&format!("`{documented}`")),
+                "docs/src/reference/metrics.md lacks `{documented}`: run hack/gen-manifests.sh"
             );
         }
     }
