@@ -328,8 +328,39 @@ fn cases() -> Vec<(&'static str, Case)> {
                     r["request"]["subResource"] = json!("resize");
                     r
                 },
-                cause: "An in-place resize (`pods/resize`) asks for more than the pod was admitted with: the queue's quota was checked for the old size.",
+                cause: "An in-place resize (`pods/resize`) asks for more than the pod was admitted with (or, still gated, than a pass may have admitted it at): the queue's quota was checked for the old size.",
                 fix: "Shrinking is allowed; to grow, create a bigger pod: it waits for room like any other.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "Moving a pod to another workload or gang",
+                path: "/validate-pods",
+                review: {
+                    let mut grown_gang = ungated.clone();
+                    grown_gang["metadata"]["annotations"] =
+                        json!({"sluice.dev/min-count": "100000"});
+                    review(POD, "UPDATE", grown_gang, ungated.clone(), "alice")
+                },
+                cause: "A user changed a label an integration joins pods by (`ray.io/cluster`, `spark-app-selector`, a Job's labels...) or an annotation a gang is read from (`sluice.dev/min-count`, `sluice.dev/job-gang`) on a governed pod: it would move what the pod holds into another ledger or grow its gang with no fit check.",
+                fix: "Create a new pod with the labels and annotations you want.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "A pod that could never fit",
+                path: "/mutate-pods",
+                review: review(
+                    POD,
+                    "CREATE",
+                    pod("q", "9", json!({})),
+                    Value::Null,
+                    "alice",
+                ),
+                cause: "The pod (times its gang, `sluice.dev/min-count`) asks for more than its queue could ever give: its quota, plus what its cohort can lend it up to its borrowing limit. Left waiting it would wait for ever, and block a StrictFIFO queue.",
+                fix: "Lower its requests or its minimum, or ask for a larger quota (or a cohort that can lend).",
             },
         ),
         (
@@ -358,7 +389,7 @@ fn cases() -> Vec<(&'static str, Case)> {
                 title: "A gang that could never fit",
                 path: "/validate-applications",
                 review: review(SPARK, "CREATE", spark("q", 20), Value::Null, "alice"),
-                cause: "The application's minimum (the gang: a Spark driver and its minimum executors, a Ray head and each group's minimum workers, a Job's parallelism) asks for more than the queue's whole quota: it would wait for ever.",
+                cause: "The application's minimum (the gang: a Spark driver and its minimum executors, a Ray head and each group's minimum workers, a Job's parallelism) asks for more than the queue could ever give (its quota, plus what its cohort can lend it up to its borrowing limit): it would wait for ever.",
                 fix: "Lower the minimum (Spark `dynamicAllocation.minExecutors` or `executor.instances`, Ray `minReplicas`, Job `parallelism` or `sluice.dev/min-count`), or use a bigger queue.",
             },
         ),
