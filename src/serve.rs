@@ -993,8 +993,15 @@ mod tests {
             assert!(name.starts_with("sluice_"), "metric {name} in:\n{text}");
         }
         assert!(names.contains(&"sluice_status_writes_total"), "{text}");
+        // The README's Metrics table, or the book's monitoring page (the per-queue gauges and
+        // the events' counters are documented there).
         let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-            .expect("README");
+            .expect("README")
+            + &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/docs/src/operations/monitoring.md"
+            ))
+            .expect("docs/src/operations/monitoring.md");
         for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
             let mut words = line.split_whitespace().skip(2);
             let (Some(name), Some(kind)) = (words.next(), words.next()) else {
@@ -1007,7 +1014,7 @@ mod tests {
             };
             assert!(
                 readme.contains(&format!("`{documented}`")),
-                "README's Metrics table lacks `{documented}`"
+                "neither README's Metrics table nor docs/src/operations/monitoring.md names `{documented}`"
             );
         }
     }

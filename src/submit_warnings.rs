@@ -142,7 +142,10 @@ mod tests {
 
     #[test]
     fn an_application_that_fits_an_idle_queue_gets_no_warning() {
-        let q = queue(json!({"quota": {"cpu": "4"}}), json!({"usage": {"cpu": "1"}}));
+        let q = queue(
+            json!({"quota": {"cpu": "4"}}),
+            json!({"usage": {"cpu": "1"}}),
+        );
         assert!(warnings("q", &q, &cpu(3)).is_empty());
     }
 
@@ -155,7 +158,7 @@ mod tests {
         let w = warnings("q", &q, &cpu(2));
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("CapacityQueue q is full"), "{}", w[0]);
-        assert!(w[0].contains("needs 2 cpu, 500m of 4 free"), "{}", w[0]);
+        assert!(w[0].contains("needs 2 cpu, 0.5 of 4 free"), "{}", w[0]);
     }
 
     #[test]
@@ -171,13 +174,17 @@ mod tests {
 
     #[test]
     fn a_cohort_queue_warns_of_borrowing_and_of_its_borrowing_limit() {
-        let spec = json!({"quota": {"cpu": "4"}, "cohort": "research", "borrowingLimit": {"cpu": "2"}});
+        let spec =
+            json!({"quota": {"cpu": "4"}, "cohort": "research", "borrowingLimit": {"cpu": "2"}});
         let q = queue(spec.clone(), json!({"usage": {"cpu": "3"}}));
         let w = warnings("q", &q, &cpu(2));
         assert!(w[0].contains("must borrow from cohort research"), "{w:?}");
         let q = queue(spec, json!({"usage": {"cpu": "4"}}));
         let w = warnings("q", &q, &cpu(3));
-        assert!(w[0].contains("above what CapacityQueue q may borrow"), "{w:?}");
+        assert!(
+            w[0].contains("above what CapacityQueue q may borrow"),
+            "{w:?}"
+        );
     }
 
     #[test]
@@ -189,7 +196,10 @@ mod tests {
     #[test]
     fn warnings_stay_within_what_the_api_server_keeps() {
         let long = "q".repeat(300);
-        let q = queue(json!({"quota": {"cpu": "1"}}), json!({"usage": {"cpu": "1"}, "pendingWorkloads": 1}));
+        let q = queue(
+            json!({"quota": {"cpu": "1"}}),
+            json!({"usage": {"cpu": "1"}, "pendingWorkloads": 1}),
+        );
         for w in warnings(&long, &q, &cpu(1)) {
             assert!(w.chars().count() <= WARNING_CHARS);
         }

@@ -18,7 +18,13 @@ use kube::{Client, Config};
 use serde_json::json;
 use support::*;
 
-fn dynamic(env: &TestEnv, group: &str, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+fn dynamic(
+    env: &TestEnv,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
     let resource =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
@@ -101,7 +107,10 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
         "position 1".to_string(),
         "cpu".to_string(),
     ] {
-        assert!(note.contains(&part), "{part:?} not in the RayCluster's event: {note}");
+        assert!(
+            note.contains(&part),
+            "{part:?} not in the RayCluster's event: {note}"
+        );
     }
 
     let spark: DynamicObject = serde_json::from_value(json!({
@@ -117,10 +126,16 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
         },
     }))
     .expect("SparkApplication");
-    dynamic(&env, "sparkoperator.k8s.io", "v1beta2", "SparkApplication", "sparkapplications")
-        .create(&PostParams::default(), &spark)
-        .await
-        .expect("create the SparkApplication");
+    dynamic(
+        &env,
+        "sparkoperator.k8s.io",
+        "v1beta2",
+        "SparkApplication",
+        "sparkapplications",
+    )
+    .create(&PostParams::default(), &spark)
+    .await
+    .expect("create the SparkApplication");
     let note = wait_event(&env, "SparkApplication", "etl", "Waiting").await;
     assert!(note.contains(&format!("queue {queue}")), "{note}");
     assert!(note.contains("position"), "{note}");
@@ -149,23 +164,24 @@ async fn a_submit_into_a_full_queue_prints_a_warning_in_kubectl() {
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
     });
-    let output = tokio::process::Command::new("kubectl")
-        .args(["create", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map(|mut child| {
-            use std::io::Write as _;
-            let mut stdin = child.stdin.take().expect("stdin");
-            let body = job.to_string();
-            std::thread::spawn(move || stdin.write_all(body.as_bytes()));
-            child
-        })
-        .expect("run kubectl (hack/cluster.sh env puts it on PATH)")
-        .wait_with_output()
-        .await
-        .expect("kubectl output");
+    let body = job.to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("kubectl")
+            .args(["create", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(body.as_bytes())?;
+        }
+        child.wait_with_output()
+    })
+    .await
+    .expect("join")
+    .expect("run kubectl (hack/cluster.sh env puts it on PATH)");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "kubectl create failed: {stderr}");
     assert!(
@@ -193,15 +209,24 @@ async fn grant_view(env: &TestEnv, user: &str) {
         "rules": [{"apiGroups": ["sluice.dev"], "resources": ["dynamicworkloads"], "verbs": ["get", "list", "watch"]}],
     }))
     .expect("role");
-    roles.create(&PostParams::default(), &role).await.expect("create role");
-    for (name, kind, role) in [("view", "ClusterRole", "view"), ("read-dwl", "Role", "read-dwl")] {
+    roles
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create role");
+    for (name, kind, role) in [
+        ("view", "ClusterRole", "view"),
+        ("read-dwl", "Role", "read-dwl"),
+    ] {
         let binding: RoleBinding = serde_json::from_value(json!({
             "metadata": {"name": format!("{user}-{name}")},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         }))
         .expect("binding");
-        bindings.create(&PostParams::default(), &binding).await.expect("create binding");
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create binding");
     }
 }
 
@@ -255,8 +280,16 @@ async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_r
         )
         .await;
         let text = sluice::kubectl_plugin::render_why(&report, jiff::Timestamp::now());
-        for part in [format!("queue:      {queue}"), "position:".into(), "why:".into(), "estimate:".into()] {
-            assert!(text.contains(&part), "{part:?} not in `why {target}`:\n{text}");
+        for part in [
+            format!("queue:      {queue}"),
+            "position:".into(),
+            "why:".into(),
+            "estimate:".into(),
+        ] {
+            assert!(
+                text.contains(&part),
+                "{part:?} not in `why {target}`:\n{text}"
+            );
         }
         eprintln!("kubectl sluice why {target}:\n{text}");
     }
@@ -291,18 +324,25 @@ async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events(
     });
     env.create_pods_at_once(burst).await;
     env.wait_queue_counts(&queue, N as i32, 1).await;
-    wait_for("a Waiting event on a pod of the burst", Duration::from_secs(90), || async {
-        sluice_events(&env)
-            .await
-            .into_iter()
-            .find(|(k, n, r, _)| k == "Pod" && n.starts_with("exec-") && r == "Waiting")
-    })
+    wait_for(
+        "a Waiting event on a pod of the burst",
+        Duration::from_secs(90),
+        || async {
+            sluice_events(&env)
+                .await
+                .into_iter()
+                .find(|(k, n, r, _)| k == "Pod" && n.starts_with("exec-") && r == "Waiting")
+        },
+    )
     .await;
     // Several passes later (the statuses of every pod were written), still the one event: an
     // event is a transition, and the queue status written after the burst shows the passes ran.
-    env.wait_workload_status("burst", "the burst's status", Duration::from_secs(30), |s| {
-        s.pending_pods == N as i32
-    })
+    env.wait_workload_status(
+        "burst",
+        "the burst's status",
+        Duration::from_secs(30),
+        |s| s.pending_pods == N as i32,
+    )
     .await;
     let events = sluice_events(&env).await;
     let on_burst: Vec<_> = events
@@ -320,14 +360,18 @@ async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events(
     let solo = (0..N).map(|i| pod(&format!("solo-{i}"), &queue, "500m"));
     env.create_pods_at_once(solo).await;
     env.wait_queue_counts(&queue, 2 * N as i32, 1).await;
-    let solo_events = wait_for("Waiting events on the single pods", Duration::from_secs(90), || async {
-        let n = sluice_events(&env)
-            .await
-            .into_iter()
-            .filter(|(k, n, _, _)| k == "Pod" && n.starts_with("solo-"))
-            .count();
-        (n > 0).then_some(n)
-    })
+    let solo_events = wait_for(
+        "Waiting events on the single pods",
+        Duration::from_secs(90),
+        || async {
+            let n = sluice_events(&env)
+                .await
+                .into_iter()
+                .filter(|(k, n, _, _)| k == "Pod" && n.starts_with("solo-"))
+                .count();
+            (n > 0).then_some(n)
+        },
+    )
     .await;
     eprintln!("events for {N} single-pod workloads: {solo_events} (so far)");
     assert!(solo_events <= N, "{solo_events} events for {N} workloads");

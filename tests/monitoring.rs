@@ -48,7 +48,9 @@ fn served() -> BTreeMap<String, BTreeSet<String>> {
     c.admission_wait_seconds.get_or_create(&q).observe(1.0);
     c.preemptions.get_or_create(&pr).inc();
     c.evicted_pods.get_or_create(&pr).inc();
-    c.preemption_admission_seconds.get_or_create(&q).observe(1.0);
+    c.preemption_admission_seconds
+        .get_or_create(&q)
+        .observe(1.0);
     c.borrowed.get_or_create(&qr).set(1);
     c.events
         .sent
@@ -70,15 +72,14 @@ fn served() -> BTreeMap<String, BTreeSet<String>> {
             strategy: "BestEffortFIFO".into(),
         })
         .set(1);
-    webhook.record(
-        "mutate_pods",
-        sluice_webhooks::Outcome::Allowed,
-        0.001,
-    );
+    webhook.record("mutate_pods", sluice_webhooks::Outcome::Allowed, 0.001);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let (name, rest) = match line.find(['{', ' ']) {
             Some(i) => line.split_at(i),
             None => continue,
@@ -105,7 +106,14 @@ struct Use {
 /// The metrics of one PromQL expression (each with its selector's labels), and the labels of its
 /// `by`, `without`, `on`, `ignoring`, `group_left` and `group_right` clauses.
 fn parse(expr: &str) -> (Vec<Use>, Vec<String>) {
-    const CLAUSES: [&str; 6] = ["by", "without", "on", "ignoring", "group_left", "group_right"];
+    const CLAUSES: [&str; 6] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
     let chars: Vec<char> = expr.chars().collect();
     let (mut uses, mut grouped) = (Vec::new(), Vec::new());
     let mut i = 0;
@@ -125,7 +133,9 @@ fn parse(expr: &str) -> (Vec<Use>, Vec<String>) {
             continue;
         }
         let start = i;
-        while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':') {
+        while i < chars.len()
+            && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+        {
             i += 1;
         }
         let word: String = chars[start..i].iter().collect();
@@ -142,7 +152,11 @@ fn parse(expr: &str) -> (Vec<Use>, Vec<String>) {
         };
         if CLAUSES.contains(&word.as_str()) {
             if let Some((list, end)) = inner('(', ')', j) {
-                grouped.extend(list.split(',').map(|l| l.trim().to_string()).filter(|l| !l.is_empty()));
+                grouped.extend(
+                    list.split(',')
+                        .map(|l| l.trim().to_string())
+                        .filter(|l| !l.is_empty()),
+                );
                 i = end;
             }
             continue;
@@ -175,11 +189,15 @@ fn parse(expr: &str) -> (Vec<Use>, Vec<String>) {
 
 fn rules_exprs() -> Vec<(String, String)> {
     let rules: serde_yaml::Value =
-        serde_yaml::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml")).expect("rules YAML");
+        serde_yaml::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml"))
+            .expect("rules YAML");
     let mut out = Vec::new();
     for group in rules["groups"].as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {
-            let name = rule["alert"].as_str().or(rule["record"].as_str()).expect("alert name");
+            let name = rule["alert"]
+                .as_str()
+                .or(rule["record"].as_str())
+                .expect("alert name");
             let expr = rule["expr"].as_str().expect("expr");
             out.push((format!("alert {name}"), expr.to_string()));
         }
@@ -189,7 +207,8 @@ fn rules_exprs() -> Vec<(String, String)> {
 
 fn dashboard_exprs() -> Vec<(String, String)> {
     let dash: serde_json::Value =
-        serde_json::from_str(&read("manifests/monitoring/grafana-dashboard.json")).expect("dashboard JSON");
+        serde_json::from_str(&read("manifests/monitoring/grafana-dashboard.json"))
+            .expect("dashboard JSON");
     let mut out = Vec::new();
     for panel in dash["panels"].as_array().expect("panels") {
         for target in panel["targets"].as_array().into_iter().flatten() {
@@ -222,17 +241,21 @@ fn check(expr: &str, served: &BTreeMap<String, BTreeSet<String>>) -> Vec<String>
     }
     let mut all_labels: BTreeSet<String> = TARGET_LABELS.iter().map(|l| l.to_string()).collect();
     for u in &uses {
-        let labels: BTreeSet<String> = match (served.get(&u.metric), external.get(u.metric.as_str())) {
-            (Some(labels), _) => labels.clone(),
-            (None, Some(labels)) => labels.iter().map(|l| l.to_string()).collect(),
-            (None, None) => {
-                problems.push(format!("{} is not a metric sluice serves", u.metric));
-                continue;
-            }
-        };
+        let labels: BTreeSet<String> =
+            match (served.get(&u.metric), external.get(u.metric.as_str())) {
+                (Some(labels), _) => labels.clone(),
+                (None, Some(labels)) => labels.iter().map(|l| l.to_string()).collect(),
+                (None, None) => {
+                    problems.push(format!("{} is not a metric sluice serves", u.metric));
+                    continue;
+                }
+            };
         for label in &u.selected {
             if !labels.contains(label) && !TARGET_LABELS.contains(&label.as_str()) {
-                problems.push(format!("{} has no label {label} (it has {labels:?})", u.metric));
+                problems.push(format!(
+                    "{} has no label {label} (it has {labels:?})",
+                    u.metric
+                ));
             }
         }
         all_labels.extend(labels);
@@ -249,8 +272,16 @@ fn check(expr: &str, served: &BTreeMap<String, BTreeSet<String>>) -> Vec<String>
 fn every_metric_the_alerts_and_the_dashboard_query_exists_with_its_labels() {
     let served = served();
     // The registry is what this test believes: a few names it must have.
-    for name in ["sluice_queue_quota", "sluice_admitted_pods_total", "sluice_webhook_request_duration_seconds_bucket"] {
-        assert!(served.contains_key(name), "{name} not served: {:?}", served.keys());
+    for name in [
+        "sluice_queue_quota",
+        "sluice_admitted_pods_total",
+        "sluice_webhook_request_duration_seconds_bucket",
+    ] {
+        assert!(
+            served.contains_key(name),
+            "{name} not served: {:?}",
+            served.keys()
+        );
     }
     let exprs: Vec<(String, String)> = rules_exprs().into_iter().chain(dashboard_exprs()).collect();
     assert!(exprs.len() > 20, "{} expressions", exprs.len());
@@ -283,9 +314,11 @@ fn the_check_catches_a_wrong_name_a_wrong_suffix_and_a_wrong_label() {
 #[test]
 fn the_prometheus_rule_carries_the_rules_file_groups() {
     let rules: serde_yaml::Value =
-        serde_yaml::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml")).expect("rules");
+        serde_yaml::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml"))
+            .expect("rules");
     let cr: serde_yaml::Value =
-        serde_yaml::from_str(&read("manifests/monitoring/prometheusrule.yaml")).expect("PrometheusRule");
+        serde_yaml::from_str(&read("manifests/monitoring/prometheusrule.yaml"))
+            .expect("PrometheusRule");
     assert_eq!(cr["kind"].as_str(), Some("PrometheusRule"));
     assert_eq!(cr["spec"]["groups"], rules["groups"]);
 }

@@ -69,7 +69,10 @@ pub enum Target {
     Pod(String),
     Workload(String),
     /// An application of one of sluice's integrations: its kind as the integration names it.
-    Application { kind: String, name: String },
+    Application {
+        kind: String,
+        name: String,
+    },
 }
 
 /// Parses `<kind>/<name>` (kind case-insensitive, singular, plural or short; a bare name is a
@@ -83,7 +86,9 @@ pub fn parse_target(
         None => ("pod".to_string(), text.to_string()),
     };
     if name.is_empty() || name.contains('/') {
-        return Err(format!("{text:?}: expected <kind>/<name>, e.g. raycluster/my-cluster"));
+        return Err(format!(
+            "{text:?}: expected <kind>/<name>, e.g. raycluster/my-cluster"
+        ));
     }
     let kind = kind.split('.').next().unwrap_or_default().to_string();
     match kind.as_str() {
@@ -143,9 +148,9 @@ pub fn workload_of_application<'a>(
 
 /// Runs the plugin; the text to print.
 pub async fn run(cli: PluginCli) -> anyhow::Result<String> {
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!("no Kubernetes credentials found (set KUBECONFIG): {e}")
-    })?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| anyhow::anyhow!("no Kubernetes credentials found (set KUBECONFIG): {e}"))?;
     let namespace = cli
         .namespace
         .clone()
@@ -180,8 +185,16 @@ mod tests {
         let apps = crate::integrations::applications();
         assert_eq!(parse_target("pod/x", &apps), Ok(Target::Pod("x".into())));
         assert_eq!(parse_target("x", &apps), Ok(Target::Pod("x".into())));
-        assert_eq!(parse_target("dwl/w", &apps), Ok(Target::Workload("w".into())));
-        for text in ["raycluster/rc", "RayClusters/rc", "rc/rc", "rayclusters.ray.io/rc"] {
+        assert_eq!(
+            parse_target("dwl/w", &apps),
+            Ok(Target::Workload("w".into()))
+        );
+        for text in [
+            "raycluster/rc",
+            "RayClusters/rc",
+            "rc/rc",
+            "rayclusters.ray.io/rc",
+        ] {
             assert_eq!(
                 parse_target(text, &apps),
                 Ok(Target::Application {
@@ -209,7 +222,8 @@ mod tests {
             let mut j = serde_json::json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload",
                 "metadata": {"name": name, "namespace": "ns"}, "spec": {"queueName": "q"}});
             if let Some((kind, n)) = source {
-                j["spec"]["source"] = serde_json::json!({"apiVersion": "v1", "kind": kind, "name": n});
+                j["spec"]["source"] =
+                    serde_json::json!({"apiVersion": "v1", "kind": kind, "name": n});
             }
             serde_json::from_value(j).expect("dwl")
         };

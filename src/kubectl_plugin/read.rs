@@ -15,7 +15,10 @@ use crate::queue::cli::{self, Output};
 /// How far back `why`'s estimate looks.
 const ESTIMATE_WINDOW_S: i64 = 3600;
 
-async fn workloads(client: &Client, namespace: Option<&str>) -> anyhow::Result<Vec<DynamicWorkload>> {
+async fn workloads(
+    client: &Client,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<DynamicWorkload>> {
     let api: Api<DynamicWorkload> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -44,11 +47,77 @@ pub async fn why(client: &Client, namespace: &str, text: &str) -> anyhow::Result
     let applications = crate::integrations::applications();
     let target = parse_target(text, &applications).map_err(anyhow::Error::msg)?;
     let all = workloads(client, Some(namespace)).await?;
-    let mut report = WhyReport {
-        queue: Err(String::new()),
-        ..WhyReport::default()
+    let mut report = WhyReport::default();
+    let (object_name, workload_name) =
+        resolve(client, namespace, &target, &applications, &all, &mut report).await?;
+    report.workload = workload_name.and_then(|n| {
+        all.iter()
+            .find(|w| w.metadata.name.as_deref() == Some(n.as_str()))
+            .cloned()
+    });
+    report.events = events(client, namespace, &object_name, report.workload.as_ref()).await;
+    let Some(w) = report.workload.clone() else {
+        return Ok(report);
     };
-    let (object_name, workload_name) = match &target {
+    let queue = w.spec.queue_name.clone();
+    let position = w.status.as_ref().and_then(|s| s.position);
+    if let Some(p) = position {
+        let mut ahead: Vec<DynamicWorkload> = all
+            .iter()
+            .filter(|o| o.spec.queue_name == queue)
+            .filter(|o| {
+                o.status
+                    .as_ref()
+                    .and_then(|s| s.position)
+                    .is_some_and(|q| q < p)
+            })
+            .cloned()
+            .collect();
+        ahead.sort_by_key(|o| o.status.as_ref().and_then(|s| s.position));
+        report.ahead = ahead;
+        let admitted: Vec<i64> = all
+            .iter()
+            .filter(|o| o.spec.queue_name == queue)
+            .filter_map(|o| {
+                o.status
+                    .as_ref()?
+                    .admitted_at
+                    .as_deref()?
+                    .parse::<jiff::Timestamp>()
+                    .ok()
+            })
+            .map(|t| t.as_second())
+            .collect();
+        let now = jiff::Timestamp::now().as_second();
+        report.estimate = Some(estimate(
+            p,
+            &queue,
+            &admitted,
+            now,
+            ESTIMATE_WINDOW_S,
+            &format!("namespace {namespace}'s workloads"),
+        ));
+    }
+    report.queue = Some(
+        Api::<CapacityQueue>::all(client.clone())
+            .get(&queue)
+            .await
+            .map_err(|e| unreadable(&queue, &e)),
+    );
+    Ok(report)
+}
+
+/// The object asked about and the name of its DynamicWorkload (None: none records it); fills the
+/// report's target, pod note and note.
+async fn resolve(
+    client: &Client,
+    namespace: &str,
+    target: &Target,
+    applications: &[std::sync::Arc<dyn crate::integrations::ApplicationIntegration>],
+    all: &[DynamicWorkload],
+    report: &mut WhyReport,
+) -> anyhow::Result<(String, Option<String>)> {
+    let resolved = match target {
         Target::Pod(name) => {
             let pod = Api::<Pod>::namespaced(client.clone(), namespace)
                 .get_opt(name)
@@ -76,7 +145,7 @@ pub async fn why(client: &Client, namespace: &str, text: &str) -> anyhow::Result
                 .find(|a| a.api_resource().kind == *kind)
                 .map(|a| a.workload_name(name))
                 .unwrap_or_else(|| name.clone());
-            let found = workload_of_application(&all, kind, name, &expected)
+            let found = workload_of_application(all, kind, name, &expected)
                 .and_then(|w| w.metadata.name.clone());
             if found.is_none() {
                 report.note = Some(format!(
@@ -86,47 +155,7 @@ pub async fn why(client: &Client, namespace: &str, text: &str) -> anyhow::Result
             (name.clone(), found)
         }
     };
-    report.workload = workload_name.and_then(|n| {
-        all.iter()
-            .find(|w| w.metadata.name.as_deref() == Some(n.as_str()))
-            .cloned()
-    });
-    report.events = events(client, namespace, &object_name, report.workload.as_ref()).await;
-    let Some(w) = report.workload.clone() else {
-        return Ok(report);
-    };
-    let queue = w.spec.queue_name.clone();
-    let position = w.status.as_ref().and_then(|s| s.position);
-    if let Some(p) = position {
-        let mut ahead: Vec<DynamicWorkload> = all
-            .iter()
-            .filter(|o| o.spec.queue_name == queue)
-            .filter(|o| o.status.as_ref().and_then(|s| s.position).is_some_and(|q| q < p))
-            .cloned()
-            .collect();
-        ahead.sort_by_key(|o| o.status.as_ref().and_then(|s| s.position));
-        report.ahead = ahead;
-        let admitted: Vec<i64> = all
-            .iter()
-            .filter(|o| o.spec.queue_name == queue)
-            .filter_map(|o| o.status.as_ref()?.admitted_at.as_deref()?.parse::<jiff::Timestamp>().ok())
-            .map(|t| t.as_second())
-            .collect();
-        let now = jiff::Timestamp::now().as_second();
-        report.estimate = Some(estimate(
-            p,
-            &queue,
-            &admitted,
-            now,
-            ESTIMATE_WINDOW_S,
-            &format!("namespace {namespace}'s workloads"),
-        ));
-    }
-    report.queue = Api::<CapacityQueue>::all(client.clone())
-        .get(&queue)
-        .await
-        .map_err(|e| unreadable(&queue, &e));
-    Ok(report)
+    Ok(resolved)
 }
 
 fn pod_note(pod: &Pod) -> String {
@@ -142,7 +171,9 @@ fn pod_note(pod: &Pod) -> String {
         .unwrap_or_else(|| "Unknown".into());
     match (pod.labels().get(QUEUE_LABEL), gated) {
         (None, _) => format!("{phase}; not governed by sluice (no {QUEUE_LABEL} label)"),
-        (Some(q), true) => format!("{phase}; gated ({ADMISSION_GATE}): waits for quota in queue {q}"),
+        (Some(q), true) => {
+            format!("{phase}; gated ({ADMISSION_GATE}): waits for quota in queue {q}")
+        }
         (Some(q), false) => format!("{phase}; admitted by sluice in queue {q} (no gate)"),
     }
 }
@@ -194,7 +225,10 @@ async fn events(
     }
     out.sort_by_key(|e| e.0);
     let skip = out.len().saturating_sub(8);
-    out.into_iter().skip(skip).map(|(_, a, r, n)| (a, r, n)).collect()
+    out.into_iter()
+        .skip(skip)
+        .map(|(_, a, r, n)| (a, r, n))
+        .collect()
 }
 
 /// `kubectl sluice queue`: the pending order, through `sluice queue`'s own table.
@@ -212,7 +246,10 @@ pub async fn queue(
         Ok(list) => (list.items, None),
         Err(e) => {
             // Only the names the workloads give: no quota, no usage.
-            let mut names: Vec<String> = workloads.iter().map(|w| w.spec.queue_name.clone()).collect();
+            let mut names: Vec<String> = workloads
+                .iter()
+                .map(|w| w.spec.queue_name.clone())
+                .collect();
             names.sort();
             names.dedup();
             let stubs = names

@@ -16,8 +16,8 @@ pub struct WhyReport {
     pub workload: Option<DynamicWorkload>,
     /// Workloads of the same namespace and queue ahead of it (lower position), in order.
     pub ahead: Vec<DynamicWorkload>,
-    /// The queue, when these rights can read it; else why not.
-    pub queue: Result<CapacityQueue, String>,
+    /// The queue, when these rights can read it; else why not (None: not asked).
+    pub queue: Option<Result<CapacityQueue, String>>,
     pub estimate: Option<Estimate>,
     /// sluice's events on the object (and its workload), oldest first: `(age, reason, note)`.
     pub events: Vec<(String, String, String)>,
@@ -91,6 +91,7 @@ fn list(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Qu
 }
 
 /// The text of `kubectl sluice why`.
+// Long: one report, its lines in the order they are printed, each a few lines of formatting.
 pub fn render_why(r: &WhyReport, now: jiff::Timestamp) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", r.target);
@@ -161,7 +162,8 @@ pub fn render_why(r: &WhyReport, now: jiff::Timestamp) -> String {
         }
     }
     match &r.queue {
-        Ok(q) => {
+        None => {}
+        Some(Ok(q)) => {
             let qs = q.status.clone().unwrap_or_default();
             let summary = if qs.usage_summary.is_empty() {
                 format!("quota {}, used {}", list(&q.spec.quota), list(&qs.usage))
@@ -180,12 +182,14 @@ pub fn render_why(r: &WhyReport, now: jiff::Timestamp) -> String {
                 qs.pending_workloads, qs.admitted_workloads
             );
         }
-        Err(why) => {
+        Some(Err(why)) => {
             let _ = writeln!(out, "  queue use:  {why}");
         }
     }
     if let Some(e) = &r.estimate {
-        let value = e.seconds.map_or("unknown".to_string(), |s| format!("~{}", duration(s)));
+        let value = e
+            .seconds
+            .map_or("unknown".to_string(), |s| format!("~{}", duration(s)));
         let _ = writeln!(out, "  estimate:   {value} ({})", e.basis);
     }
     if !r.events.is_empty() {
@@ -256,8 +260,12 @@ pub fn top_from_workloads(workloads: &[DynamicWorkload]) -> Vec<TopRow> {
     for w in workloads {
         let s = w.status.clone().unwrap_or_default();
         let entry = per_queue.entry(w.spec.queue_name.clone()).or_default();
-        entry.0.add_all(&ResourceList::from_quantities(&s.used).unwrap_or_default());
-        entry.1.add_all(&ResourceList::from_quantities(&s.borrowed).unwrap_or_default());
+        entry
+            .0
+            .add_all(&ResourceList::from_quantities(&s.used).unwrap_or_default());
+        entry
+            .1
+            .add_all(&ResourceList::from_quantities(&s.borrowed).unwrap_or_default());
         if s.position.is_some() {
             entry.2 += 1;
         }
@@ -291,9 +299,19 @@ pub fn render_top(top: &(Vec<TopRow>, Option<String>)) -> String {
     }
     let cell = |r: &str, v: Option<i64>| v.map_or("?".to_string(), |v| format_quantity(r, v));
     let mut table = vec![
-        ["QUEUE", "COHORT", "RESOURCE", "USED/QUOTA", "USE%", "RESERVED", "BORROWED", "LENT", "PENDING"]
-            .map(String::from)
-            .to_vec(),
+        [
+            "QUEUE",
+            "COHORT",
+            "RESOURCE",
+            "USED/QUOTA",
+            "USE%",
+            "RESERVED",
+            "BORROWED",
+            "LENT",
+            "PENDING",
+        ]
+        .map(String::from)
+        .to_vec(),
     ];
     let mut cohorts: BTreeMap<(String, String), [Option<i64>; 5]> = BTreeMap::new();
     for row in rows {
@@ -314,7 +332,9 @@ pub fn render_top(top: &(Vec<TopRow>, Option<String>)) -> String {
                 row.pending_workloads.map_or("?".into(), |p| p.to_string()),
             ]);
             if let Some(c) = &row.cohort {
-                let sum = cohorts.entry((c.clone(), resource.clone())).or_insert([Some(0); 5]);
+                let sum = cohorts
+                    .entry((c.clone(), resource.clone()))
+                    .or_insert([Some(0); 5]);
                 for (s, x) in sum.iter_mut().zip(v) {
                     *s = match (*s, x) {
                         (Some(a), Some(b)) => Some(a.saturating_add(*b)),
@@ -370,10 +390,21 @@ mod tests {
     #[test]
     fn the_estimate_follows_the_recent_turnover_and_says_so() {
         let now = 10_000;
-        let e = estimate(3, "q", &[now - 100, now - 200, now - 5000], now, 3600, "namespace ml");
+        let e = estimate(
+            3,
+            "q",
+            &[now - 100, now - 200, now - 5000],
+            now,
+            3600,
+            "namespace ml",
+        );
         // Two in the last hour: 1800 s each, position 3: 5400 s.
         assert_eq!(e.seconds, Some(5400));
-        assert!(e.basis.contains("2 workload(s) of namespace ml"), "{}", e.basis);
+        assert!(
+            e.basis.contains("2 workload(s) of namespace ml"),
+            "{}",
+            e.basis
+        );
         let none = estimate(1, "q", &[], now, 3600, "namespace ml");
         assert_eq!(none.seconds, None);
         assert!(none.basis.starts_with("no estimate"));
@@ -386,12 +417,16 @@ mod tests {
     #[test]
     fn top_shows_used_over_quota_per_resource_and_sums_cohorts() {
         let qs = vec![
-            queue(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            queue(
+                json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
                 "metadata": {"name": "a"}, "spec": {"quota": {"cpu": "4"}, "cohort": "c"},
-                "status": {"usage": {"cpu": "3"}, "pendingWorkloads": 2}})),
-            queue(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+                "status": {"usage": {"cpu": "3"}, "pendingWorkloads": 2}}),
+            ),
+            queue(
+                json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
                 "metadata": {"name": "b"}, "spec": {"quota": {"cpu": "2"}, "cohort": "c"},
-                "status": {"usage": {"cpu": "2"}, "borrowed": {"cpu": "1"}}})),
+                "status": {"usage": {"cpu": "2"}, "borrowed": {"cpu": "1"}}}),
+            ),
         ];
         let text = render_top(&(top_from_queues(&qs), None));
         assert!(text.contains("3/4"), "{text}");
@@ -412,12 +447,19 @@ mod tests {
         let report = WhyReport {
             target: "RayCluster ml/rc".into(),
             workload: Some(w),
-            queue: Err("CapacityQueue q: not readable with these rights".into()),
+            queue: Some(Err("CapacityQueue q: not readable with these rights".into())),
             ..WhyReport::default()
         };
         let now: jiff::Timestamp = "2026-01-01T00:05:00Z".parse().expect("now");
         let text = render_why(&report, now);
-        for part in ["DynamicWorkload raycluster-rc", "queue:      q", "position:   3", "waiting for 5m", "needs 1 cpu more", "2 of other namespaces"] {
+        for part in [
+            "DynamicWorkload raycluster-rc",
+            "queue:      q",
+            "position:   3",
+            "waiting for 5m",
+            "needs 1 cpu more",
+            "2 of other namespaces",
+        ] {
             assert!(text.contains(part), "{part} not in\n{text}");
         }
     }

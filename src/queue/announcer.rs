@@ -239,7 +239,9 @@ impl Announcer {
         )
         .await
         {
-            Ok(Ok(())) => self.metrics.sent.get_or_create(&labels).inc(),
+            Ok(Ok(())) => {
+                self.metrics.sent.get_or_create(&labels).inc();
+            }
             Ok(Err(e)) => {
                 self.metrics.failed.inc();
                 debug!(%e, reason = outgoing.reason, "event not recorded");
@@ -358,9 +360,7 @@ mod tests {
             any_pod: Some(reference("Pod", "head")),
         };
         let names = |refs: Vec<ObjectReference>| {
-            refs.into_iter()
-                .filter_map(|r| r.name)
-                .collect::<Vec<_>>()
+            refs.into_iter().filter_map(|r| r.name).collect::<Vec<_>>()
         };
         assert_eq!(names(t.for_notice(&notice(true))), ["rc", "w-1"]);
         assert_eq!(names(t.for_notice(&notice(false))), ["rc"]);

@@ -34,9 +34,9 @@ use crate::queue::admission::{
 };
 use crate::queue::announcer::{self, Announcer};
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
-use crate::queue::gauges;
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
 use crate::queue::evictor::{self, Evictor};
+use crate::queue::gauges;
 use crate::queue::incremental::Snapshotter;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;

@@ -6,14 +6,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use crate::metrics::{QueueGauges, QueueInfoLabels, QueueLabels, QueueResourceLabels};
-use crate::queue::admission::{Decisions, PodState};
+use crate::queue::admission::{Decisions, PodState, QueueSnapshot, QueueTally};
 use crate::queue::snapshot::Built;
 
 /// The series each queue had at the last pass, to remove those of queues (or resources) gone.
 #[derive(Default)]
 pub(crate) struct Series {
-    known: Mutex<BTreeMap<String, (BTreeSet<String>, QueueInfoLabels)>>,
+    known: Mutex<Known>,
 }
+
+/// Per queue: the resources it has series for, and its info labels.
+type Known = BTreeMap<String, (BTreeSet<String>, QueueInfoLabels)>;
 
 /// Per queue: milli-units to base units.
 fn base(milli: i64) -> f64 {
@@ -70,23 +73,7 @@ impl Series {
                 .chain(tally.usage.0.keys())
                 .cloned()
                 .collect();
-            for resource in &resources {
-                let l = QueueResourceLabels {
-                    queue: queue.name.clone(),
-                    resource: resource.clone(),
-                };
-                gauges.quota.get_or_create(&l).set(base(queue.quota.get(resource)));
-                gauges.used.get_or_create(&l).set(base(tally.usage.get(resource)));
-                gauges
-                    .reserved
-                    .get_or_create(&l)
-                    .set(base(tally.reserved.get(resource)));
-                gauges
-                    .borrowed
-                    .get_or_create(&l)
-                    .set(base(tally.borrowed.get(resource)));
-                gauges.lent.get_or_create(&l).set(base(tally.lent.get(resource)));
-            }
+            set_resources(gauges, queue, tally, &resources);
             gauges
                 .admitted_workloads
                 .get_or_create(&labels)
@@ -118,38 +105,145 @@ impl Series {
             gauges.info.get_or_create(&info).set(1);
             now_known.insert(queue.name.clone(), (resources, info));
         }
-        for (queue, (resources, info)) in known.iter() {
-            let now = now_known.get(queue);
-            for resource in resources {
-                if now.is_some_and(|(r, _)| r.contains(resource)) {
-                    continue;
-                }
-                let l = QueueResourceLabels {
-                    queue: queue.clone(),
-                    resource: resource.clone(),
-                };
-                for family in [
-                    &gauges.quota,
-                    &gauges.used,
-                    &gauges.reserved,
-                    &gauges.borrowed,
-                    &gauges.lent,
-                ] {
-                    family.remove(&l);
-                }
+        remove_gone(gauges, &known, &now_known);
+        *known = now_known;
+    }
+}
+
+/// The per-resource gauges of one queue.
+fn set_resources(
+    gauges: &QueueGauges,
+    queue: &QueueSnapshot,
+    tally: &QueueTally,
+    resources: &BTreeSet<String>,
+) {
+    for resource in resources {
+        let l = QueueResourceLabels {
+            queue: queue.name.clone(),
+            resource: resource.clone(),
+        };
+        gauges
+            .quota
+            .get_or_create(&l)
+            .set(base(queue.quota.get(resource)));
+        gauges
+            .used
+            .get_or_create(&l)
+            .set(base(tally.usage.get(resource)));
+        gauges
+            .reserved
+            .get_or_create(&l)
+            .set(base(tally.reserved.get(resource)));
+        gauges
+            .borrowed
+            .get_or_create(&l)
+            .set(base(tally.borrowed.get(resource)));
+        gauges
+            .lent
+            .get_or_create(&l)
+            .set(base(tally.lent.get(resource)));
+    }
+}
+
+/// Removes the series of queues, resources and info labels the last pass had and this one has not.
+fn remove_gone(gauges: &QueueGauges, known: &Known, now_known: &Known) {
+    for (queue, (resources, info)) in known.iter() {
+        let now = now_known.get(queue);
+        for resource in resources {
+            if now.is_some_and(|(r, _)| r.contains(resource)) {
+                continue;
             }
-            if now.is_none_or(|(_, i)| i != info) {
-                gauges.info.remove(info);
-            }
-            if now.is_none() {
-                let l = QueueLabels {
-                    queue: queue.clone(),
-                };
-                gauges.admitted_workloads.remove(&l);
-                gauges.admitted_pods.remove(&l);
-                gauges.oldest_pending_timestamp.remove(&l);
+            let l = QueueResourceLabels {
+                queue: queue.clone(),
+                resource: resource.clone(),
+            };
+            for family in [
+                &gauges.quota,
+                &gauges.used,
+                &gauges.reserved,
+                &gauges.borrowed,
+                &gauges.lent,
+            ] {
+                family.remove(&l);
             }
         }
-        *known = now_known;
+        if now.is_none_or(|(_, i)| i != info) {
+            gauges.info.remove(info);
+        }
+        if now.is_none() {
+            let l = QueueLabels {
+                queue: queue.clone(),
+            };
+            gauges.admitted_workloads.remove(&l);
+            gauges.admitted_pods.remove(&l);
+            gauges.oldest_pending_timestamp.remove(&l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(gauges: &QueueGauges) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("q_used", "", gauges.used.clone());
+        registry.register("q_info", "", gauges.info.clone());
+        registry.register("q_admitted", "", gauges.admitted_pods.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    }
+
+    fn info(queue: &str, cohort: &str) -> QueueInfoLabels {
+        QueueInfoLabels {
+            queue: queue.into(),
+            cohort: cohort.into(),
+            strategy: "BestEffortFIFO".into(),
+        }
+    }
+
+    #[test]
+    fn a_gone_queue_resource_or_cohort_loses_its_series_and_the_rest_stay() {
+        let gauges = QueueGauges::default();
+        for (queue, resource) in [("a", "cpu"), ("a", "memory"), ("b", "cpu")] {
+            let l = QueueResourceLabels {
+                queue: queue.into(),
+                resource: resource.into(),
+            };
+            gauges.used.get_or_create(&l).set(base(1500));
+        }
+        for q in ["a", "b"] {
+            gauges
+                .admitted_pods
+                .get_or_create(&QueueLabels { queue: q.into() })
+                .set(1);
+        }
+        gauges.info.get_or_create(&info("a", "c1")).set(1);
+        gauges.info.get_or_create(&info("b", "")).set(1);
+        let resources = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let before: Known = BTreeMap::from([
+            (
+                "a".to_string(),
+                (resources(&["cpu", "memory"]), info("a", "c1")),
+            ),
+            ("b".to_string(), (resources(&["cpu"]), info("b", ""))),
+        ]);
+        // Queue a dropped memory from its quota and moved to cohort c2; queue b is gone.
+        gauges.info.get_or_create(&info("a", "c2")).set(1);
+        let after: Known =
+            BTreeMap::from([("a".to_string(), (resources(&["cpu"]), info("a", "c2")))]);
+        remove_gone(&gauges, &before, &after);
+        let text = encoded(&gauges);
+        assert!(
+            text.contains(r#"q_used{queue="a",resource="cpu"} 1.5"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"resource="memory""#), "{text}");
+        assert!(!text.contains(r#"queue="b""#), "{text}");
+        assert!(
+            text.contains(r#"cohort="c2""#) && !text.contains(r#"cohort="c1""#),
+            "{text}"
+        );
     }
 }

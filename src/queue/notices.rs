@@ -156,7 +156,9 @@ pub struct Notice {
 pub fn position_moved(old: Option<u32>, new: Option<u32>) -> bool {
     match (old, new) {
         (Some(old), Some(new)) if old != new => {
-            new == 1 || new.saturating_mul(2) <= old || (new >= old.saturating_mul(2) && new >= old + 5)
+            new == 1
+                || new.saturating_mul(2) <= old
+                || (new >= old.saturating_mul(2) && new >= old + 5)
         }
         (None, Some(_)) | (Some(_), None) => true,
         _ => false,
@@ -245,10 +247,14 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
 fn waiting(seen: &Observed, first: bool) -> Notice {
     let reason_key = seen.waiting.map(ReasonKey::of);
     let refused = reason_key.as_ref().is_some_and(ReasonKey::refused);
-    let position = seen
-        .position
-        .map_or_else(|| "no position yet".to_string(), |p| format!("position {p}"));
-    let why = seen.waiting.map(|r| describe(r, seen.key)).unwrap_or_default();
+    let position = seen.position.map_or_else(
+        || "no position yet".to_string(),
+        |p| format!("position {p}"),
+    );
+    let why = seen
+        .waiting
+        .map(|r| describe(r, seen.key))
+        .unwrap_or_default();
     let head = if refused {
         "cannot be admitted as its queue stands"
     } else if first {
@@ -321,7 +327,11 @@ fn requeue_limit(seen: &Observed) -> Notice {
 /// Another workload, named only when it is of the same namespace.
 fn preemptor(by: Option<&str>, key: &WorkloadKey) -> String {
     match by {
-        Some(by) if by.split_once('/').is_some_and(|(ns, _)| ns == key.namespace) => {
+        Some(by)
+            if by
+                .split_once('/')
+                .is_some_and(|(ns, _)| ns == key.namespace) =>
+        {
             format!("DynamicWorkload {by}")
         }
         Some(_) => "a workload of higher priority in another namespace".to_string(),

@@ -18,7 +18,11 @@ fn quota(resource: &str, missing: i64) -> WaitReason {
     }
 }
 
-fn seen<'a>(key: &'a WorkloadKey, waiting: Option<&'a WaitReason>, position: Option<u32>) -> Observed<'a> {
+fn seen<'a>(
+    key: &'a WorkloadKey,
+    waiting: Option<&'a WaitReason>,
+    position: Option<u32>,
+) -> Observed<'a> {
     Observed {
         key,
         queue: "q",
@@ -49,7 +53,12 @@ fn a_new_waiting_workload_is_told_once_with_its_workload_queue_position_and_reas
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].reason, "Waiting");
     assert!(out[0].on_gated_pod);
-    for part in ["DynamicWorkload ml/train", "queue q", "position 2", "needs 1 cpu more"] {
+    for part in [
+        "DynamicWorkload ml/train",
+        "queue q",
+        "position 2",
+        "needs 1 cpu more",
+    ] {
         assert!(out[0].note.contains(part), "{part} not in {}", out[0].note);
     }
     // The same wait again, with other figures: nothing more.
@@ -64,15 +73,27 @@ fn a_material_change_is_told_at_most_once_per_spacing() {
     let (cpu, memory) = (quota("cpu", 1000), quota("memory", 1 << 30));
     let (_, after) = notices(&new(), &seen(&k, Some(&cpu), Some(9)), now);
     // Another resource, at once: too soon after the first event.
-    let (out, after) = notices(&after, &seen(&k, Some(&memory), Some(9)), now + Duration::from_secs(5));
+    let (out, after) = notices(
+        &after,
+        &seen(&k, Some(&memory), Some(9)),
+        now + Duration::from_secs(5),
+    );
     assert!(out.is_empty());
     // Later: told, and the position moved to the front too.
-    let (out, after) = notices(&after, &seen(&k, Some(&memory), Some(1)), now + UPDATE_SPACING);
+    let (out, after) = notices(
+        &after,
+        &seen(&k, Some(&memory), Some(1)),
+        now + UPDATE_SPACING,
+    );
     assert_eq!(out.len(), 1);
     assert!(out[0].note.starts_with("still waiting"), "{}", out[0].note);
     assert!(out[0].note.contains("position 1"));
     // A small move of the position is no news.
-    let (out, _) = notices(&after, &seen(&k, Some(&memory), Some(2)), now + UPDATE_SPACING * 3);
+    let (out, _) = notices(
+        &after,
+        &seen(&k, Some(&memory), Some(2)),
+        now + UPDATE_SPACING * 3,
+    );
     assert!(out.is_empty());
 }
 
@@ -151,7 +172,10 @@ fn requeues_and_the_requeue_limit_are_told_and_then_nothing() {
     let mut s = seen(&k, Some(&r), Some(1));
     s.requeue_count = 1;
     let (out, after) = notices(&holding, &s, now);
-    assert_eq!(out.iter().map(|n| n.reason).collect::<Vec<_>>(), ["Requeued"]);
+    assert_eq!(
+        out.iter().map(|n| n.reason).collect::<Vec<_>>(),
+        ["Requeued"]
+    );
     s.requeue_exhausted = true;
     s.phase = WorkloadPhase::Failed;
     let (out, done) = notices(&after, &s, now);

@@ -448,6 +448,7 @@ pub fn queue_status(
                 now,
             )],
             observed_generation: generation,
+            usage_summary: String::new(),
         },
         None => CapacityQueueStatus {
             conditions: vec![Condition::updated(
@@ -467,13 +468,17 @@ pub fn queue_status(
 /// `kubectl get cq`'s `Used/Quota`: per resource the quota names, what is used and reserved
 /// (from the status's quantities) over the quota, e.g. `cpu=3/4 memory=1Gi/8Gi`.
 pub fn usage_summary(
-    quota: &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    quota: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
     status: &CapacityQueueStatus,
 ) -> String {
     use crate::resources::{ResourceList, format_quantity};
-    let held = |m: &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-        ResourceList::from_quantities(m).unwrap_or_default()
-    };
+    let held = |m: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >| { ResourceList::from_quantities(m).unwrap_or_default() };
     let (usage, reserved) = (held(&status.usage), held(&status.reserved));
     quota
         .iter()
