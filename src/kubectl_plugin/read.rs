@@ -31,14 +31,17 @@ async fn workloads(
         .items)
 }
 
-/// Why a queue cannot be read, in words.
-fn unreadable(queue: &str, e: &kube::Error) -> String {
+/// Why a queue (`Some(name)`) or the queues (None) cannot be read, in words.
+fn unreadable(queue: Option<&str>, e: &kube::Error) -> String {
+    let what = queue.map_or("CapacityQueues".to_string(), |q| {
+        format!("CapacityQueue {q}")
+    });
     match e {
         kube::Error::Api(s) if s.code == 403 => format!(
-            "CapacityQueue {queue} is cluster-wide and these credentials may not read it (ask for the ClusterRole sluice-queue-reader); figures below are your namespace's"
+            "{what}: cluster-wide, and these credentials may not read it (the ClusterRole sluice-queue-reader grants it)"
         ),
-        kube::Error::Api(s) if s.code == 404 => format!("CapacityQueue {queue} does not exist"),
-        other => format!("CapacityQueue {queue} could not be read: {other}"),
+        kube::Error::Api(s) if s.code == 404 => format!("{what} does not exist"),
+        other => format!("{what} could not be read: {other}"),
     }
 }
 
@@ -95,14 +98,14 @@ pub async fn why(client: &Client, namespace: &str, text: &str) -> anyhow::Result
             &admitted,
             now,
             ESTIMATE_WINDOW_S,
-            &format!("namespace {namespace}'s workloads"),
+            &format!("namespace {namespace}"),
         ));
     }
     report.queue = Some(
         Api::<CapacityQueue>::all(client.clone())
             .get(&queue)
             .await
-            .map_err(|e| unreadable(&queue, &e)),
+            .map_err(|e| unreadable(Some(&queue), &e)),
     );
     Ok(report)
 }
@@ -256,7 +259,13 @@ pub async fn queue(
                 .into_iter()
                 .map(|n| CapacityQueue::new(&n, Default::default()))
                 .collect();
-            (stubs, Some(unreadable("(all)", &e)))
+            (
+                stubs,
+                Some(format!(
+                    "{}: quota and usage unknown here",
+                    unreadable(None, &e)
+                )),
+            )
         }
     };
     if let Some(ns) = namespace {
@@ -304,8 +313,8 @@ pub async fn top(
             Ok((
                 top_from_workloads(&workloads),
                 Some(format!(
-                    "{}: USED is what {scope}'s workloads hold",
-                    unreadable("(all)", &e)
+                    "{}: USED is what {scope}'s workloads hold, quota unknown",
+                    unreadable(None, &e)
                 )),
             ))
         }
