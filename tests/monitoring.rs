@@ -322,3 +322,49 @@ fn the_prometheus_rule_carries_the_rules_file_groups() {
     assert_eq!(cr["kind"].as_str(), Some("PrometheusRule"));
     assert_eq!(cr["spec"]["groups"], rules["groups"]);
 }
+
+/// `promtool` (Prometheus's own rule engine) when installed: None, with a line saying so, when
+/// not (`apt-get install prometheus` provides it); `SLUICE_REQUIRE_PROMTOOL=1` makes that a failure.
+fn promtool() -> Option<std::process::Command> {
+    let found = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("SLUICE_REQUIRE_PROMTOOL").is_none(),
+            "promtool is not installed"
+        );
+        eprintln!("skipped: promtool is not installed (apt-get install prometheus provides it)");
+        return None;
+    }
+    let mut command = std::process::Command::new("promtool");
+    command.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/monitoring"));
+    Some(command)
+}
+
+#[test]
+fn the_alert_rules_load_in_prometheus_and_fire_as_their_unit_tests_say() {
+    let Some(mut check) = promtool() else { return };
+    let out = check
+        .args(["check", "rules", "sluice-alerts.rules.yaml"])
+        .output()
+        .expect("promtool check rules");
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let Some(mut test) = promtool() else { return };
+    let out = test
+        .args(["test", "rules", "tests/alerts-test.yaml"])
+        .output()
+        .expect("promtool test rules");
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
