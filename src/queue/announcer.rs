@@ -18,7 +18,7 @@ use tracing::debug;
 
 use crate::api::{DynamicWorkload, DynamicWorkloadStatus};
 use crate::metrics::{EventLabels, EventMetrics};
-use crate::queue::admission::{PodState, WorkloadKey, WorkloadTally};
+use crate::queue::admission::{Decisions, PodState, WorkloadKey};
 use crate::queue::notices::{self, Announced, Notice, Observed};
 use crate::queue::snapshot::Built;
 
@@ -43,8 +43,9 @@ pub struct Targets {
 }
 
 impl Targets {
-    /// The objects of `built.snapshot.workloads[w]`.
-    pub fn of(built: &Built, w: usize) -> Targets {
+    /// The objects of `built.snapshot.workloads[w]` (its oldest gated pod: of those `decisions`
+    /// leave gated).
+    pub fn of(built: &Built, decisions: &Decisions, w: usize) -> Targets {
         let workload = &built.snapshot.workloads[w];
         let namespace = &workload.key.namespace;
         let application = built.workloads[w]
@@ -58,6 +59,12 @@ impl Targets {
                 uid: s.uid.clone(),
                 ..ObjectReference::default()
             });
+        let admitted: std::collections::HashSet<(usize, usize)> = decisions
+            .admit
+            .iter()
+            .filter(|r| r.workload == w)
+            .map(|r| (r.pod_set, r.pod))
+            .collect();
         let mut gated: Option<(i64, ObjectReference)> = None;
         let mut any_pod = None;
         for (s, set) in workload.pod_sets.iter().enumerate() {
@@ -73,7 +80,9 @@ impl Targets {
                     uid: cached.metadata.uid.clone(),
                     ..ObjectReference::default()
                 };
+                let admitted_now = admitted.contains(&(s, p));
                 if pod.state == PodState::Gated
+                    && !admitted_now
                     && gated.as_ref().is_none_or(|(at, _)| pod.created_at < *at)
                 {
                     gated = Some((pod.created_at, reference.clone()));
@@ -259,13 +268,16 @@ impl Announcer {
 pub(crate) fn announce(
     announcer: &Announcer,
     built: &Built,
+    decisions: &Decisions,
     w: usize,
-    tally: &WorkloadTally,
     requeue_exhausted: bool,
     status: &DynamicWorkloadStatus,
     old: Option<&DynamicWorkloadStatus>,
 ) {
     let workload = &built.snapshot.workloads[w];
+    let Some(tally) = decisions.workloads.get(w) else {
+        return;
+    };
     let seen = Observed {
         key: &workload.key,
         queue: &workload.queue,
@@ -279,7 +291,12 @@ pub(crate) fn announce(
         last_preempted_by: status.last_preempted_by.as_deref(),
         requeue_exhausted,
     };
-    announcer.observe(|| Targets::of(built, w), old, &seen, Instant::now());
+    announcer.observe(
+        || Targets::of(built, decisions, w),
+        old,
+        &seen,
+        Instant::now(),
+    );
 }
 
 /// A token bucket: `rate` a second, at most `burst` saved.
@@ -370,5 +387,77 @@ mod tests {
         };
         assert_eq!(names(plain.for_notice(&notice(true))), ["w-1"]);
         assert_eq!(names(plain.for_notice(&notice(false))), ["head"]);
+    }
+}
+
+#[cfg(test)]
+mod built_tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::api::CapacityQueue;
+    use crate::queue::admission::decide;
+    use crate::queue::pod_cache::CachedPod;
+    use crate::queue::snapshot::build;
+
+    fn pod(name: &str, created: &str, workload: &str) -> Arc<CachedPod> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                "creationTimestamp": created,
+                "labels": {"sluice.dev/queue": "q", "sluice.dev/workload": workload}},
+            "spec": {"schedulingGates": [{"name": "sluice.dev/admission"}],
+                "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]},
+        }))
+        .expect("pod");
+        Arc::new(CachedPod::from_pod(pod))
+    }
+
+    /// A queue of 1 cpu and a workload of three gated 1-cpu pods: one is admitted, two wait.
+    fn built() -> Built {
+        let queue: CapacityQueue = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": "q"}, "spec": {"quota": {"cpu": "1"}},
+        }))
+        .expect("queue");
+        let pods = vec![
+            pod("b", "2026-01-01T00:00:02Z", "burst"),
+            pod("a", "2026-01-01T00:00:01Z", "burst"),
+            pod("c", "2026-01-01T00:00:03Z", "burst"),
+        ];
+        build(&[Arc::new(queue)], &[], &pods, &[], &HashSet::new())
+    }
+
+    #[test]
+    fn a_workload_without_an_object_is_told_on_its_oldest_gated_pod() {
+        let built = built();
+        let w = built
+            .snapshot
+            .workloads
+            .iter()
+            .position(|w| w.key.name == "burst")
+            .expect("the burst's workload");
+        let targets = Targets::of(&built, &Decisions::default(), w);
+        assert_eq!(targets.application, None);
+        let gated = targets.gated_pod.expect("a gated pod");
+        assert_eq!(gated.name.as_deref(), Some("a"));
+        assert_eq!(gated.uid.as_deref(), Some("uid-a"));
+        assert_eq!(gated.namespace.as_deref(), Some("ml"));
+        // This pass admits a (the quota has room for one): b is the oldest left waiting.
+        let decisions = decide(&built.snapshot);
+        let targets = Targets::of(&built, &decisions, w);
+        let gated = targets.gated_pod.expect("a gated pod");
+        assert_eq!(gated.name.as_deref(), Some("b"));
+        assert_eq!(gated.namespace.as_deref(), Some("ml"));
+    }
+
+    #[test]
+    fn the_queue_gauges_show_the_oldest_pod_still_waiting_after_the_pass() {
+        let built = built();
+        let decisions = decide(&built.snapshot);
+        let oldest = crate::queue::gauges::oldest_waiting(&built, &decisions);
+        // Pod a (the oldest) is admitted by this pass: b is the one that waits longest.
+        let at = jiff::Timestamp::from_second(1_767_225_602).expect("t");
+        assert_eq!(oldest.get("q").copied(), Some(at.as_millisecond()));
     }
 }

@@ -1289,8 +1289,15 @@ impl Controller {
                 &now,
             );
             let exhausted = view.requeue_exhausted;
-            let tally = &decisions.workloads[w];
-            announcer::announce(&self.announcer, built, w, tally, exhausted, &status, old);
+            announcer::announce(
+                &self.announcer,
+                built,
+                decisions,
+                w,
+                exhausted,
+                &status,
+                old,
+            );
             if old != Some(&status) {
                 self.writer
                     .want_workload_status(workload.key.clone(), status, seen);

@@ -23,8 +23,14 @@ fn base(milli: i64) -> f64 {
     milli as f64 / 1000.0
 }
 
-/// Per queue, the creation time (ms since the epoch) of its longest-waiting gated pod.
+/// Per queue, the creation time (ms since the epoch) of its longest-waiting gated pod that this
+/// pass does not admit.
 pub(crate) fn oldest_waiting(built: &Built, decisions: &Decisions) -> BTreeMap<String, i64> {
+    let admitted: std::collections::HashSet<(usize, usize, usize)> = decisions
+        .admit
+        .iter()
+        .map(|r| (r.workload, r.pod_set, r.pod))
+        .collect();
     let mut oldest: BTreeMap<String, i64> = BTreeMap::new();
     for (w, workload) in built.snapshot.workloads.iter().enumerate() {
         let waits = decisions
@@ -37,9 +43,10 @@ pub(crate) fn oldest_waiting(built: &Built, decisions: &Decisions) -> BTreeMap<S
         let first = workload
             .pod_sets
             .iter()
-            .flat_map(|s| s.pods.iter())
-            .filter(|p| p.state == PodState::Gated)
-            .map(|p| p.created_at)
+            .enumerate()
+            .flat_map(|(s, set)| set.pods.iter().enumerate().map(move |(p, pod)| (s, p, pod)))
+            .filter(|(s, p, pod)| pod.state == PodState::Gated && !admitted.contains(&(w, *s, *p)))
+            .map(|(_, _, pod)| pod.created_at)
             .min();
         if let Some(at) = first {
             let slot = oldest.entry(workload.queue.clone()).or_insert(at);
