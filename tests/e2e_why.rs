@@ -377,3 +377,56 @@ async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events(
     assert!(solo_events <= N, "{solo_events} events for {N} workloads");
     env.cleanup().await;
 }
+
+/// A Job preempted by a pod of higher priority in the same queue is told so, on the Job, naming
+/// the preemptor (of its own namespace).
+#[tokio::test]
+async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
+    let Some(mut env) = TestEnv::new_or_skip("why-preempt").await else {
+        return;
+    };
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let classes: Api<PriorityClass> = Api::all(env.client.clone());
+    let (low, high) = (
+        format!("{}-low", env.namespace),
+        format!("{}-high", env.namespace),
+    );
+    for (name, value) in [(&low, 10), (&high, 1000)] {
+        let class: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))
+                .expect("class");
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("create PriorityClass");
+    }
+    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "low", "labels": {"sluice.dev/queue": queue}},
+        "spec": {"parallelism": 2, "completions": 2, "template": {
+            "metadata": {"annotations": {"sluice.dev/kwok-hold": "true"}},
+            "spec": {"restartPolicy": "Never", "priorityClassName": low,
+                "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
+    }))
+    .expect("job");
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create the Job");
+    env.wait_queue_counts(&queue, 0, 2).await;
+    let mut urgent = pod("urgent", &queue, "2");
+    if let Some(spec) = urgent.spec.as_mut() {
+        spec.priority_class_name = Some(high.clone());
+    }
+    env.create_pod(urgent).await;
+    let note = wait_event(&env, "Job", "low", "Preempted").await;
+    assert!(
+        note.contains(&format!("DynamicWorkload {}/urgent", env.namespace)),
+        "the preemptor is not named: {note}"
+    );
+    assert!(note.contains(&format!("queue {queue}")), "{note}");
+    for name in [&low, &high] {
+        let _ = classes.delete(name, &Default::default()).await;
+    }
+    env.cleanup().await;
+}

@@ -270,7 +270,7 @@ pub(crate) fn announce(
     built: &Built,
     decisions: &Decisions,
     w: usize,
-    requeue_exhausted: bool,
+    (requeue_exhausted, application_ended): (bool, bool),
     status: &DynamicWorkloadStatus,
     old: Option<&DynamicWorkloadStatus>,
 ) {
@@ -290,6 +290,7 @@ pub(crate) fn announce(
         requeue_count: status.requeue_count,
         last_preempted_by: status.last_preempted_by.as_deref(),
         requeue_exhausted,
+        application_ended,
     };
     announcer.observe(
         || Targets::of(built, decisions, w),

@@ -1288,16 +1288,8 @@ impl Controller {
                 old,
                 &now,
             );
-            let exhausted = view.requeue_exhausted;
-            announcer::announce(
-                &self.announcer,
-                built,
-                decisions,
-                w,
-                exhausted,
-                &status,
-                old,
-            );
+            let ends = (view.requeue_exhausted, view.ended.is_some());
+            announcer::announce(&self.announcer, built, decisions, w, ends, &status, old);
             if old != Some(&status) {
                 self.writer
                     .want_workload_status(workload.key.clone(), status, seen);

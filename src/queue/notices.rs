@@ -39,6 +39,9 @@ pub struct Observed<'a> {
     pub last_preempted_by: Option<&'a str>,
     /// Failed because its queue's podsReadyTimeout sent it back more than `requeueLimit` allows.
     pub requeue_exhausted: bool,
+    /// The application object says it ended (its ledger's `spec.applicationEnded`): nothing more
+    /// is told. Pods that all ended are not an end: an owner may create more.
+    pub application_ended: bool,
 }
 
 /// The kind of a wait, without its figures: a change of kind is a material change.
@@ -96,7 +99,7 @@ pub enum Stage {
     },
     /// It holds quota and nothing of it waits.
     Holding,
-    /// It ended (or failed past its requeue limit): nothing more is told.
+    /// Its application ended (or it failed past its requeue limit): nothing more is told.
     Done,
 }
 
@@ -123,7 +126,7 @@ impl Announced {
             };
         };
         let stage = match status.phase {
-            WorkloadPhase::Finished | WorkloadPhase::Failed => Stage::Done,
+            WorkloadPhase::Finished | WorkloadPhase::Failed => Stage::Holding,
             _ if status.pending_pods > 0 || status.position.is_some() => Stage::Waiting {
                 position: status.position.and_then(|p| u32::try_from(p).ok()),
                 reason: None,
@@ -182,7 +185,7 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
         after.stage = Stage::Done;
         return (out, after);
     }
-    if matches!(seen.phase, WorkloadPhase::Finished | WorkloadPhase::Failed) {
+    if seen.application_ended {
         after.stage = Stage::Done;
         return (out, after);
     }
@@ -190,6 +193,12 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
         out.push(requeued(seen));
     } else if seen.interrupted_count > before.interrupted_count {
         out.push(preempted(seen));
+    }
+    if matches!(seen.phase, WorkloadPhase::Finished | WorkloadPhase::Failed) {
+        // Every pod ended (or was evicted and not yet replaced): its owner may create more, so
+        // this is not an end; nothing waits now.
+        after.stage = Stage::Holding;
+        return (out, after);
     }
     let waits = seen.pending_pods > 0 && seen.waiting.is_some();
     match (&before.stage, waits) {

@@ -39,6 +39,7 @@ fn seen<'a>(
         requeue_count: 0,
         last_preempted_by: None,
         requeue_exhausted: false,
+        application_ended: false,
     }
 }
 
@@ -214,4 +215,30 @@ fn notes_are_cut_to_what_events_accept_and_hold_no_control_character() {
 #[test]
 fn the_short_reason_names_the_kind_and_the_resource() {
     assert_eq!(ReasonKey::of(&quota("cpu", 1)).short(), "Quota:cpu");
+}
+
+#[test]
+fn a_workload_whose_pods_were_all_evicted_is_still_told_its_preemption() {
+    let (k, now) = (key(), Instant::now());
+    let (_, holding) = notices(&new(), &seen(&k, None, None), now);
+    // Its evicted pods show Failed for a pass before they are gone: not an end.
+    let mut s = seen(&k, None, None);
+    s.phase = WorkloadPhase::Failed;
+    s.admitted_pods = 0;
+    let (out, after) = notices(&holding, &s, now);
+    assert!(out.is_empty());
+    assert_ne!(after.stage, Stage::Done);
+    s.interrupted_count = 1;
+    let (out, _) = notices(&after, &s, now);
+    assert_eq!(
+        out.iter().map(|n| n.reason).collect::<Vec<_>>(),
+        ["Preempted"]
+    );
+    // An application that ended is told nothing more.
+    let mut ended = seen(&k, None, None);
+    ended.application_ended = true;
+    let (_, done) = notices(&holding, &ended, now);
+    assert_eq!(done.stage, Stage::Done);
+    ended.interrupted_count = 3;
+    assert!(notices(&done, &ended, now).0.is_empty());
 }
