@@ -90,6 +90,15 @@ pub fn parse_target(
             "{text:?}: expected <kind>/<name>, e.g. raycluster/my-cluster"
         ));
     }
+    // A Kubernetes object name (it goes into a field selector: nothing else may pass).
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+    {
+        return Err(format!(
+            "{name:?} is not an object name (lowercase letters, digits, '-' and '.')"
+        ));
+    }
     let kind = kind.split('.').next().unwrap_or_default().to_string();
     match kind.as_str() {
         "pod" | "pods" | "po" => return Ok(Target::Pod(name)),
@@ -214,6 +223,8 @@ mod tests {
         assert!(parse_target("deployment/d", &apps).is_err());
         assert!(parse_target("job/", &apps).is_err());
         assert!(parse_target("job/a/b", &apps).is_err());
+        assert!(parse_target("pod/a,involvedObject.kind=Pod", &apps).is_err());
+        assert!(parse_target("pod/A", &apps).is_err());
     }
 
     #[test]
