@@ -200,6 +200,19 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
         after.stage = Stage::Holding;
         return (out, after);
     }
+    follow_wait(before, seen, now, &mut out, &mut after);
+    (out, after)
+}
+
+/// The wait's events: it starts, changes materially (at most once per [`UPDATE_SPACING`]), or ends
+/// by an admission; `out` holds what this pass already tells (a preemption, a requeue).
+fn follow_wait(
+    before: &Announced,
+    seen: &Observed,
+    now: Instant,
+    out: &mut Vec<Notice>,
+    after: &mut Announced,
+) {
     let waits = seen.pending_pods > 0 && seen.waiting.is_some();
     match (&before.stage, waits) {
         (_, true) => {
@@ -250,7 +263,6 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
         (_, false) if seen.admitted_pods > 0 => after.stage = Stage::Holding,
         (_, false) => {}
     }
-    (out, after)
 }
 
 fn waiting(seen: &Observed, first: bool) -> Notice {
