@@ -236,6 +236,16 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
             return response;
         };
         match self.check(adapter.as_ref(), app, &queue) {
+            // At creation, what will make it wait (kubectl prints it): from the cache, no call.
+            Ok(()) if request.operation == Operation::Create => {
+                let warnings = crate::submit_warnings::for_application(
+                    adapter.as_ref(),
+                    app,
+                    &queue,
+                    &self.queues,
+                );
+                crate::submit_warnings::attach(response, warnings)
+            }
             Ok(()) => response,
             Err(message) => response.deny(message),
         }

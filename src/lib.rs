@@ -10,6 +10,7 @@ pub mod docs;
 pub mod duration;
 pub mod install;
 pub mod integrations;
+pub mod kubectl_plugin;
 pub mod leader;
 pub mod metrics;
 pub mod namespaces;
@@ -18,6 +19,7 @@ pub mod recorder;
 pub mod resources;
 pub mod scavenger;
 pub mod serve;
+pub mod submit_warnings;
 pub mod tasks;
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -62,6 +62,49 @@ pub struct ControllerMetrics {
     pub preemption_admission_seconds: Family<QueueLabels, Histogram>,
     /// A cohort queue's usage and reservations above its quota, per resource (milli-units).
     pub borrowed: Family<QueueResourceLabels, Gauge>,
+    /// Events on users' objects (`src/queue/announcer.rs`).
+    pub events: EventMetrics,
+    /// Per queue quota, usage and waiting, in base units (`src/queue/gauges.rs`).
+    pub queues: QueueGauges,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueInfoLabels {
+    pub queue: String,
+    /// Empty when the queue is in no cohort.
+    pub cohort: String,
+    pub strategy: String,
+}
+
+/// The events sluice posts on applications and pods.
+#[derive(Clone, Default)]
+pub struct EventMetrics {
+    pub sent: Family<EventLabels, Counter>,
+    pub dropped: Counter,
+    pub failed: Counter,
+}
+
+/// Per queue gauges, in base units (cores, bytes, GPUs, pods), per resource the quota names.
+#[derive(Clone, Default)]
+pub struct QueueGauges {
+    pub quota: Family<QueueResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub used: Family<QueueResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub reserved: Family<QueueResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub borrowed: Family<QueueResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub lent: Family<QueueResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub admitted_workloads: Family<QueueLabels, Gauge>,
+    pub admitted_pods: Family<QueueLabels, Gauge>,
+    /// When the queue's longest-waiting gated pod was created (seconds since the epoch); no series
+    /// while nothing waits. A timestamp, not an age, so that an alert sees the wait grow even if
+    /// passes stopped.
+    pub oldest_pending_timestamp: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// 1 per queue, with its cohort and strategy as labels (to join the others on).
+    pub info: Family<QueueInfoLabels, Gauge>,
 }
 
 impl ControllerMetrics {
@@ -87,11 +130,83 @@ impl ControllerMetrics {
                 Histogram::new(exponential_buckets(0.25, 2.0, 14))
             }),
             borrowed: Family::default(),
+            events: EventMetrics::default(),
+            queues: QueueGauges::default(),
         };
         m.leader_term.set(-1);
         m.register_admission(registry);
         m.register_preemption(registry);
+        m.register_queues(registry);
+        m.register_events(registry);
         m
+    }
+
+    fn register_queues(&self, registry: &mut Registry) {
+        let q = &self.queues;
+        registry.register(
+            "sluice_queue_quota",
+            "A queue's quota per resource (base units: cores, bytes, GPUs, pods)",
+            q.quota.clone(),
+        );
+        registry.register(
+            "sluice_queue_used",
+            "Requests of a queue's admitted pods that have not ended, per resource (base units)",
+            q.used.clone(),
+        );
+        registry.register(
+            "sluice_queue_reserved",
+            "Quota a queue holds for gang members not admitted yet, per resource (base units)",
+            q.reserved.clone(),
+        );
+        registry.register(
+            "sluice_queue_borrowed",
+            "What a cohort queue uses above its quota, borrowed from its cohort, per resource (base units)",
+            q.borrowed.clone(),
+        );
+        registry.register(
+            "sluice_queue_lent",
+            "What other queues of the cohort use of this queue's unused quota, per resource (base units)",
+            q.lent.clone(),
+        );
+        registry.register(
+            "sluice_queue_admitted_workloads",
+            "Workloads holding quota per queue",
+            q.admitted_workloads.clone(),
+        );
+        registry.register(
+            "sluice_queue_admitted_pods",
+            "Admitted pods that have not ended per queue",
+            q.admitted_pods.clone(),
+        );
+        registry.register(
+            "sluice_queue_oldest_pending_timestamp_seconds",
+            "Creation time (Unix seconds) of the queue's longest-waiting gated pod; absent while nothing waits",
+            q.oldest_pending_timestamp.clone(),
+        );
+        registry.register(
+            "sluice_queue_info",
+            "1 per CapacityQueue, labelled with its cohort (empty: none) and queueing strategy",
+            q.info.clone(),
+        );
+    }
+
+    fn register_events(&self, registry: &mut Registry) {
+        let e = &self.events;
+        registry.register(
+            "sluice_events",
+            "Events posted on applications and pods (why they wait, admitted, preempted...) per reason",
+            e.sent.clone(),
+        );
+        registry.register(
+            "sluice_events_dropped",
+            "Events not posted because too many waited to be sent (the rate limit held them)",
+            e.dropped.clone(),
+        );
+        registry.register(
+            "sluice_events_failed",
+            "Events the API server refused or did not answer in time",
+            e.failed.clone(),
+        );
     }
 
     fn register_admission(&self, registry: &mut Registry) {

@@ -26,13 +26,35 @@ use super::Condition;
     derive = "PartialEq",
     derive = "Default",
     doc = "A CapacityQueue is a pool of quota that sluice admits governed pods against, in priority order.",
-    printcolumn(name = "CPU-Quota", type_ = "string", json_path = ".spec.quota.cpu"),
-    printcolumn(name = "CPU-Used", type_ = "string", json_path = ".status.usage.cpu"),
-    printcolumn(name = "Mem-Quota", type_ = "string", json_path = ".spec.quota.memory"),
+    printcolumn(
+        name = "Used/Quota",
+        type_ = "string",
+        json_path = ".status.usageSummary",
+        description = "per resource the quota names: used (admitted and reserved) / quota"
+    ),
+    printcolumn(
+        name = "CPU-Quota",
+        type_ = "string",
+        json_path = ".spec.quota.cpu",
+        priority = 1
+    ),
+    printcolumn(
+        name = "CPU-Used",
+        type_ = "string",
+        json_path = ".status.usage.cpu",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Mem-Quota",
+        type_ = "string",
+        json_path = ".spec.quota.memory",
+        priority = 1
+    ),
     printcolumn(
         name = "Mem-Used",
         type_ = "string",
-        json_path = ".status.usage.memory"
+        json_path = ".status.usage.memory",
+        priority = 1
     ),
     printcolumn(
         name = "Pending",
@@ -279,6 +301,10 @@ pub struct CapacityQueueStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Per resource the quota names, in the quota's order: used and reserved / quota, e.g.
+    /// `cpu=3/4 memory=1Gi/8Gi` (the `Used/Quota` column of `kubectl get cq`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub usage_summary: String,
 }
 
 #[cfg(test)]

@@ -38,6 +38,12 @@ use super::Condition;
         description = "1-based place in its queue's pending order (empty: nothing waits)"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.reason",
+        description = "why pods of it wait, short (e.g. Quota:cpu, Cohort:memory, StrictFIFO); the message says it in full"
+    ),
+    printcolumn(
         name = "Pod-Sets",
         type_ = "string",
         json_path = ".status.podSetSummary",
@@ -54,6 +60,13 @@ use super::Condition;
         type_ = "string",
         json_path = ".status.used.memory",
         description = "memory requested by admitted pods"
+    ),
+    printcolumn(
+        name = "GPU",
+        type_ = "string",
+        json_path = ".status.used.nvidia\\.com/gpu",
+        description = "nvidia.com/gpu requested by admitted pods",
+        priority = 1
     ),
     printcolumn(
         name = "Interrupted",
@@ -208,6 +221,11 @@ pub struct DynamicWorkloadStatus {
     /// waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_since: Option<String>,
+    /// Why pods of it wait, short: the kind of wait and its resource (`Quota:cpu`,
+    /// `Cohort:memory`, `StrictFIFO`, `Preempting`, `NeverFits:cpu`, ...); absent when nothing
+    /// waits. `message` says it in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// How often its queue's `podsReadyTimeout` sent it back (its admitted pods did not all run
     /// in time): each time it waits again at the back of its priority level.
     #[serde(default, skip_serializing_if = "is_zero")]

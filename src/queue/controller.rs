@@ -32,9 +32,11 @@ use crate::metrics::{ControllerMetrics, QueueLabels, QueueResourceLabels};
 use crate::queue::admission::{
     Decisions, PodState, QueueTally, WorkloadKey, WorkloadSnapshot, decide,
 };
+use crate::queue::announcer::{self, Announcer};
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::clock::{API_CALL_TIMEOUT, now_rfc3339};
 use crate::queue::evictor::{self, Evictor};
+use crate::queue::gauges;
 use crate::queue::incremental::Snapshotter;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
@@ -224,6 +226,9 @@ pub async fn run(
     tasks.0.push(tokio::spawn(
         controller.writer.clone().run(shutdown.clone()),
     ));
+    tasks.0.push(tokio::spawn(
+        controller.announcer.clone().run(shutdown.clone()),
+    ));
     loop {
         let pass_started = Instant::now();
         let waiting = controller.pass();
@@ -405,6 +410,10 @@ struct Controller {
     settings: ControllerSettings,
     stores: Stores,
     ungater: Arc<Ungater>,
+    /// Events on the users' objects (why they wait, admitted, preempted, requeued).
+    announcer: Arc<Announcer>,
+    /// The per-queue gauges' series.
+    gauges: gauges::Series,
     /// Applies the evictions passes decide (preemption).
     evictor: Arc<Evictor>,
     writer: Writer,
@@ -809,6 +818,11 @@ impl Controller {
             )
             .with_grace_cap(settings.eviction_grace_period),
         );
+        let announcer = Arc::new(Announcer::new(
+            recorder.clone(),
+            metrics.events.clone(),
+            settings.api_timeout,
+        ));
         let ungater = Arc::new(Ungater {
             client,
             metrics: metrics.clone(),
@@ -821,6 +835,8 @@ impl Controller {
         });
         Controller {
             ungater,
+            announcer,
+            gauges: gauges::Series::default(),
             evictor,
             term,
             adapters,
@@ -928,6 +944,7 @@ impl Controller {
         self.want_records_and_statuses(&built, &decisions, decided.as_deref());
         self.want_queue_statuses(&decisions);
         self.record_pass_metrics(&decisions, started);
+        self.gauges.record(&self.metrics.queues, &built, &decisions);
         let waiting = still_waiting(&in_flight, &decisions);
         debug!(
             admitted = decisions.admit.len(),
@@ -1310,6 +1327,8 @@ impl Controller {
                 old,
                 &now,
             );
+            let ends = (view.requeue_exhausted, view.ended.is_some());
+            announcer::announce(&self.announcer, built, decisions, w, ends, &status, old);
             if old != Some(&status) {
                 self.writer
                     .want_workload_status(workload.key.clone(), status, seen);
@@ -1323,12 +1342,13 @@ impl Controller {
             let name = q.name_any();
             let seen = q.status.as_ref();
             let old = self.writer.queue_status(&name, seen);
-            let status = status::queue_status(
+            let mut status = status::queue_status(
                 decisions.queues.get(&name),
                 old.as_ref(),
                 q.metadata.generation,
                 &now,
             );
+            status.usage_summary = status::usage_summary(&q.spec.quota, &status);
             if old.as_ref() != Some(&status) {
                 self.writer.want_queue_status(name, status, seen);
             }

@@ -1,13 +1,16 @@
 //! The queue: the pure admission decision and the controller that applies it.
 
 pub mod admission;
+mod announcer;
 pub mod at_creation;
 pub mod ceiling;
 pub mod cli;
 pub mod clock;
 pub mod controller;
 mod evictor;
+mod gauges;
 pub mod incremental;
+pub mod notices;
 pub mod pod_cache;
 pub mod preemption;
 pub mod ready;

@@ -10,6 +10,7 @@ use crate::api::{
     PodSetStatus, WorkloadPhase,
 };
 use crate::queue::admission::{PodState, QueueTally, WorkloadSnapshot, WorkloadTally};
+use crate::queue::notices::ReasonKey;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::Built;
 
@@ -418,6 +419,11 @@ pub fn workload_status(
             old.and_then(|s| s.queued_since.clone())
                 .unwrap_or_else(|| now.to_string())
         }),
+        reason: tally
+            .waiting
+            .as_ref()
+            .filter(|_| pending_pods > 0 && !finished)
+            .map(|r| ReasonKey::of(r).short()),
     }
 }
 
@@ -449,6 +455,7 @@ pub fn queue_status(
                 now,
             )],
             observed_generation: generation,
+            usage_summary: String::new(),
         },
         None => CapacityQueueStatus {
             conditions: vec![Condition::updated(
@@ -463,6 +470,31 @@ pub fn queue_status(
             ..CapacityQueueStatus::default()
         },
     }
+}
+
+/// `kubectl get cq`'s `Used/Quota`: per resource the quota names, what is used and reserved
+/// (from the status's quantities) over the quota, e.g. `cpu=3/4 memory=1Gi/8Gi`.
+pub fn usage_summary(
+    quota: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
+    status: &CapacityQueueStatus,
+) -> String {
+    use crate::resources::{ResourceList, format_quantity};
+    let held = |m: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >| { ResourceList::from_quantities(m).unwrap_or_default() };
+    let (usage, reserved) = (held(&status.usage), held(&status.reserved));
+    quota
+        .iter()
+        .map(|(name, q)| {
+            let used = usage.get(name).saturating_add(reserved.get(name));
+            format!("{name}={}/{}", format_quantity(name, used), q.0)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -1,0 +1,256 @@
+//! The per-queue gauges an operator alerts on (quota, used, reserved, borrowed, lent, admitted,
+//! the oldest wait, the queue's cohort), set after each pass from what it decided. Base units:
+//! cores, bytes, GPUs, pods (sluice counts in milli-units). A queue that is gone loses its series.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use crate::metrics::{QueueGauges, QueueInfoLabels, QueueLabels, QueueResourceLabels};
+use crate::queue::admission::{Decisions, PodState, QueueSnapshot, QueueTally};
+use crate::queue::snapshot::Built;
+
+/// The series each queue had at the last pass, to remove those of queues (or resources) gone.
+#[derive(Default)]
+pub(crate) struct Series {
+    known: Mutex<Known>,
+}
+
+/// Per queue: the resources it has series for, and its info labels.
+type Known = BTreeMap<String, (BTreeSet<String>, QueueInfoLabels)>;
+
+/// Per queue: milli-units to base units.
+fn base(milli: i64) -> f64 {
+    milli as f64 / 1000.0
+}
+
+/// Per queue, the creation time (ms since the epoch) of its longest-waiting gated pod that this
+/// pass does not admit.
+pub(crate) fn oldest_waiting(built: &Built, decisions: &Decisions) -> BTreeMap<String, i64> {
+    let admitted: std::collections::HashSet<(usize, usize, usize)> = decisions
+        .admit
+        .iter()
+        .map(|r| (r.workload, r.pod_set, r.pod))
+        .collect();
+    let mut oldest: BTreeMap<String, i64> = BTreeMap::new();
+    for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+        let waits = decisions
+            .workloads
+            .get(w)
+            .is_some_and(|t| t.pending_pods > 0);
+        if !waits {
+            continue;
+        }
+        let first = workload
+            .pod_sets
+            .iter()
+            .enumerate()
+            .flat_map(|(s, set)| set.pods.iter().enumerate().map(move |(p, pod)| (s, p, pod)))
+            .filter(|(s, p, pod)| pod.state == PodState::Gated && !admitted.contains(&(w, *s, *p)))
+            .map(|(_, _, pod)| pod.created_at)
+            .min();
+        if let Some(at) = first {
+            let slot = oldest.entry(workload.queue.clone()).or_insert(at);
+            *slot = (*slot).min(at);
+        }
+    }
+    oldest
+}
+
+impl Series {
+    /// Sets every queue's gauges from this pass.
+    pub(crate) fn record(&self, gauges: &QueueGauges, built: &Built, decisions: &Decisions) {
+        let oldest = oldest_waiting(built, decisions);
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now_known = BTreeMap::new();
+        for queue in &built.snapshot.queues {
+            let Some(tally) = decisions.queues.get(&queue.name) else {
+                // Not decided by this pass: its series stay as they were.
+                if let Some(old) = known.get(&queue.name) {
+                    now_known.insert(queue.name.clone(), old.clone());
+                }
+                continue;
+            };
+            let labels = QueueLabels {
+                queue: queue.name.clone(),
+            };
+            let resources: BTreeSet<String> = queue
+                .quota
+                .0
+                .keys()
+                .chain(tally.usage.0.keys())
+                .cloned()
+                .collect();
+            set_resources(gauges, queue, tally, &resources);
+            gauges
+                .admitted_workloads
+                .get_or_create(&labels)
+                .set(i64::from(tally.admitted_workloads));
+            gauges
+                .admitted_pods
+                .get_or_create(&labels)
+                .set(i64::from(tally.admitted_pods));
+            match oldest.get(&queue.name) {
+                Some(at) => {
+                    gauges
+                        .oldest_pending_timestamp
+                        .get_or_create(&labels)
+                        .set(*at as f64 / 1000.0);
+                }
+                None => {
+                    gauges.oldest_pending_timestamp.remove(&labels);
+                }
+            }
+            let info = QueueInfoLabels {
+                queue: queue.name.clone(),
+                cohort: queue
+                    .cohort
+                    .as_ref()
+                    .map(|c| c.name.clone())
+                    .unwrap_or_default(),
+                strategy: format!("{:?}", queue.strategy),
+            };
+            gauges.info.get_or_create(&info).set(1);
+            now_known.insert(queue.name.clone(), (resources, info));
+        }
+        remove_gone(gauges, &known, &now_known);
+        *known = now_known;
+    }
+}
+
+/// The per-resource gauges of one queue.
+fn set_resources(
+    gauges: &QueueGauges,
+    queue: &QueueSnapshot,
+    tally: &QueueTally,
+    resources: &BTreeSet<String>,
+) {
+    for resource in resources {
+        let l = QueueResourceLabels {
+            queue: queue.name.clone(),
+            resource: resource.clone(),
+        };
+        gauges
+            .quota
+            .get_or_create(&l)
+            .set(base(queue.quota.get(resource)));
+        gauges
+            .used
+            .get_or_create(&l)
+            .set(base(tally.usage.get(resource)));
+        gauges
+            .reserved
+            .get_or_create(&l)
+            .set(base(tally.reserved.get(resource)));
+        gauges
+            .borrowed
+            .get_or_create(&l)
+            .set(base(tally.borrowed.get(resource)));
+        gauges
+            .lent
+            .get_or_create(&l)
+            .set(base(tally.lent.get(resource)));
+    }
+}
+
+/// Removes the series of queues, resources and info labels the last pass had and this one has not.
+fn remove_gone(gauges: &QueueGauges, known: &Known, now_known: &Known) {
+    for (queue, (resources, info)) in known.iter() {
+        let now = now_known.get(queue);
+        for resource in resources {
+            if now.is_some_and(|(r, _)| r.contains(resource)) {
+                continue;
+            }
+            let l = QueueResourceLabels {
+                queue: queue.clone(),
+                resource: resource.clone(),
+            };
+            for family in [
+                &gauges.quota,
+                &gauges.used,
+                &gauges.reserved,
+                &gauges.borrowed,
+                &gauges.lent,
+            ] {
+                family.remove(&l);
+            }
+        }
+        if now.is_none_or(|(_, i)| i != info) {
+            gauges.info.remove(info);
+        }
+        if now.is_none() {
+            let l = QueueLabels {
+                queue: queue.clone(),
+            };
+            gauges.admitted_workloads.remove(&l);
+            gauges.admitted_pods.remove(&l);
+            gauges.oldest_pending_timestamp.remove(&l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(gauges: &QueueGauges) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("q_used", "", gauges.used.clone());
+        registry.register("q_info", "", gauges.info.clone());
+        registry.register("q_admitted", "", gauges.admitted_pods.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    }
+
+    fn info(queue: &str, cohort: &str) -> QueueInfoLabels {
+        QueueInfoLabels {
+            queue: queue.into(),
+            cohort: cohort.into(),
+            strategy: "BestEffortFIFO".into(),
+        }
+    }
+
+    #[test]
+    fn a_gone_queue_resource_or_cohort_loses_its_series_and_the_rest_stay() {
+        let gauges = QueueGauges::default();
+        for (queue, resource) in [("a", "cpu"), ("a", "memory"), ("b", "cpu")] {
+            let l = QueueResourceLabels {
+                queue: queue.into(),
+                resource: resource.into(),
+            };
+            gauges.used.get_or_create(&l).set(base(1500));
+        }
+        for q in ["a", "b"] {
+            gauges
+                .admitted_pods
+                .get_or_create(&QueueLabels { queue: q.into() })
+                .set(1);
+        }
+        gauges.info.get_or_create(&info("a", "c1")).set(1);
+        gauges.info.get_or_create(&info("b", "")).set(1);
+        let resources = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let before: Known = BTreeMap::from([
+            (
+                "a".to_string(),
+                (resources(&["cpu", "memory"]), info("a", "c1")),
+            ),
+            ("b".to_string(), (resources(&["cpu"]), info("b", ""))),
+        ]);
+        // Queue a dropped memory from its quota and moved to cohort c2; queue b is gone.
+        gauges.info.get_or_create(&info("a", "c2")).set(1);
+        let after: Known =
+            BTreeMap::from([("a".to_string(), (resources(&["cpu"]), info("a", "c2")))]);
+        remove_gone(&gauges, &before, &after);
+        let text = encoded(&gauges);
+        assert!(
+            text.contains(r#"q_used{queue="a",resource="cpu"} 1.5"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"resource="memory""#), "{text}");
+        assert!(!text.contains(r#"queue="b""#), "{text}");
+        assert!(
+            text.contains(r#"cohort="c2""#) && !text.contains(r#"cohort="c1""#),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,432 @@
+//! Why is my job waiting, where users look (issue 33), end to end on the local cluster:
+//! - events on the user's own object (a RayCluster through KubeRay, a SparkApplication through the
+//!   Spark operator, a gated pod) name its DynamicWorkload, queue and position;
+//! - a submit into a full queue prints sluice's warning in kubectl's output;
+//! - `kubectl sluice why` answers for a pod, a Job and a RayCluster as a user with only the
+//!   namespace's `view` rights (and reading DynamicWorkloads);
+//! - a burst of gated pods of one workload costs a bounded number of events.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Config};
+use serde_json::json;
+use support::*;
+
+fn dynamic(
+    env: &TestEnv,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
+}
+
+fn raycluster(name: &str, queue: &str) -> DynamicObject {
+    let container = |n: &str| json!({"name": n, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}});
+    serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
+            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "rayStartParams": {},
+                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
+        },
+    }))
+    .expect("raycluster")
+}
+
+/// sluice's events in the namespace (those its Recorder posted), as (kind, name, reason, note).
+async fn sluice_events(env: &TestEnv) -> Vec<(String, String, String, String)> {
+    let api: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
+    api.list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_component.as_deref() == Some("sluice"))
+        .map(|e| {
+            (
+                e.involved_object.kind.unwrap_or_default(),
+                e.involved_object.name.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Waits for a sluice event on `kind`/`name` with `reason`; returns its note.
+async fn wait_event(env: &TestEnv, kind: &str, name: &str, reason: &str) -> String {
+    wait_for(
+        &format!("a {reason} event on {kind} {name}"),
+        Duration::from_secs(90),
+        || async {
+            sluice_events(env)
+                .await
+                .into_iter()
+                .find(|(k, n, r, _)| k == kind && n == name && r == reason)
+                .map(|(_, _, _, note)| note)
+        },
+    )
+    .await
+}
+
+/// A queue of 2 cpu, filled by one admitted pod.
+async fn full_queue(env: &mut TestEnv) -> String {
+    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    env.create_pod(pod("filler", &queue, "2")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    queue
+}
+
+#[tokio::test]
+async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queue_and_position() {
+    let Some(mut env) = TestEnv::new_or_skip("why-events").await else {
+        return;
+    };
+    let queue = full_queue(&mut env).await;
+    let ns = env.namespace.clone();
+
+    dynamic(&env, "ray.io", "v1", "RayCluster", "rayclusters")
+        .create(&PostParams::default(), &raycluster("rc", &queue))
+        .await
+        .expect("create the RayCluster");
+    let note = wait_event(&env, "RayCluster", "rc", "Waiting").await;
+    for part in [
+        format!("DynamicWorkload {ns}/raycluster-rc"),
+        format!("queue {queue}"),
+        "position 1".to_string(),
+        "cpu".to_string(),
+    ] {
+        assert!(
+            note.contains(&part),
+            "{part:?} not in the RayCluster's event: {note}"
+        );
+    }
+
+    let spark: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+        "metadata": {"name": "etl", "labels": {"sluice.dev/queue": queue}},
+        "spec": {
+            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
+            "image": "docker.io/apache/spark:4.0.4",
+            "mainClass": "org.apache.spark.examples.SparkPi",
+            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
+            "driver": {"cores": 1, "memory": "512m"},
+            "executor": {"cores": 1, "memory": "512m", "instances": 1},
+        },
+    }))
+    .expect("SparkApplication");
+    dynamic(
+        &env,
+        "sparkoperator.k8s.io",
+        "v1beta2",
+        "SparkApplication",
+        "sparkapplications",
+    )
+    .create(&PostParams::default(), &spark)
+    .await
+    .expect("create the SparkApplication");
+    let note = wait_event(&env, "SparkApplication", "etl", "Waiting").await;
+    assert!(note.contains(&format!("queue {queue}")), "{note}");
+    assert!(note.contains("position"), "{note}");
+    assert!(note.contains("DynamicWorkload"), "{note}");
+
+    // The queue frees up: the RayCluster (first in line) is told it is admitted.
+    env.pods()
+        .delete("filler", &Default::default())
+        .await
+        .expect("delete the filler");
+    let note = wait_event(&env, "RayCluster", "rc", "Admitted").await;
+    assert!(note.contains(&format!("queue {queue}")), "{note}");
+    env.cleanup().await;
+}
+
+/// `kubectl create` of a Job into a full queue prints sluice's warning, and still creates it.
+#[tokio::test]
+async fn a_submit_into_a_full_queue_prints_a_warning_in_kubectl() {
+    let Some(mut env) = TestEnv::new_or_skip("why-warn").await else {
+        return;
+    };
+    let queue = full_queue(&mut env).await;
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "late", "namespace": env.namespace, "labels": {"sluice.dev/queue": queue}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
+    });
+    let body = job.to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("kubectl")
+            .args(["create", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(body.as_bytes())?;
+        }
+        child.wait_with_output()
+    })
+    .await
+    .expect("join")
+    .expect("run kubectl (hack/cluster.sh env puts it on PATH)");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "kubectl create failed: {stderr}");
+    assert!(
+        stderr.contains(&format!("Warning: sluice: CapacityQueue {queue} is full")),
+        "no warning in kubectl's output: {stderr}"
+    );
+    env.cleanup().await;
+}
+
+/// A client acting as `user` (impersonated by the cluster's admin credentials).
+async fn as_user(user: &str) -> Client {
+    let mut config = Config::infer().await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).expect("client")
+}
+
+/// `user` gets the built-in `view` role in the namespace, and reading DynamicWorkloads (what
+/// sluice's user roles aggregate into `view`; granted here too, so the test does not depend on
+/// which install the cluster runs).
+async fn grant_view(env: &TestEnv, user: &str) {
+    let roles: Api<Role> = Api::namespaced(env.client.clone(), &env.namespace);
+    let bindings: Api<RoleBinding> = Api::namespaced(env.client.clone(), &env.namespace);
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "read-dwl"},
+        "rules": [{"apiGroups": ["sluice.dev"], "resources": ["dynamicworkloads"], "verbs": ["get", "list", "watch"]}],
+    }))
+    .expect("role");
+    roles
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create role");
+    for (name, kind, role) in [
+        ("view", "ClusterRole", "view"),
+        ("read-dwl", "Role", "read-dwl"),
+    ] {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": format!("{user}-{name}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))
+        .expect("binding");
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create binding");
+    }
+}
+
+#[tokio::test]
+async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_rights() {
+    let Some(mut env) = TestEnv::new_or_skip("why-plugin").await else {
+        return;
+    };
+    let queue = full_queue(&mut env).await;
+    let user = format!("alice-{}", env.namespace);
+    grant_view(&env, &user).await;
+    env.create_pod(pod("lonely", &queue, "1")).await;
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "batch", "labels": {"sluice.dev/queue": queue}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
+    }))
+    .expect("job");
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create the Job");
+    dynamic(&env, "ray.io", "v1", "RayCluster", "rayclusters")
+        .create(&PostParams::default(), &raycluster("rc", &queue))
+        .await
+        .expect("create the RayCluster");
+    env.wait_queue_counts(&queue, 1 + 1 + 2, 1).await;
+
+    let alice = as_user(&user).await;
+    // She may not list pods cluster-wide: the plugin must not need to.
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Pod>::all(alice.clone())
+            .list(&ListParams::default())
+            .await
+            .is_err(),
+        "the test user should not list pods cluster-wide"
+    );
+    for target in ["pod/lonely", "job/batch", "raycluster/rc"] {
+        let report = wait_for(
+            &format!("`why {target}` to give a position"),
+            Duration::from_secs(60),
+            || async {
+                let r = sluice::kubectl_plugin::read::why(&alice, &env.namespace, target)
+                    .await
+                    .unwrap_or_else(|e| panic!("why {target} as {user}: {e:#}"));
+                r.workload
+                    .as_ref()
+                    .and_then(|w| w.status.as_ref()?.position)
+                    .map(|_| r)
+            },
+        )
+        .await;
+        let text = sluice::kubectl_plugin::render_why(&report, jiff::Timestamp::now());
+        for part in [
+            format!("queue:      {queue}"),
+            "position:".into(),
+            "why:".into(),
+            "estimate:".into(),
+        ] {
+            assert!(
+                text.contains(&part),
+                "{part:?} not in `why {target}`:\n{text}"
+            );
+        }
+        eprintln!("kubectl sluice why {target}:\n{text}");
+    }
+    let queue_table = sluice::kubectl_plugin::read::queue(
+        &alice,
+        Some(&env.namespace),
+        None,
+        sluice::queue::cli::Output::Table,
+    )
+    .await
+    .expect("kubectl sluice queue as the namespace user");
+    assert!(queue_table.contains("raycluster-rc"), "{queue_table}");
+    eprintln!("kubectl sluice queue:\n{queue_table}");
+    env.cleanup().await;
+}
+
+/// The cost of events: N gated pods of one workload (an application's burst of executors) post a
+/// bounded number of events, not one per pod; N single-pod workloads post one each at most (the
+/// global rate limit and the queue bound the rest). Prints the counts (BENCHMARKS.md quotes them).
+#[tokio::test]
+async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events() {
+    let Some(mut env) = TestEnv::new_or_skip("why-burst").await else {
+        return;
+    };
+    const N: usize = 40;
+    let queue = full_queue(&mut env).await;
+    let burst = (0..N).map(|i| {
+        with_labels(
+            pod(&format!("exec-{i}"), &queue, "500m"),
+            &[("sluice.dev/workload", "burst")],
+        )
+    });
+    env.create_pods_at_once(burst).await;
+    env.wait_queue_counts(&queue, N as i32, 1).await;
+    wait_for(
+        "a Waiting event on a pod of the burst",
+        Duration::from_secs(90),
+        || async {
+            sluice_events(&env)
+                .await
+                .into_iter()
+                .find(|(k, n, r, _)| k == "Pod" && n.starts_with("exec-") && r == "Waiting")
+        },
+    )
+    .await;
+    // Several passes later (the statuses of every pod were written), still the one event: an
+    // event is a transition, and the queue status written after the burst shows the passes ran.
+    env.wait_workload_status(
+        "burst",
+        "the burst's status",
+        Duration::from_secs(30),
+        |s| s.pending_pods == N as i32,
+    )
+    .await;
+    let events = sluice_events(&env).await;
+    let on_burst: Vec<_> = events
+        .iter()
+        .filter(|(kind, name, _, _)| kind == "Pod" && name.starts_with("exec-"))
+        .collect();
+    eprintln!(
+        "events for a burst of {N} gated pods of one workload: {} ({:?})",
+        on_burst.len(),
+        on_burst.iter().map(|e| &e.2).collect::<Vec<_>>()
+    );
+    assert!(on_burst.len() <= 2, "{on_burst:?}");
+
+    // The same number of pods, each its own workload: at most one event each.
+    let solo = (0..N).map(|i| pod(&format!("solo-{i}"), &queue, "500m"));
+    env.create_pods_at_once(solo).await;
+    env.wait_queue_counts(&queue, 2 * N as i32, 1).await;
+    let solo_events = wait_for(
+        "Waiting events on the single pods",
+        Duration::from_secs(90),
+        || async {
+            let n = sluice_events(&env)
+                .await
+                .into_iter()
+                .filter(|(k, n, _, _)| k == "Pod" && n.starts_with("solo-"))
+                .count();
+            (n > 0).then_some(n)
+        },
+    )
+    .await;
+    eprintln!("events for {N} single-pod workloads: {solo_events} (so far)");
+    assert!(solo_events <= N, "{solo_events} events for {N} workloads");
+    env.cleanup().await;
+}
+
+/// A Job preempted by a pod of higher priority in the same queue is told so, on the Job, naming
+/// the preemptor (of its own namespace).
+#[tokio::test]
+async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
+    let Some(mut env) = TestEnv::new_or_skip("why-preempt").await else {
+        return;
+    };
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let classes: Api<PriorityClass> = Api::all(env.client.clone());
+    let (low, high) = (
+        format!("{}-low", env.namespace),
+        format!("{}-high", env.namespace),
+    );
+    for (name, value) in [(&low, 10), (&high, 1000)] {
+        let class: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))
+                .expect("class");
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("create PriorityClass");
+    }
+    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "low", "labels": {"sluice.dev/queue": queue}},
+        "spec": {"parallelism": 2, "completions": 2, "template": {
+            "metadata": {"annotations": {"sluice.dev/kwok-hold": "true"}},
+            "spec": {"restartPolicy": "Never", "priorityClassName": low,
+                "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
+    }))
+    .expect("job");
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create the Job");
+    env.wait_queue_counts(&queue, 0, 2).await;
+    let mut urgent = pod("urgent", &queue, "2");
+    if let Some(spec) = urgent.spec.as_mut() {
+        spec.priority_class_name = Some(high.clone());
+    }
+    env.create_pod(urgent).await;
+    let note = wait_event(&env, "Job", "low", "Preempted").await;
+    assert!(
+        note.contains(&format!("DynamicWorkload {}/urgent", env.namespace)),
+        "the preemptor is not named: {note}"
+    );
+    assert!(note.contains(&format!("queue {queue}")), "{note}");
+    for name in [&low, &high] {
+        let _ = classes.delete(name, &Default::default()).await;
+    }
+    env.cleanup().await;
+}
