@@ -13,6 +13,33 @@ use super::cell;
 /// The values of each metric's labels (by its name without the `_total` a counter gets), where
 /// the name alone does not say them.
 const LABELS: &[(&str, &str)] = &[
+    (
+        "sluice_queue_quota",
+        "`resource`: each resource the queue's quota names (base units)",
+    ),
+    ("sluice_queue_used", "`resource`: as `sluice_queue_quota`"),
+    (
+        "sluice_queue_reserved",
+        "`resource`: as `sluice_queue_quota`",
+    ),
+    (
+        "sluice_queue_borrowed",
+        "`resource`: as `sluice_queue_quota`",
+    ),
+    ("sluice_queue_lent", "`resource`: as `sluice_queue_quota`"),
+    ("sluice_queue_admitted_workloads", ""),
+    ("sluice_queue_admitted_pods", ""),
+    ("sluice_queue_oldest_pending_timestamp_seconds", ""),
+    (
+        "sluice_queue_info",
+        "`cohort` (empty: none), `strategy`: `StrictFIFO` or `BestEffortFIFO`; always 1",
+    ),
+    (
+        "sluice_events",
+        "`reason`: `Waiting`, `Refused`, `Admitted`, `Preempted`, `Requeued`, `RequeueLimitExceeded`",
+    ),
+    ("sluice_events_dropped", ""),
+    ("sluice_events_failed", ""),
     ("sluice_admitted_pods", ""),
     ("sluice_admitted_at_creation_pods", ""),
     ("sluice_queue_pending_pods", ""),
@@ -184,6 +211,34 @@ fn one_series_each(
         queue: "q".into(),
         resource: "cpu".into(),
     });
+    let resource = QueueResourceLabels {
+        queue: "q".into(),
+        resource: "cpu".into(),
+    };
+    let gauges = &controller.queues;
+    for family in [
+        &gauges.quota,
+        &gauges.used,
+        &gauges.reserved,
+        &gauges.borrowed,
+        &gauges.lent,
+    ] {
+        let _ = family.get_or_create(&resource);
+    }
+    let _ = gauges.admitted_workloads.get_or_create(&queue);
+    let _ = gauges.admitted_pods.get_or_create(&queue);
+    let _ = gauges.oldest_pending_timestamp.get_or_create(&queue);
+    let _ = gauges.info.get_or_create(&crate::metrics::QueueInfoLabels {
+        queue: "q".into(),
+        cohort: String::new(),
+        strategy: "StrictFIFO".into(),
+    });
+    let _ = controller
+        .events
+        .sent
+        .get_or_create(&crate::metrics::EventLabels {
+            reason: "Waiting".into(),
+        });
     let executor = crate::tasks::metrics::ExecutorLabels {
         executor: "pod".into(),
     };

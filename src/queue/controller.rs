@@ -1201,7 +1201,11 @@ impl Controller {
     ) {
         let queues = self.queue_names();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            if !look_at(w) || terminating.contains(&workload.key.namespace) {
+            // A part of a workload in another queue (snapshot::stray_part_key) has no ledger.
+            if !look_at(w)
+                || terminating.contains(&workload.key.namespace)
+                || snapshot::stray_part_of(&workload.key).is_some()
+            {
                 continue;
             }
             let existing = built.workloads[w].as_ref();
@@ -1289,7 +1293,11 @@ impl Controller {
         }
         let none = HashSet::new();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            if !look_at(w) || terminating.contains(&workload.key.namespace) {
+            // A part of a workload in another queue (snapshot::stray_part_key) has no ledger.
+            if !look_at(w)
+                || terminating.contains(&workload.key.namespace)
+                || snapshot::stray_part_of(&workload.key).is_some()
+            {
                 continue;
             }
             // A workload seen only through its pods is recorded in the same round of writes,

@@ -533,6 +533,9 @@ pub struct Snapshotter {
     dirty: BTreeSet<WorkloadKey>,
     /// Everything is built again at the next pass (queues' rules or namespaces changed, restart).
     all_dirty: bool,
+    /// Per workload, the keys of its parts in other queues (admitted pods labelled for another
+    /// queue, `snapshot::stray_part_key`) placed by the last build: a build without one removes it.
+    parts: HashMap<WorkloadKey, Vec<WorkloadKey>>,
     pub decider: Decider,
 }
 
@@ -720,6 +723,30 @@ impl Snapshotter {
         }
     }
 
+    /// The parts in other queues that the workloads built again (`keys`) no longer have (`seen`:
+    /// every key the build made) are removed.
+    fn forget_stale_parts(&mut self, keys: &[WorkloadKey], seen: &HashSet<WorkloadKey>) {
+        let mut now: HashMap<WorkloadKey, Vec<WorkloadKey>> = HashMap::new();
+        for key in seen {
+            if let Some(parent) = snapshot::stray_part_of(key) {
+                now.entry(parent).or_default().push(key.clone());
+            }
+        }
+        if now.is_empty() && self.parts.is_empty() {
+            return;
+        }
+        for key in keys {
+            let before = self.parts.remove(key).unwrap_or_default();
+            let after = now.remove(key).unwrap_or_default();
+            for gone in before.iter().filter(|k| !after.contains(k)) {
+                self.decider.remove(gone);
+            }
+            if !after.is_empty() {
+                self.parts.insert(key.clone(), after);
+            }
+        }
+    }
+
     /// Builds the workloads that changed, then decides the groups that changed. Returns the
     /// problems of the objects built (for logs) and what was done.
     pub fn pass(&mut self) -> (Vec<String>, PassStats) {
@@ -782,6 +809,7 @@ impl Snapshotter {
         for key in keys.iter().filter(|k| !seen.contains(*k)) {
             self.decider.remove(key);
         }
+        self.forget_stale_parts(&keys, &seen);
         let mut stats = if rebuilt {
             self.decider.full_pass()
         } else {

@@ -268,3 +268,35 @@ fn a_workload_failed_by_requeue_limit_or_losing_pods_is_closed() {
     assert!(closed.contains(&key("w3")), "losing pods");
     assert!(!closed.contains(&key("w2")));
 }
+
+/// Found by the model-based test: a pass admits workload w1's gated pod in queue "a" while, in
+/// the same moment, admission at creation admits another pod of w1 labelled "solo" (neither knew
+/// of the other). Both are admitted; each counts in the queue its own label names (the one outside
+/// the workload's queue as a part of it there, with no ledger of its own).
+#[test]
+fn admitted_pods_of_one_workload_in_two_queues_each_count_in_their_own() {
+    let queues = [queue("a", "4"), queue("solo", "4")];
+    let pods = vec![
+        pod("first", "a", "w1", "1", false, 0, None),
+        pod("racer", "solo", "w1", "2", false, 1, None),
+        pod("waiting", "solo", "w2", "3", true, 2, None),
+    ];
+    let built = snapshot::build(&queues, &[], &pods, &[], &HashSet::new());
+    let decisions = decide(&built.snapshot);
+    assert_eq!(decisions.queues["a"].usage.get("cpu"), 1000);
+    assert_eq!(decisions.queues["solo"].usage.get("cpu"), 2000);
+    assert!(
+        admitted_uids(&built, &decisions).is_empty(),
+        "solo has 2 of 4 cpu left: the 3-cpu pod waits"
+    );
+    let part = built
+        .snapshot
+        .workloads
+        .iter()
+        .find(|w| snapshot::stray_part_of(&w.key).is_some())
+        .expect("the part of w1 in solo");
+    assert_eq!(
+        (part.queue.as_str(), part.key.name.as_str()),
+        ("solo", "w1/solo")
+    );
+}

@@ -238,7 +238,8 @@ pub fn build_from_facts(
         let dwl = by_key.get(&key).copied();
         let mut group = groups.remove(&key).unwrap_or_default();
         let queue = owning_queue(dwl, &group, in_flight);
-        let strays = leave_strays_behind(&key, &queue, &mut group, in_flight, &mut built.problems);
+        let (strays, parts) =
+            leave_strays_behind(&key, &queue, &mut group, in_flight, &mut built.problems);
         let rule = rules.get(&queue);
         let namespace_allowed = match rule.and_then(|r| r.selector.as_ref()) {
             Some(selector) => namespace_labels
@@ -247,6 +248,22 @@ pub fn build_from_facts(
             None => true,
         };
         let max_priority = rule.and_then(|r| r.max_priority);
+        // Admitted pods labelled for other queues: each queue's part, its key and whether that
+        // queue admits the namespace (read before the key moves into the snapshot).
+        let parts: Vec<(WorkloadKey, String, bool, Group)> = parts
+            .into_iter()
+            .map(|(part_queue, part)| {
+                let allowed = rules
+                    .get(&part_queue)
+                    .and_then(|r| r.selector.as_ref())
+                    .is_none_or(|selector| {
+                        namespace_labels
+                            .get(&key.namespace)
+                            .is_some_and(|labels| selector_matches(selector, labels))
+                    });
+                (stray_part_key(&key, &part_queue), part_queue, allowed, part)
+            })
+            .collect();
         add_workload(
             &mut built,
             key,
@@ -265,6 +282,11 @@ pub fn build_from_facts(
             *left += strays;
         }
         requeued(&mut built, dwl, rule.and_then(|r| r.requeue_limit));
+        for (part_key, part_queue, allowed, part) in parts {
+            add_workload(
+                &mut built, part_key, part_queue, allowed, None, part, in_flight,
+            );
+        }
     }
     built
 }
@@ -309,28 +331,31 @@ fn owning_queue(
 
 /// Takes the pods of a workload that its own label puts in another queue than the workload's
 /// (`queue`) out of its pod sets: a workload's pods all run in one queue. A gated one is never
-/// admitted (counted as left behind, and said in `problems`); an admitted one (only a pod admitted
-/// before this rule, or by a bug) is said in `problems` and kept, so that what it holds is still
-/// counted. Returns how many were left behind.
+/// admitted (counted as left behind, and said in `problems`). An admitted one (a race between a
+/// pass and admission at creation, or a pod admitted before this rule) still counts in the queue
+/// its own label names: returned, per queue, to be added as a part of the workload in that queue
+/// ([`stray_part_key`]). Returns how many were left behind, and the admitted strays.
 fn leave_strays_behind(
     key: &WorkloadKey,
     queue: &str,
     group: &mut Group,
     in_flight: &HashSet<String>,
     problems: &mut Vec<String>,
-) -> u32 {
+) -> (u32, BTreeMap<String, Group>) {
     let mut left = 0u32;
-    for (_, pods) in group.sets.values_mut() {
+    let mut parts: BTreeMap<String, Group> = BTreeMap::new();
+    for (set_name, (_, pods)) in group.sets.iter_mut() {
         if pods.iter().all(|(_, fact)| fact.queue == queue) {
             continue;
         }
-        pods.retain(|(pod, fact)| {
+        for (pod, fact) in std::mem::take(pods) {
             if fact.queue == queue {
-                return true;
+                pods.push((pod, fact));
+                continue;
             }
-            let state = pod_state(pod, in_flight);
+            let state = pod_state(&pod, in_flight);
             if state == PodState::Ended {
-                return false;
+                continue;
             }
             let admitted = state == PodState::Admitted;
             problems.push(format!(
@@ -339,18 +364,51 @@ fn leave_strays_behind(
                 fact.name,
                 fact.queue,
                 if admitted {
-                    "it was admitted before; it counts with its workload"
+                    "it was admitted (a race with admission at creation, or before this rule) and counts in its own queue"
                 } else {
                     "a workload's pods all run in one queue, so it is never admitted"
                 },
             ));
             if !admitted {
                 left += 1;
+                continue;
             }
-            admitted
-        });
+            let part = parts.entry(fact.queue.clone()).or_insert_with(|| Group {
+                queue: fact.queue.clone(),
+                priority: i32::MIN,
+                earliest: i64::MAX,
+                sets: BTreeMap::new(),
+            });
+            part.priority = part.priority.max(fact.priority);
+            part.earliest = part.earliest.min(fact.created_at);
+            // Admitted already: nothing is reserved for the part's set.
+            let (_, set) = part
+                .sets
+                .entry(set_name.clone())
+                .or_insert_with(|| (Some(0), Vec::new()));
+            set.push((pod, fact));
+        }
     }
-    left
+    (left, parts)
+}
+
+/// The key of the part of workload `key` whose admitted pods are labelled for `queue`, another
+/// queue than the workload's: a name no DynamicWorkload can have (it holds a `/`), so no ledger or
+/// status is ever written for it.
+pub fn stray_part_key(key: &WorkloadKey, queue: &str) -> WorkloadKey {
+    WorkloadKey {
+        namespace: key.namespace.clone(),
+        name: format!("{}/{queue}", key.name),
+    }
+}
+
+/// Whether `key` is a part of a workload made by [`stray_part_key`], and of which workload.
+pub fn stray_part_of(key: &WorkloadKey) -> Option<WorkloadKey> {
+    let (name, _) = key.name.split_once('/')?;
+    Some(WorkloadKey {
+        namespace: key.namespace.clone(),
+        name: name.to_string(),
+    })
 }
 
 /// What the snapshot needs of a queue besides its [`QueueSnapshot`]: which namespaces it admits
