@@ -77,6 +77,22 @@ if [[ " $* " == *" --test real_node "* || " $* " == *" --test=real_node "* ]]; t
   exit 0
 fi
 
+# Prometheus (promtool and the server) for the monitoring tests: Debian's package at the pinned
+# version, installed when missing (root); the tests then require it rather than skip.
+ensure_prometheus() {
+  # shellcheck source=hack/versions.sh
+  source "$ROOT/hack/versions.sh"
+  if [[ ! -x /usr/bin/prometheus || ! -x /usr/bin/promtool ]]; then
+    ((EUID == 0)) && command -v apt-get >/dev/null \
+      || { echo "test.sh: the monitoring tests need Prometheus (Debian: apt-get install prometheus=$PROMETHEUS_DEB_VERSION)" >&2; exit 1; }
+    echo "test.sh: installing prometheus $PROMETHEUS_DEB_VERSION (apt-get, first time only)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "prometheus=$PROMETHEUS_DEB_VERSION"; } >&2 || { echo "test.sh: apt-get install prometheus failed" >&2; exit 1; }
+  fi
+  export SLUICE_REQUIRE_PROMTOOL=1
+}
+ensure_prometheus
+
 # The project's own rules first (a full run: what CI runs): formatted, and clippy clean.
 if (($# == 0)) && [[ ${SLUICE_TEST_LINT:-1} != 0 ]]; then
   cargo fmt --all -- --check || { echo "test.sh: run 'cargo fmt --all'" >&2; exit 1; }

@@ -2,7 +2,7 @@
 //! the sluice of the local cluster: every rule of `manifests/monitoring/sluice-alerts.rules.yaml`
 //! loads and evaluates without error on live data, the per-queue gauges arrive under their names,
 //! and `SluiceGatedWithRoom`'s expression (its thresholds shortened to seconds, its `for` removed)
-//! fires for a queue that has room while a pod stays gated: here a pod larger than its queue, a
+//! fires for a queue that has room while a pod stays gated: here a Ray worker whose RayCluster is gone, a
 //! stand-in for a controller that admits nothing (the shared sluice of the cluster is not broken
 //! on purpose: other tests run against it).
 
@@ -90,6 +90,11 @@ async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod
         return;
     };
     if !std::path::Path::new("/usr/bin/prometheus").exists() {
+        // hack/test.sh installs it (Debian's package, pinned in hack/versions.sh) and requires it.
+        assert!(
+            std::env::var_os("SLUICE_REQUIRE_PROMTOOL").is_none(),
+            "/usr/bin/prometheus is not installed (hack/test.sh installs it as root)"
+        );
         eprintln!("skipped: /usr/bin/prometheus is not installed (apt-get install prometheus)");
         env.cleanup().await;
         return;
@@ -97,8 +102,17 @@ async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod
     let metrics =
         std::env::var("SLUICE_METRICS_ADDR").expect("SLUICE_METRICS_ADDR (hack/cluster.sh env)");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
-    // A pod larger than the queue: gated for good while the queue has all its room.
-    env.create_pod(pod("big", &queue, "5")).await;
+    // A Ray worker of a RayCluster that does not exist waits for its ledger for good, while the
+    // queue has all its room. (A pod larger than its queue is refused at creation.)
+    env.create_pod(with_labels(
+        pod("orphan", &queue, "1"),
+        &[
+            ("ray.io/cluster", "gone"),
+            ("ray.io/node-type", "worker"),
+            ("ray.io/group", "cpu"),
+        ],
+    ))
+    .await;
     env.wait_queue_counts(&queue, 1, 0).await;
 
     let dir = std::env::temp_dir().join(unique("prometheus"));
