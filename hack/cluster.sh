@@ -158,6 +158,21 @@ build_core() {
     ln -sfn "k8s-$KUBERNETES_VERSION" "$BIN/$c"
   done
   build_go kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+  build_helm
+}
+
+# Helm (hack/tools/helm): charts/sluice/ is linted, templated and packaged with it (hack/release.sh,
+# tests/install.rs, the real node's install tests). The ldflags are those of Helm's Makefile: its
+# version, and the Kubernetes version `helm template` assumes (client-go's minor, major 1).
+build_helm() {
+  local cg minor
+  cg=$(awk '$1 == "k8s.io/client-go" {print $2}' "$ROOT/hack/tools/helm/go.mod")
+  minor=${cg#v0.}; minor=${minor%%.*}
+  build_go helm "$HELM_VERSION" helm helm.sh/helm/v3/cmd/helm \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean
+     -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor
+     -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+  ln -sfn "helm-$HELM_VERSION" "$BIN/helm"
 }
 
 build_addons() {

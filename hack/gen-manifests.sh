@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, and README.md's table of integrations)"
+  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, README.md's table of integrations, and the generated templates of charts/sluice/)"
   exit 0
 fi
 cargo build --quiet --bin sluice
@@ -21,6 +21,7 @@ rm -f manifests/crds/*.yaml
 "$bin" manifests webhooks > manifests/install/03-webhooks.yaml
 "$bin" manifests rbac > manifests/install/01-rbac.yaml
 "$bin" manifests rbac-tasks > manifests/install/01-rbac-tasks.yaml
+hack/gen-chart.sh
 # README.md's table of integrations (the lines from its header row to the next blank line).
 table=$(mktemp) readme=$(mktemp)
 trap 'rm -f "$table" "$readme"' EXIT
