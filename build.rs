@@ -5,7 +5,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SLUICE_GIT_COMMIT");
     let commit = std::env::var("SLUICE_GIT_COMMIT")
         .ok()
-        .filter(|c| !c.is_empty() && c.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .filter(|c| {
+            !c.is_empty()
+                && c.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        })
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=SLUICE_GIT_COMMIT={commit}");
 }

@@ -86,9 +86,9 @@ Flags of 'up' (and 'build'):
   --real-node          one real node beside the kwok nodes (root only; hack/realnode.sh): a kubelet
                        $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
                        runc and the CNI plugins from Debian (apt-get install when missing), and images built
-                       here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev
-                       (target/$SLUICE_PROFILE/sluice: debug, or release with SLUICE_PROFILE=release; --no-build
-                       uses it as it is).
+                       here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev (also tagged
+                       sluice:<version>), built from the Dockerfile by hack/image.sh (buildah, offline; a
+                       release build; --no-build imports the last one built as it is).
                        The node is $REAL_NODE_NAME, labelled $REAL_NODE_LABEL=real, tainted
                        $REAL_NODE_TAINT=true:NoSchedule; kwok never manages it. State in .cluster/node/;
                        'down' stops its containers and cleans up.
@@ -106,7 +106,8 @@ Environment:
                        images of real workloads for the real node, built here once (cached in
                        \$SLUICE_CACHE/images/, keyed on their inputs) and imported by up --real-node:
                        "spark" (sluice.local/spark:$PYSPARK_VERSION, Java 17 and pyspark's jars), "ray"
-                       (sluice.local/ray:$RAY_VERSION, Python 3.11 and ray[default]); default none
+                       (sluice.local/ray:$RAY_VERSION, Python 3.11 and ray[default]), "sluice-upgrade" (a second
+                       build of sluice's image, sluice:upgrade, for the upgrade tests); default none
                        (hack/images/images.sh)
   SLUICE_REAL_NODE_SNAPSHOTTER
                        containerd's snapshotter on the real node (default overlayfs; native where overlay

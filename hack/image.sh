@@ -113,7 +113,7 @@ seconds=$((SECONDS - t0))
 rm -f "$OUT.tmp"
 BUILDAH push --quiet "$TAG" "docker-archive:$OUT.tmp:$TAG" >>"$LOGFILE" 2>&1 || die "buildah push to docker-archive:$OUT failed"
 mv "$OUT.tmp" "$OUT"
-size=$(BUILDAH inspect --type image --format '{{.FromImageID}}' "$TAG" >/dev/null 2>&1; du -b "$OUT" | cut -f1)
+size=$(du -b "$OUT" | cut -f1)
 log "built $TAG in ${seconds}s: archive $OUT ($((size / 1024 / 1024)) MiB)"
 echo "$seconds" >"$OUT.seconds"
 echo "$OUT"

@@ -113,7 +113,10 @@ async fn namespace_users_with_view_or_edit_read_their_workloads_and_queues_and_n
     };
     let other = TestEnv::new("roles-other").await;
     apply_user_roles(&env.client).await;
-    let (viewer, editor) = (format!("{}-viewer", env.namespace), format!("{}-editor", env.namespace));
+    let (viewer, editor) = (
+        format!("{}-viewer", env.namespace),
+        format!("{}-editor", env.namespace),
+    );
     bind(&env, &viewer, "view").await;
     bind(&env, &editor, "edit").await;
     // A DynamicWorkload in each namespace: a governed pod's ledger.
@@ -126,8 +129,19 @@ async fn namespace_users_with_view_or_edit_read_their_workloads_and_queues_and_n
         .expect("a pod in the other namespace");
     let admin_dwl: Api<DynamicWorkload> = Api::namespaced(env.client.clone(), &other.namespace);
     wait_for("both ledgers", Duration::from_secs(30), || async {
-        let mine = env.workloads().list(&ListParams::default()).await.ok()?.items.len();
-        let theirs = admin_dwl.list(&ListParams::default()).await.ok()?.items.len();
+        let mine = env
+            .workloads()
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .len();
+        let theirs = admin_dwl
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .len();
         (mine == 1 && theirs == 1).then_some(())
     })
     .await;
@@ -175,14 +189,12 @@ async fn namespace_users_with_view_or_edit_read_their_workloads_and_queues_and_n
         );
     }
     // ScavengerJobs: edit may delete (here: one that does not exist, so 404), view may not (403).
-    let as_editor: Api<ScavengerJob> =
-        Api::namespaced(client_as(&editor).await, &env.namespace);
+    let as_editor: Api<ScavengerJob> = Api::namespaced(client_as(&editor).await, &env.namespace);
     match as_editor.delete("none", &DeleteParams::default()).await {
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         other => panic!("edit may delete ScavengerJobs (404 for a missing one), got {other:?}"),
     }
-    let as_viewer: Api<ScavengerJob> =
-        Api::namespaced(client_as(&viewer).await, &env.namespace);
+    let as_viewer: Api<ScavengerJob> = Api::namespaced(client_as(&viewer).await, &env.namespace);
     assert!(
         forbidden(as_viewer.delete("none", &DeleteParams::default()).await),
         "view may not delete ScavengerJobs"

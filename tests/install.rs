@@ -92,7 +92,10 @@ fn kinds(yaml: &str) -> Vec<(String, String)> {
         .map(|d| {
             (
                 d["kind"].as_str().unwrap_or_default().to_string(),
-                d["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             )
         })
         .collect()
@@ -160,7 +163,10 @@ fn helm_template_with_default_values_renders_exactly_the_release_manifest() {
     }
     // Checksums of every file written.
     let sums = std::fs::read_to_string(out.join("SHA256SUMS")).expect("SHA256SUMS");
-    for file in ["sluice.yaml".to_string(), format!("sluice-{}.tgz", cargo_version())] {
+    for file in [
+        "sluice.yaml".to_string(),
+        format!("sluice-{}.tgz", cargo_version()),
+    ] {
         assert!(
             sums.lines().any(|l| l.ends_with(&format!("  {file}"))),
             "{file} in SHA256SUMS: {sums}"
@@ -308,7 +314,10 @@ fn values_reach_the_objects_they_name() {
         "batch-gate"
     );
     let hook = find("Job", "sluice-uninstall");
-    assert_eq!(hook["metadata"]["annotations"]["helm.sh/hook"], "pre-delete");
+    assert_eq!(
+        hook["metadata"]["annotations"]["helm.sh/hook"],
+        "pre-delete"
+    );
     assert_eq!(
         hook["spec"]["template"]["spec"]["containers"][0]["args"][0],
         "uninstall"

@@ -53,7 +53,9 @@ async fn command(program: &str, args: &[&str]) -> String {
         .current_dir(repo_root())
         .output()
         .await
-        .unwrap_or_else(|e| panic!("{program} ({e}): on PATH after eval \"$(hack/cluster.sh env)\""));
+        .unwrap_or_else(|e| {
+            panic!("{program} ({e}): on PATH after eval \"$(hack/cluster.sh env)\"")
+        });
     assert!(
         out.status.success(),
         "{program} {}: {}{}",
@@ -230,10 +232,9 @@ async fn wait_rolled_out(env: &TestEnv, image: &str) {
                 .items;
             let right = list.iter().all(|p| {
                 p.spec.as_ref().is_some_and(|s| {
-                    s.node_selector
-                        .as_ref()
-                        .is_some_and(|n| n.get(NODE_SELECTOR.0).map(String::as_str) == Some(NODE_SELECTOR.1))
-                        && s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
+                    s.node_selector.as_ref().is_some_and(|n| {
+                        n.get(NODE_SELECTOR.0).map(String::as_str) == Some(NODE_SELECTOR.1)
+                    }) && s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
                 })
             });
             (done && list.len() == 2 && right).then_some(())
@@ -291,19 +292,24 @@ fn gang_pod(name: &str, queue: &str) -> Pod {
     )
 }
 
-/// Pods created every 100 ms in `queue`, each ended as soon as it is seen admitted (the quota
-/// churns): counts creations and refusals until `stop`.
+/// Pods of 10m created every 100 ms in `queue`, each ended as soon as it is seen admitted and
+/// deleted once ended (the quota churns; the kwok nodes' pod slots are not used up): counts
+/// creations and refusals, and records every pod seen admitted, until `stop`.
 struct Load {
     stop: Arc<AtomicBool>,
     created: Arc<AtomicUsize>,
     refused: Arc<std::sync::Mutex<Vec<String>>>,
+    admitted: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
+
+const LOAD_POD_CPU: &str = "10m";
 
 fn start_load(env: &TestEnv, queue: &str) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let created = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let admitted = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let (pods, queue) = (env.pods(), queue.to_string());
     let creator = {
         let (stop, created, refused, pods) =
@@ -313,32 +319,37 @@ fn start_load(env: &TestEnv, queue: &str) -> Load {
             let mut i = 0;
             while !stop.load(Ordering::SeqCst) {
                 tick.tick().await;
-                let p = with_labels(pod(&format!("load-{i}"), &queue, "100m"), &[("load", "true")]);
+                let p = with_labels(
+                    pod(&format!("load-{i}"), &queue, LOAD_POD_CPU),
+                    &[("load", "true")],
+                );
                 match pods.create(&PostParams::default(), &p).await {
                     Ok(_) => {
                         created.fetch_add(1, Ordering::SeqCst);
                     }
-                    Err(e) => refused.lock().expect("refused").push(format!("load-{i}: {e}")),
+                    Err(e) => refused
+                        .lock()
+                        .expect("refused")
+                        .push(format!("load-{i}: {e}")),
                 }
                 i += 1;
             }
         })
     };
     let ender = {
-        let (stop, pods) = (stop.clone(), pods.clone());
+        let (stop, pods, admitted) = (stop.clone(), pods.clone(), admitted.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let mut ended = std::collections::HashSet::new();
-            while !stop.load(Ordering::SeqCst) {
+            // Runs on after `stop` until every pod it saw is gone and none is left gated.
+            loop {
                 tick.tick().await;
                 let Ok(list) = pods.list(&ListParams::default().labels("load=true")).await else {
                     continue;
                 };
-                for p in list.items.iter().filter(|p| !is_gated(p) && !is_ended(p)) {
-                    if ended.insert(p.name_any()) {
-                        end_pod(&pods, &p.name_any(), "Succeeded").await;
-                    }
+                if stop.load(Ordering::SeqCst) && list.items.is_empty() {
+                    break;
                 }
+                end_and_delete(&pods, &list.items, &admitted).await;
             }
         })
     };
@@ -346,14 +357,31 @@ fn start_load(env: &TestEnv, queue: &str) -> Load {
         stop,
         created,
         refused,
+        admitted,
         tasks: vec![creator, ender],
     }
 }
 
+/// Ends each admitted load pod (recording it) and deletes each ended one.
+async fn end_and_delete(
+    pods: &Api<Pod>,
+    list: &[Pod],
+    admitted: &std::sync::Mutex<std::collections::HashSet<String>>,
+) {
+    for p in list {
+        let name = p.name_any();
+        if is_ended(p) {
+            let _ = pods
+                .delete(&name, &kube::api::DeleteParams::default())
+                .await;
+        } else if !is_gated(p) && admitted.lock().expect("admitted").insert(name.clone()) {
+            end_pod(pods, &name, "Succeeded").await;
+        }
+    }
+}
+
 /// Follows the load pods and records the largest cpu ever held by those admitted and not ended.
-fn watch_load_usage(
-    pods: Api<Pod>,
-) -> (Arc<std::sync::Mutex<i64>>, tokio::task::JoinHandle<()>) {
+fn watch_load_usage(pods: Api<Pod>) -> (Arc<std::sync::Mutex<i64>>, tokio::task::JoinHandle<()>) {
     use kube::runtime::{WatchStreamExt, watcher};
     let peak = Arc::new(std::sync::Mutex::new(0i64));
     let peak_out = peak.clone();
@@ -410,14 +438,22 @@ async fn story(method: Method) {
     .await;
 
     // 2. A gang and a RayCluster through the gate.
-    let gang_queue = env.queue("gang", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let gang_queue = env
+        .queue("gang", json!({"cpu": "1"}), "BestEffortFIFO")
+        .await;
     env.create_pod(gang_pod("gang-0", &gang_queue)).await;
     let first = env.pods().get("gang-0").await.expect("gang-0");
     assert!(is_gated(&first), "a gang's first pod waits for the second");
     env.create_pod(gang_pod("gang-1", &gang_queue)).await;
     env.wait_queue_counts(&gang_queue, 0, 2).await;
-    let ledger = env.workloads().get("gang").await.expect("the gang's DynamicWorkload");
-    let ray_queue = env.queue("ray", json!({"cpu": "500m"}), "BestEffortFIFO").await;
+    let ledger = env
+        .workloads()
+        .get("gang")
+        .await
+        .expect("the gang's DynamicWorkload");
+    let ray_queue = env
+        .queue("ray", json!({"cpu": "500m"}), "BestEffortFIFO")
+        .await;
     rayclusters(&env)
         .create(&PostParams::default(), &raycluster("rc", &ray_queue))
         .await
@@ -425,49 +461,63 @@ async fn story(method: Method) {
     env.wait_queue_counts(&ray_queue, 0, 2).await;
 
     // 3. Upgrade to the second build while a pod is created every 100 ms.
-    let load_queue = env.queue("load", json!({"cpu": "500m"}), "BestEffortFIFO").await;
+    let load_queue = env
+        .queue("load", json!({"cpu": "500m"}), "BestEffortFIFO")
+        .await;
     let (peak, watcher) = watch_load_usage(env.pods());
     let load = start_load(&env, &load_queue);
-    wait_for("the load to be under way", Duration::from_secs(30), || async {
-        (load.created.load(Ordering::SeqCst) >= 10).then_some(())
-    })
+    wait_for(
+        "the load to be under way",
+        Duration::from_secs(30),
+        || async { (load.created.load(Ordering::SeqCst) >= 10).then_some(()) },
+    )
     .await;
     upgrade(method).await;
     wait_rolled_out(&env, &format!("sluice:{UPGRADE_TAG}")).await;
     let before_stop = load.created.load(Ordering::SeqCst);
-    wait_for("20 more pods created after the rollout", Duration::from_secs(30), || async {
-        (load.created.load(Ordering::SeqCst) >= before_stop + 20).then_some(())
-    })
-    .await;
-    load.stop.store(true, Ordering::SeqCst);
-    for t in load.tasks {
-        t.await.expect("load task");
-    }
-    let refused = load.refused.lock().expect("refused").clone();
-    assert!(refused.is_empty(), "pod creations refused during the upgrade: {refused:?}");
-    let created = load.created.load(Ordering::SeqCst);
-    // None stranded: every load pod is admitted (the rest of the quota churns as they end).
-    let pods = env.pods();
     wait_for(
-        &format!("all {created} load pods to be admitted"),
-        Duration::from_secs(120),
-        || async {
-            let list = pods.list(&ListParams::default().labels("load=true")).await.ok()?;
-            for p in list.items.iter().filter(|p| !is_gated(p) && !is_ended(p)) {
-                end_pod(&pods, &p.name_any(), "Succeeded").await;
-            }
-            (list.items.len() == created && list.items.iter().all(|p| !is_gated(p))).then_some(())
-        },
+        "20 more pods created after the rollout",
+        Duration::from_secs(30),
+        || async { (load.created.load(Ordering::SeqCst) >= before_stop + 20).then_some(()) },
     )
     .await;
+    load.stop.store(true, Ordering::SeqCst);
+    let mut tasks = load.tasks.into_iter();
+    tasks.next().expect("creator").await.expect("creator task");
+    let refused = load.refused.lock().expect("refused").clone();
+    assert!(
+        refused.is_empty(),
+        "pod creations refused during the upgrade: {refused:?}"
+    );
+    let created = load.created.load(Ordering::SeqCst);
+    // None stranded: the ender runs until every load pod was admitted, ended and deleted.
+    let ender = tasks.next().expect("ender");
+    tokio::time::timeout(Duration::from_secs(180), ender)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("load pods still there 180 s after the load stopped: some stayed gated")
+        })
+        .expect("ender task");
+    let admitted = load.admitted.lock().expect("admitted").len();
+    assert_eq!(admitted, created, "every load pod created was admitted");
     watcher.abort();
     // The quota held at every change of every load pod (a watch: every state each pod went
     // through, finer than any sampling): admitted, unended load pods never above the 500m.
     let peak = *peak.lock().expect("peak");
     assert!(peak > 0, "the load was admitted at all");
-    assert!(peak <= 500, "admitted unended load pods held {peak}m of a 500m quota");
+    assert!(
+        peak <= 500,
+        "admitted unended load pods held {peak}m of a 500m quota"
+    );
+    eprintln!(
+        "{method:?}: {created} pods created during the upgrade, none refused, all admitted; peak {peak}m of 500m"
+    );
     // The ledgers kept: the gang's DynamicWorkload is the same object, still holding its two pods.
-    let after = env.workloads().get("gang").await.expect("the gang's DynamicWorkload");
+    let after = env
+        .workloads()
+        .get("gang")
+        .await
+        .expect("the gang's DynamicWorkload");
     assert_eq!(after.uid(), ledger.uid(), "the ledger survived the upgrade");
     assert_eq!(after.status.as_ref().map(|s| s.admitted_pods), Some(2));
     env.wait_queue_counts(&gang_queue, 0, 2).await;
@@ -477,8 +527,14 @@ async fn story(method: Method) {
     assert!(is_gated(&env.pods().get("too-big").await.expect("too-big")));
     let said = uninstall(method).await;
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
-    assert!(mutating.get_opt("sluice").await.expect("get").is_none(), "mutating webhook left: {said}");
-    assert!(validating.get_opt("sluice").await.expect("get").is_none(), "validating webhook left: {said}");
+    assert!(
+        mutating.get_opt("sluice").await.expect("get").is_none(),
+        "mutating webhook left: {said}"
+    );
+    assert!(
+        validating.get_opt("sluice").await.expect("get").is_none(),
+        "validating webhook left: {said}"
+    );
     let all: Api<Pod> = Api::all(env.client.clone());
     let gated: Vec<String> = all
         .list(&ListParams::default())
@@ -489,7 +545,10 @@ async fn story(method: Method) {
         .filter(|p| is_gated(p))
         .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
         .collect();
-    assert!(gated.is_empty(), "pods left gated after uninstall: {gated:?} ({said})");
+    assert!(
+        gated.is_empty(),
+        "pods left gated after uninstall: {gated:?} ({said})"
+    );
     assert!(
         !is_gated(&env.pods().get("too-big").await.expect("too-big")),
         "the gated pod was ungated"
@@ -499,9 +558,18 @@ async fn story(method: Method) {
         assert!(said.contains("Namespace sluice-system: deleted"), "{said}");
     }
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NAMESPACE);
-    wait_for("sluice's Deployment to be gone", Duration::from_secs(120), || async {
-        deployments.get_opt("sluice").await.ok()?.is_none().then_some(())
-    })
+    wait_for(
+        "sluice's Deployment to be gone",
+        Duration::from_secs(120),
+        || async {
+            deployments
+                .get_opt("sluice")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     env.cleanup().await;
 }
@@ -536,10 +604,14 @@ async fn the_image_reports_its_version_and_commit() {
     }))
     .expect("pod");
     env.create_pod(p).await;
-    wait_for("the version pod to succeed", Duration::from_secs(90), || async {
-        let p = env.pods().get("version").await.ok()?;
-        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
-    })
+    wait_for(
+        "the version pod to succeed",
+        Duration::from_secs(90),
+        || async {
+            let p = env.pods().get("version").await.ok()?;
+            (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+        },
+    )
     .await;
     let log = env
         .pods()
@@ -547,7 +619,13 @@ async fn the_image_reports_its_version_and_commit() {
         .await
         .expect("log");
     let expected = format!("sluice {} (commit ", version());
-    assert!(log.starts_with(&expected), "{log:?} starts with {expected:?}");
-    assert!(!log.contains("(commit unknown)"), "a commit is baked in: {log:?}");
+    assert!(
+        log.starts_with(&expected),
+        "{log:?} starts with {expected:?}"
+    );
+    assert!(
+        !log.contains("(commit unknown)"),
+        "a commit is baked in: {log:?}"
+    );
     env.cleanup().await;
 }

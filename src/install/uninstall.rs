@@ -123,12 +123,18 @@ async fn stop_sluice(
         .await
         .map_err(api_err(format!("reading {what}")))?
     else {
-        report.lines.push(format!("{what}: not found (already removed)"));
+        report
+            .lines
+            .push(format!("{what}: not found (already removed)"));
         return Ok(());
     };
     let scale = json!({"spec": {"replicas": 0}});
     deployments
-        .patch_scale(&args.deployment, &PatchParams::default(), &Patch::Merge(&scale))
+        .patch_scale(
+            &args.deployment,
+            &PatchParams::default(),
+            &Patch::Merge(&scale),
+        )
         .await
         .map_err(api_err(format!("scaling {what} to 0")))?;
     // Its pods: the Deployment's selector (matchLabels), as `kubectl get pods -l` would read it.

@@ -30,8 +30,7 @@ use super::pod::WatchedPod;
 use super::run::{RunState, Step, next_status, observe};
 use crate::api::{
     CapacityQueue, FIELD_MANAGER, SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJob,
-    ScavengerJobStatus,
-    ScavengerPhase,
+    ScavengerJobStatus, ScavengerPhase,
 };
 use crate::resources::{ResourceList, describe_quantity};
 use crate::watch_store;
