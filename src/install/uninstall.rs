@@ -268,7 +268,10 @@ async fn ungate_pods(
         match pods
             .patch(
                 &name,
-                &PatchParams::default().field_manager(FIELD_MANAGER),
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PatchParams::default()
+                },
                 &Patch::<()>::Json(patch),
             )
             .await
