@@ -4,7 +4,8 @@
 //!
 //! - `helm install` of charts/sluice, or `kubectl apply --server-side -f sluice.yaml` (what
 //!   hack/release.sh writes into dist/);
-//! - a gang and a RayCluster (KubeRay on the host) through the gate;
+//! - a gang and a RayCluster (KubeRay on the host) through the gate; a ScavengerJob saying it needs
+//!   the PriorityClass the install leaves out by default;
 //! - an upgrade to the second build (`helm upgrade`, or the manifest applied again with the new
 //!   image) while a pod is created every 100 ms: none refused, none left gated, the quota never
 //!   exceeded (every change of every pod watched), the ledgers kept;
@@ -470,6 +471,35 @@ async fn story(method: Method) {
         .await
         .expect("create the RayCluster");
     env.wait_queue_counts(&ray_queue, 0, 2).await;
+
+    // The install has no PriorityClass by default (a globalDefault class is the cluster's call):
+    // a ScavengerJob, which needs sluice-scavenger, does not start and says so.
+    let sj: sluice::api::ScavengerJob = serde_json::from_value(json!({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "ScavengerJob",
+        "metadata": {"name": "needs-a-class"},
+        "spec": {"image": "busybox", "command": ["sh", "-c", "sleep 3600"], "duration": "10m",
+                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                               "limits": {"cpu": "100m", "memory": "64Mi"}}},
+    }))
+    .expect("ScavengerJob");
+    let scavengers: Api<sluice::api::ScavengerJob> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    scavengers
+        .create(&PostParams::default(), &sj)
+        .await
+        .expect("create the ScavengerJob");
+    wait_for(
+        "the ScavengerJob to say it needs the PriorityClass sluice-scavenger",
+        Duration::from_secs(60),
+        || async {
+            let status = scavengers.get("needs-a-class").await.ok()?.status?;
+            status
+                .message
+                .contains("the PriorityClass sluice-scavenger does not exist")
+                .then_some(())
+        },
+    )
+    .await;
 
     // 3. Upgrade to the second build while a pod is created every 100 ms.
     let load_queue = env
