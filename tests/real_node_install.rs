@@ -10,7 +10,8 @@
 //!   image) while a pod is created every 100 ms: none refused, none left gated, the quota never
 //!   exceeded (every change of every pod watched), the ledgers kept;
 //! - uninstall (`helm uninstall`, whose pre-delete hook runs `sluice uninstall --keep-install`; or
-//!   `sluice uninstall`): no webhook configuration left, no pod left gated.
+//!   `sluice uninstall`): no webhook configuration left, no pod left gated;
+//! - deleting only the namespace: pods refused and left gated, until `sluice uninstall` recovers.
 //!
 //! Not part of `cargo test --workspace` (`test = false`): it needs a cluster with the real node and
 //! without sluice on the host, with KubeRay. hack/test.sh runs it in a phase of its own (after the
@@ -35,6 +36,8 @@ use support::*;
 const NAMESPACE: &str = "sluice-system";
 const NODE_SELECTOR: (&str, &str) = ("sluice.dev/node", "real");
 const NODE_TAINT: &str = "sluice.dev/real-node";
+/// One install at a time: every story owns the webhook configurations and the namespace.
+static ONE_INSTALL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The second build hack/realnode.sh imports (SLUICE_REAL_NODE_IMAGES=sluice-upgrade).
 const UPGRADE_TAG: &str = "upgrade";
 
@@ -621,8 +624,76 @@ async fn story(method: Method) {
 #[tokio::test]
 async fn helm_then_the_release_manifest_gate_a_gang_and_a_raycluster_upgrade_without_stranding_and_uninstall_clean()
  {
+    let _one = ONE_INSTALL.lock().await;
     story(Method::Helm).await;
     story(Method::Manifest).await;
+}
+
+/// What people often do instead of uninstalling: delete the namespace. The webhook configurations
+/// stay, so governed pods are refused and a gated pod stays gated; `sluice uninstall` recovers
+/// (docs/src/operations/uninstall.md).
+#[tokio::test]
+async fn deleting_the_namespace_alone_strands_pods_until_sluice_uninstall_recovers() {
+    let Some(mut env) = TestEnv::new_or_skip("nsdelete").await else {
+        return;
+    };
+    let _one = ONE_INSTALL.lock().await;
+    wait_clean_slate(&env).await;
+    // With Helm: its release record lives in the namespace and goes with it, as it would for a
+    // user; the CRDs it made keep its ownership, so the other stories can install either way.
+    install(Method::Helm).await;
+    wait_rolled_out(&env, &format!("sluice:{}", version())).await;
+    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    env.create_pod(pod("fits", &queue, "800m")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    env.create_pod(pod("waits", &queue, "800m")).await;
+    assert!(is_gated(&env.pods().get("waits").await.expect("waits")));
+    // Only the namespace goes.
+    let namespaces: Api<Namespace> = Api::all(env.client.clone());
+    namespaces
+        .delete(NAMESPACE, &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+    wait_for(
+        "sluice-system to be gone",
+        Duration::from_secs(180),
+        || async {
+            namespaces
+                .get_opt(NAMESPACE)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    match env
+        .pods()
+        .create(&PostParams::default(), &pod("refused", &queue, "100m"))
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message.contains("sluice-webhook"),
+            "refused by the webhook left behind: {}",
+            s.message
+        ),
+        other => panic!("a governed pod is refused while the webhooks stay: {other:?}"),
+    }
+    assert!(
+        is_gated(&env.pods().get("waits").await.expect("waits")),
+        "the gated pod stays gated"
+    );
+    // Recover.
+    let said = uninstall(Method::Manifest).await;
+    assert!(said.contains("not found (already removed)"), "{said}");
+    assert!(
+        !is_gated(&env.pods().get("waits").await.expect("waits")),
+        "ungated by sluice uninstall: {said}"
+    );
+    env.create_pod(pod("after", &queue, "100m")).await;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
+    assert!(mutating.get_opt("sluice").await.expect("get").is_none());
+    env.cleanup().await;
 }
 
 /// The image says what it is: `sluice --version` in a container of the image built from the
