@@ -13,7 +13,7 @@ Lease every sample, and checks the promise by its own arithmetic, every --interv
             annotated sluice.dev/min-count M, one sluice.dev/workload) that holds an admitted,
             unended pod keeps M places (M minus its admitted unended pods, each the size of its
             largest pod) until its last admitted pod ends, and its gated pods take those places
-            first (room for them without more quota); that is the gang promise of the README,
+            first (room for them without more quota); that is the gang promise of the book (concepts/queues-and-workloads.md),
             read off the pods, not sluice's code. Then, walking the gated demand by priority (high
             first) then age: a gang that has not started needs its whole minimum (M places, gated
             or not created yet), any other gated pod its own requests; what fits has room (and

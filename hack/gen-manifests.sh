@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates the manifests that come from Rust code: the CRDs, the in-cluster webhook
-# configurations and the RBAC (sluice's own rules plus each integration's). tests/manifests.rs
-# fails when the checked-in copies are out of date.
+# configurations and the RBAC (sluice's own rules plus each integration's), the book's table of
+# integrations and its generated reference (docs/src/reference/). tests/manifests.rs and tests/docs.rs
+# fail when the checked-in copies are out of date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, README.md's table of integrations, and the generated templates of charts/sluice/)"
+  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, the table of integrations in docs/src/concepts/gangs-and-elastic-pods.md, docs/src/reference/ and the generated templates of charts/sluice/)"
   exit 0
 fi
 cargo build --quiet --bin sluice
@@ -22,13 +23,14 @@ rm -f manifests/crds/*.yaml
 "$bin" manifests rbac > manifests/install/01-rbac.yaml
 "$bin" manifests rbac-tasks > manifests/install/01-rbac-tasks.yaml
 hack/gen-chart.sh
-# README.md's table of integrations (the lines from its header row to the next blank line).
+# The book's table of integrations (the lines from its header row to the next blank line).
 table=$(mktemp) readme=$(mktemp)
 trap 'rm -f "$table" "$readme"' EXIT
 "$bin" integrations > "$table"
 awk -v table="$table" '
   /^\| integration \| / { while ((getline line < table) > 0) print line; skipping = 1; next }
   skipping && /^$/ { skipping = 0 }
-  !skipping { print }' README.md > "$readme"
-cat "$readme" > README.md
-ls manifests/crds manifests/install/01-rbac.yaml manifests/install/01-rbac-tasks.yaml manifests/install/03-webhooks.yaml README.md
+  !skipping { print }' docs/src/concepts/gangs-and-elastic-pods.md > "$readme"
+cat "$readme" > docs/src/concepts/gangs-and-elastic-pods.md
+"$bin" docs reference --out docs/src/reference >/dev/null
+ls manifests/crds manifests/install/01-rbac.yaml manifests/install/01-rbac-tasks.yaml manifests/install/03-webhooks.yaml docs/src/concepts/gangs-and-elastic-pods.md docs/src/reference

@@ -5,11 +5,14 @@
 #
 # Plain `cargo test --workspace` needs no cluster: it runs the unit, property and manifest tests and
 # skips each end-to-end test, saying that hack/test.sh runs it. Here SLUICE_REQUIRE_CLUSTER=1 makes a
-# test that finds no cluster fail instead (docs/architecture.md, Test tiers).
+# test that finds no cluster fail instead (docs/src/development/architecture.md, Test tiers).
 #
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
-# With no arguments, the fuzz targets run first (hack/fuzz.sh, 20 s each), and a second phase follows
+# With no arguments, `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings` run first
+# (SLUICE_TEST_LINT=0 skips them), then the fuzz targets (hack/fuzz.sh, 20 s each), then the book is built
+# (hack/docs.sh: mdbook, offline; its links, commands and generated reference are tests/docs.rs, run
+# with the others; its blocks marked `run` are tests/e2e_docs.rs), and a second phase follows
 # on a cluster of its own: the real node's tests
 # (tests/real_node.rs: containers that really run, sluice deployed in-cluster from manifests/), with
 # 'hack/cluster.sh up --real-node' and no sluice on the host; then, on another, the install tests
@@ -21,6 +24,8 @@
 #                              --with-spark-operator)
 #   SLUICE_TEST_REAL_NODE      0: skip the real node's phase of a full run (default 1)
 #   SLUICE_TEST_FUZZ_SECONDS   seconds each fuzz target runs in a full run (default 20; 0 skips them)
+#   SLUICE_TEST_LINT           0: skip cargo fmt --check and cargo clippy in a full run (default 1)
+#   SLUICE_TEST_DOCS           0: do not build the book in a full run (default 1)
 #   SLUICE_CACHE               where the cluster's binaries are built (default ~/.cache/sluice)
 #   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
 # Exits with cargo test's status (or the cluster's, if it could not come up).
@@ -81,10 +86,17 @@ if [[ " $* " == *" --test real_node_install "* || " $* " == *" --test=real_node_
   exit 0
 fi
 
+# The project's own rules first (a full run: what CI runs): formatted, and clippy clean.
+if (($# == 0)) && [[ ${SLUICE_TEST_LINT:-1} != 0 ]]; then
+  cargo fmt --all -- --check || { echo "test.sh: run 'cargo fmt --all'" >&2; exit 1; }
+  cargo clippy --workspace --all-targets -- -D warnings
+fi
 # Compile everything before the cluster is up, so the cluster runs no longer than the tests need.
 cargo test --workspace --no-run
 # The fuzz targets for a bounded time each (hack/fuzz.sh; longer runs on demand): no cluster needed.
 if (($# == 0)) && [[ ${SLUICE_TEST_FUZZ_SECONDS:-20} != 0 ]]; then hack/fuzz.sh --time "${SLUICE_TEST_FUZZ_SECONDS:-20}"; fi
+# The book (hack/docs.sh: a pinned mdbook, installed into the cache the first time): no cluster needed.
+if (($# == 0)) && [[ ${SLUICE_TEST_DOCS:-1} != 0 ]]; then hack/docs.sh; fi
 if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then cargo test --test real_node --test real_node_install --no-run; fi
 hack/cluster.sh up "${CLUSTER_FLAGS[@]}"
 eval "$(hack/cluster.sh env)"

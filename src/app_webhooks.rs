@@ -18,7 +18,7 @@ use crate::api::{CapacityQueue, QUEUE_LABEL};
 use crate::integrations::ApplicationIntegration;
 use crate::namespaces::{DefaultQueue, Namespaces, unseen_namespace_message};
 use crate::queue::snapshot::selector_matches;
-use crate::resources::{ResourceList, describe_quantity};
+use crate::resources::ResourceList;
 
 fn adapter_for<'a>(
     adapters: &'a [Arc<dyn ApplicationIntegration>],
@@ -64,7 +64,7 @@ impl sluice_webhooks::ApplicationHandler for MutateApplications {
         };
         // A queue move is refused by the validator, with its own message: no patch for it (a
         // Job's template, immutable once it runs, would make the API server refuse it first).
-        if adapter.left_alone(app) || refuse_queue_move(request, app).is_err() {
+        if left_alone(adapter.as_ref(), request, app) || refuse_queue_move(request, app).is_err() {
             return response;
         }
         let mut ops = Vec::new();
@@ -151,20 +151,33 @@ impl ValidateApplications {
                     )
                 })?;
         }
-        let quota = ResourceList::from_quantities(&queue.spec.quota)
+        // What the queue could ever give: its quota, plus what its cohort could lend it.
+        let most = crate::queue::ceiling::ceiling(&queue, &self.queues.state())
             .map_err(|e| format!("sluice: CapacityQueue {queue_name}: {e}"))?;
-        for (resource, limit) in &quota.0 {
-            let needed = gang.get(resource);
-            if needed > *limit {
-                return Err(format!(
-                    "sluice: the minimum gang of {who} needs {} {resource} but CapacityQueue {queue_name} has a quota of {} {resource}: it could never start. Lower its minimum (the gang: e.g. a RayCluster's minReplicas, a SparkApplication's minExecutors, a Job's parallelism, or the annotation sluice.dev/min-count) or raise the quota",
-                    describe_quantity(resource, needed),
-                    describe_quantity(resource, *limit)
-                ));
-            }
+        if let Some(over) = crate::queue::ceiling::exceeded(&gang, &most) {
+            return Err(format!(
+                "sluice: the minimum gang of {who} {}: it could never start. Lower its minimum (the gang: e.g. a RayCluster's minReplicas, a SparkApplication's minExecutors, a Job's parallelism, or the annotation sluice.dev/min-count) or raise the quota",
+                crate::queue::ceiling::describe_exceeded(&queue, &over)
+            ));
         }
         Ok(())
     }
+}
+
+/// Whether sluice leaves the application to another part of itself (a ScavengerJob's Jobs, a
+/// RayJob's submitter): on an UPDATE only when the stored object was left alone too, so that an
+/// owner reference added after the fact (owner edits skip the webhooks) cannot lift a running
+/// application out of the checks.
+fn left_alone(
+    adapter: &dyn ApplicationIntegration,
+    request: &AdmissionRequest<DynamicObject>,
+    app: &DynamicObject,
+) -> bool {
+    adapter.left_alone(app)
+        && request
+            .old_object
+            .as_ref()
+            .is_none_or(|old| adapter.left_alone(old))
 }
 
 /// Refuses an UPDATE that changes or removes an application's queue label. Its pods keep the queue
@@ -211,11 +224,13 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
         ) else {
             return response;
         };
-        if adapter.left_alone(app) {
-            return response;
-        }
+        // A queue move is refused whatever the owners: an owner reference is a user's to add
+        // and remove, so it cannot make a move safe.
         if let Err(message) = refuse_queue_move(request, app) {
             return response.deny(message);
+        }
+        if left_alone(adapter.as_ref(), request, app) {
+            return response;
         }
         let Some(queue) = app.labels().get(QUEUE_LABEL).cloned() else {
             return response;
@@ -447,5 +462,76 @@ mod tests {
             validator.admit(&update(&old)).allowed,
             "an update that keeps the queue is judged as before"
         );
+    }
+
+    /// Issue 31, hole 3: an owner reference is a user's to add and remove (owner edits skip the
+    /// webhooks), so it decides nothing about a queue move: a Job's queue label cannot change
+    /// whatever its owners, and a Job is left alone (a RayJob's submitter) only if it was so
+    /// before the update too.
+    #[test]
+    fn a_queue_move_is_refused_whatever_the_owners() {
+        use crate::integrations::Jobs;
+        use sluice_webhooks::ApplicationHandler;
+        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
+        for name in ["q", "other"] {
+            let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": name}, "spec": {"quota": {"cpu": "8"}}})).expect("q");
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        }
+        let validator = ValidateApplications {
+            adapters: vec![Arc::new(Jobs)],
+            queues: reader,
+            namespaces: Namespaces::none(),
+        };
+        let job = |queue: &str, rayjob_owner: bool| -> DynamicObject {
+            let mut j = json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "j", "namespace": "ns", "labels": {QUEUE_LABEL: queue}},
+                "spec": {"parallelism": 1, "template": {"metadata": {"labels": {QUEUE_LABEL: queue}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}},
+            });
+            if rayjob_owner {
+                j["metadata"]["ownerReferences"] = json!([{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "u", "controller": true}]);
+            }
+            serde_json::from_value(j).expect("job")
+        };
+        let update = |old: DynamicObject, new: DynamicObject| -> AdmissionRequest<DynamicObject> {
+            let review: kube::core::admission::AdmissionReview<DynamicObject> =
+                serde_json::from_value(json!({
+                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "request": {
+                        "uid": "u1",
+                        "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+                        "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+                        "name": "j", "namespace": "ns", "operation": "UPDATE",
+                        "userInfo": {"username": "alice"},
+                        "object": new, "oldObject": old,
+                    },
+                }))
+                .expect("review");
+            review.try_into().expect("request")
+        };
+        let refused = validator.admit(&update(job("q", false), job("other", true)));
+        assert!(
+            !refused.allowed,
+            "an owner added with the move does not lift the check"
+        );
+        assert!(
+            refused.result.message.contains("\"q\""),
+            "{}",
+            refused.result.message
+        );
+        let refused = validator.admit(&update(job("q", true), job("other", true)));
+        assert!(!refused.allowed, "a RayJob's Job cannot move either");
+        assert!(
+            validator
+                .admit(&update(job("q", true), job("q", true)))
+                .allowed,
+            "a RayJob's own Job, unchanged queue: left alone"
+        );
+        assert!(!left_alone(
+            &Jobs,
+            &update(job("q", false), job("q", true)),
+            &job("q", true)
+        ));
     }
 }

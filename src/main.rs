@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use sluice::serve::ServeArgs;
 
@@ -48,7 +48,8 @@ enum Command {
         what: ManifestKind,
     },
     /// Print the table of integrations (the kinds of application sluice governs: what is the
-    /// gang, what is elastic, what ends it) that README.md holds, in Markdown.
+    /// gang, what is elastic, what ends it) that the book's "Gangs and elastic pods" holds, in
+    /// Markdown.
     Integrations,
     /// Show the scavenger capacity: the threshold, what ordinary pods hold, what ScavengerJobs
     /// may use and use, the ScavengerJobs by phase and each queue's scavengerQuota.
@@ -60,6 +61,21 @@ enum Command {
     /// webhook configurations, ungate (or, with --keep-gated, list) every pod still gated, then
     /// delete the namespace, roles and priority classes (CRDs only with --delete-crds).
     Uninstall(sluice::install::uninstall::UninstallArgs),
+    /// Write the generated pages of the docs book (hidden: for the project, not for users).
+    #[command(hide = true)]
+    Docs {
+        #[command(subcommand)]
+        what: DocsKind,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DocsKind {
+    /// The reference pages (CRD fields, commands and flags, metrics, refusals) into `--out`.
+    Reference {
+        #[arg(long, default_value = "docs/src/reference")]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -113,6 +129,22 @@ fn print_report(report: impl std::future::Future<Output = anyhow::Result<String>
     }
 }
 
+/// `sluice docs reference --out DIR`: writes the generated reference pages, printing each path.
+fn write_docs(out: &std::path::Path) -> ExitCode {
+    match sluice::docs::write_reference(Cli::command(), out) {
+        Ok(files) => {
+            for file in files {
+                println!("{}", out.join(file).display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -138,6 +170,9 @@ fn main() -> ExitCode {
                 print_manifest("the Task RBAC", sluice::install::rbac_tasks_yaml())
             }
         },
+        Command::Docs {
+            what: DocsKind::Reference { out },
+        } => write_docs(&out),
         Command::Integrations => {
             print!("{}", sluice::integrations::docs_table());
             ExitCode::SUCCESS

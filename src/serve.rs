@@ -153,6 +153,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_FULL_PASSES")]
     pub full_passes: bool,
 
+    /// The longest grace period sluice's evictions (preemption, reclaim within a cohort,
+    /// podsReadyTimeout) give a pod: a pod's own terminationGracePeriodSeconds if shorter. A
+    /// victim that ignores SIGTERM keeps its quota, and its preemptor waiting, this long at most.
+    #[arg(long, env = "SLUICE_EVICTION_GRACE_PERIOD", default_value = "2m", value_parser = parse_duration)]
+    pub eviction_grace_period: Duration,
+
     /// Ungate patches and status writes in flight at once.
     #[arg(long, env = "SLUICE_MAX_CONCURRENT_WRITES", default_value_t = 32)]
     pub max_concurrent_writes: usize,
@@ -498,6 +504,7 @@ impl Settings {
                 status_writes_per_second: args.status_writes_per_second,
                 idle_interval: args.idle_interval,
                 full_passes: args.full_passes,
+                eviction_grace_period: args.eviction_grace_period,
                 ..ControllerSettings::default()
             },
             scavenger: ScavengerSettings {
@@ -993,8 +1000,11 @@ mod tests {
             assert!(name.starts_with("sluice_"), "metric {name} in:\n{text}");
         }
         assert!(names.contains(&"sluice_status_writes_total"), "{text}");
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-            .expect("README");
+        let reference = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/src/reference/metrics.md"
+        ))
+        .expect("docs/src/reference/metrics.md");
         for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
             let mut words = line.split_whitespace().skip(2);
             let (Some(name), Some(kind)) = (words.next(), words.next()) else {
@@ -1006,8 +1016,8 @@ mod tests {
                 name.to_string()
             };
             assert!(
-                readme.contains(&format!("`{documented}`")),
-                "README's Metrics table lacks `{documented}`"
+                reference.contains(&format!("`{documented}`")),
+                "docs/src/reference/metrics.md lacks `{documented}`: run hack/gen-manifests.sh"
             );
         }
     }

@@ -278,11 +278,12 @@ fn validation_conditions(controller_user: &str) -> Vec<MatchCondition> {
     let gates =
         |o: &str| format!("(has({o}.spec.schedulingGates) ? {o}.spec.schedulingGates : [])");
     let labels = |o: &str| format!("(has({o}.metadata.labels) ? {o}.metadata.labels : {{}})");
-    // The annotations that record an admission (its token): a user copying a token onto a pod
-    // must reach the validator to be refused.
+    // The annotations that record an admission (its token) and those a pod's gang is read from: a
+    // user copying a token onto a pod, or changing its gang, must reach the validator to be refused.
     let notes = |o: &str| {
         crate::api::ADMISSION_ANNOTATIONS
             .iter()
+            .chain(crate::api::IDENTITY_ANNOTATIONS.iter())
             .map(|key| {
                 format!("(has({o}.metadata.annotations) && '{key}' in {o}.metadata.annotations ? {o}.metadata.annotations['{key}'] : '')")
             })

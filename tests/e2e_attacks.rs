@@ -32,7 +32,8 @@ async fn wait_admitted(env: &TestEnv, name: &str) -> Pod {
 }
 
 /// Hole 1: a pod admitted at creation carries its token; copying that token onto bigger pods
-/// (replay) once let them in ungated with no room check: 16 cpu in a 2-cpu queue.
+/// (replay) once let them in ungated with no room check: 8 cpu in a 2-cpu queue. (Each big pod
+/// fits the queue alone, so it is not refused as one that could never start: issue 31.)
 #[tokio::test]
 async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
     let Some(mut env) = TestEnv::new_or_skip("replay").await else {
@@ -49,7 +50,7 @@ async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
 
     let replays = (0..4).map(|i| {
         with_annotations(
-            pod(&format!("big-{i}"), &queue, "4"),
+            pod(&format!("big-{i}"), &queue, "2"),
             &[(TOKEN_ANNOTATION, &token)],
         )
     });
@@ -188,12 +189,24 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
         return;
     };
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let mut big = pod("pod-level", &queue, "100m");
-    big.spec.as_mut().expect("spec").resources = Some(
-        serde_json::from_value(json!({"requests": {"cpu": "8", "memory": "64Mi"}}))
-            .expect("resources"),
-    );
-    let created = env.create_pod(big).await;
+    let pod_level = |name: &str, cpu: &str| {
+        let mut p = pod(name, &queue, "100m");
+        p.spec.as_mut().expect("spec").resources = Some(
+            serde_json::from_value(json!({"requests": {"cpu": cpu, "memory": "64Mi"}}))
+                .expect("resources"),
+        );
+        p
+    };
+    // Counted at 8 cpu, not 100m: more than the queue could ever give, refused with the numbers.
+    let err = env
+        .pods()
+        .create(&PostParams::default(), &pod_level("huge", "8"))
+        .await
+        .expect_err("8 cpu in a 2-cpu queue could never start");
+    assert!(err.to_string().contains("needs 8 cpu"), "{err}");
+    env.create_pod(pod("holder", &queue, "1")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    let created = env.create_pod(pod_level("pod-level", "2")).await;
     assert!(
         created
             .spec
@@ -202,8 +215,8 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
             .is_some(),
         "the API server keeps pod-level resources (PodLevelResources is on)"
     );
-    assert!(is_gated(&created), "8 cpu does not fit a 2-cpu queue");
-    env.wait_queue_counts(&queue, 1, 0).await;
+    assert!(is_gated(&created), "2 cpu does not fit the 1 cpu left");
+    env.wait_queue_counts(&queue, 1, 1).await;
     env.cleanup().await;
 }
 

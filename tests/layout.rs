@@ -1,4 +1,4 @@
-//! The layout rules of docs/architecture.md, checked by reading the source (no build, no cluster):
+//! The layout rules of docs/src/development/architecture.md, checked by reading the source (no build, no cluster):
 //!
 //! - no function in `src/`, `webhooks/src` or `certs/src` is longer than [`MAX_FN_LINES`] lines
 //!   unless a comment right above it says why (`// Long: <reason>`);
@@ -298,7 +298,7 @@ fn no_function_is_longer_than_80_lines_without_a_reason() {
     assert!(
         long.is_empty(),
         "{} function(s) over {MAX_FN_LINES} lines: split them into named steps, or write \
-         `{LONG_MARKER} <why>` on the line above (docs/architecture.md, Conventions):\n  {}",
+         `{LONG_MARKER} <why>` on the line above (docs/src/development/architecture.md, Conventions):\n  {}",
         long.len(),
         long.join("\n  ")
     );
@@ -645,12 +645,12 @@ fn defines(paths: &[PathBuf], name: &str) -> bool {
         })
 }
 
-/// docs/architecture.md names a file and a function at every step: each file exists, and each
+/// docs/src/development/architecture.md names a file and a function at every step: each file exists, and each
 /// function is defined in a file or folder named in the same paragraph or list item (or, when it
 /// names none, anywhere in the workspace's sources).
 #[test]
 fn the_architecture_page_names_files_and_functions_that_exist() {
-    let page = root().join("docs/architecture.md");
+    let page = root().join("docs/src/development/architecture.md");
     let text = read(&page);
     let everywhere: Vec<PathBuf> = ["src", "webhooks/src", "certs/src", "tools/src"]
         .iter()
@@ -688,7 +688,7 @@ fn the_architecture_page_names_files_and_functions_that_exist() {
     }
     assert!(
         wrong.is_empty(),
-        "docs/architecture.md does not match the code:\n  {}",
+        "docs/src/development/architecture.md does not match the code:\n  {}",
         wrong.join("\n  ")
     );
 }

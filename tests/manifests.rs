@@ -1,6 +1,7 @@
 //! The checked-in manifests are generated from the Rust types: they must match what
 //! `sluice crds` and `sluice manifests webhooks|rbac|rbac-tasks` print. Regenerate with
-//! `hack/gen-manifests.sh`. README.md's table of integrations is `sluice integrations`.
+//! `hack/gen-manifests.sh`. The book's table of integrations
+//! (docs/src/concepts/gangs-and-elastic-pods.md) is `sluice integrations`.
 
 use std::path::Path;
 
@@ -42,13 +43,15 @@ fn rbac_matches_the_rust_code_and_the_integrations() {
 }
 
 #[test]
-fn the_readme_table_of_integrations_is_the_registrys() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
+fn the_books_table_of_integrations_is_the_registrys() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/concepts/gangs-and-elastic-pods.md"),
+    )
+    .expect("docs/src/concepts/gangs-and-elastic-pods.md");
     let table = sluice::integrations::docs_table();
     assert!(
-        readme.contains(&table),
-        "README.md's table of integrations is out of date: replace it with the output of `sluice integrations`:\n{table}"
+        page.contains(&table),
+        "docs/src/concepts/gangs-and-elastic-pods.md's table of integrations is out of date: run hack/gen-manifests.sh:\n{table}"
     );
 }
 

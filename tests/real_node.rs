@@ -243,7 +243,7 @@ async fn sluice_in_cluster(env: &TestEnv) {
              cluster without --with-sluice; run it with `hack/test.sh --test real_node`"
         );
     }
-    // The way README tells users to install, plus what this node needs: its toleration and selector.
+    // The way the book tells users to install from manifests/, plus what this node needs: its toleration and selector.
     let root = repo_root();
     let crds = root.join("manifests/crds");
     let install = root.join("manifests/install");

@@ -1,5 +1,5 @@
 //! Resource quantities as users write them: sluice's parser must never panic, overflow or take
-//! time that grows with the exponent (README "Reliability").
+//! time that grows with the exponent (docs/src/development/reliability.md).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

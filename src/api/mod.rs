@@ -57,6 +57,11 @@ pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// The annotations that record a pod's admission: only sluice sets them (the validating webhook
 /// refuses a user's change; a pod gated at creation loses any it carries).
 pub const ADMISSION_ANNOTATIONS: [&str; 2] = [AT_CREATION_ANNOTATION, ADMITTED_AT_ANNOTATION];
+/// In a governed Job's pod template (so on its pods): the gang fixed at submission.
+pub const JOB_GANG_ANNOTATION: &str = "sluice.dev/job-gang";
+/// The annotations a pod's identity is read from (its gang): fixed once the pod exists, like the
+/// labels its integration joins pods by (the validating webhook refuses a change to either).
+pub const IDENTITY_ANNOTATIONS: [&str; 2] = [MIN_COUNT_ANNOTATION, JOB_GANG_ANNOTATION];
 /// Label on a DynamicWorkload that sluice recorded from plain pods (value `pods`): it is deleted
 /// when its last pod is gone, as an application's workload goes with its application.
 pub const RECORDED_FROM_LABEL: &str = "sluice.dev/recorded-from";

@@ -62,6 +62,7 @@ fn default_duration() -> String {
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.parallelism == oldSelf.parallelism && self.resources == oldSelf.resources && (has(self.queueName) ? (has(oldSelf.queueName) && self.queueName == oldSelf.queueName) : !has(oldSelf.queueName))").message("parallelism, resources and queueName are fixed once a ScavengerJob exists (they are what its running pods hold of the queue's scavengerQuota): delete it and create it again to change them"))]
 pub struct ScavengerJobSpec {
     /// The container image of every pod.
     #[x_kube(validation = Rule::new("self.size() > 0").message("image must not be empty"))]

@@ -67,9 +67,62 @@ fn identity_labels(identity: PodIdentity) -> BTreeMap<String, String> {
     labels
 }
 
+impl Adapters {
+    /// Err (the message) when `new` belongs elsewhere than `old`: another workload, pod set, gang
+    /// or queue, as the labels and annotations its integration reads say. Those are fixed once a
+    /// governed pod exists: a relabel would move what it holds into another ledger with no check.
+    pub fn judge_identity_change(
+        &self,
+        namespace: &str,
+        old: &Pod,
+        new: &Pod,
+    ) -> Result<(), String> {
+        let (before, after) = (self.identify(old), self.identify(new));
+        if before == after {
+            return Ok(());
+        }
+        let empty = BTreeMap::new();
+        let changed = |a: Option<&BTreeMap<String, String>>,
+                       b: Option<&BTreeMap<String, String>>| {
+            let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
+            a.keys()
+                .chain(b.keys())
+                .filter(|k| a.get(*k) != b.get(*k))
+                .map(|k| format!("{k:?}"))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let mut keys = changed(old.metadata.labels.as_ref(), new.metadata.labels.as_ref());
+        keys.extend(changed(
+            old.metadata.annotations.as_ref(),
+            new.metadata.annotations.as_ref(),
+        ));
+        let describe = |identity: &Option<PodIdentity>| match identity {
+            Some(i) => format!(
+                "workload {:?}, pod set {:?}, gang {}, queue {:?}",
+                i.workload.as_deref().unwrap_or("(the pod's own)"),
+                i.pod_set,
+                i.min_count.map_or("not set".to_string(), |m| m.to_string()),
+                i.queue
+            ),
+            None => "no workload (ungoverned)".to_string(),
+        };
+        Err(format!(
+            "sluice: pod {namespace}/{name} is governed as {before}; changing {keys} would make it {after}. The labels and annotations that say where a governed pod belongs are fixed once it exists, because what it holds of its queue's quota is accounted there. Create a new pod with the labels you want instead",
+            name = new.metadata.name.as_deref().unwrap_or("<unnamed>"),
+            before = describe(&before),
+            after = describe(&after),
+            keys = keys.into_iter().collect::<Vec<_>>().join(", "),
+        ))
+    }
+}
+
 impl sluice_webhooks::PodClassifier for Adapters {
     fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
         self.identify(pod).map(identity_labels)
+    }
+
+    fn judge_update(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
+        self.judge_identity_change(namespace, old, new)
     }
 
     fn classify_in(
@@ -218,6 +271,55 @@ mod tests {
         assert_eq!(
             adapters.classify_in("fresh", &pod_with(&[("app", "web")])),
             Ok(None)
+        );
+    }
+
+    /// Issue 31, hole 2: the labels and annotations an integration joins pods by are fixed on a
+    /// governed pod: relabelling an admitted Ray worker into another cluster's ledger, or growing
+    /// a pod's gang, is refused naming the key; other labels may change.
+    #[test]
+    fn moving_a_governed_pod_to_another_workload_or_gang_is_refused_naming_the_key() {
+        let adapters = Adapters::default();
+        let worker = pod_with(&[
+            (QUEUE_LABEL, "q"),
+            ("ray.io/cluster", "mine"),
+            ("ray.io/node-type", "worker"),
+            ("ray.io/group", "cpu"),
+        ]);
+        let mut moved = worker.clone();
+        moved
+            .metadata
+            .labels
+            .as_mut()
+            .expect("labels")
+            .insert("ray.io/cluster".into(), "theirs".into());
+        let refusal = adapters
+            .judge_identity_change("ns", &worker, &moved)
+            .expect_err("moved into another cluster");
+        assert!(refusal.contains("\"ray.io/cluster\""), "{refusal}");
+        let mut grown = pod_with(&[(QUEUE_LABEL, "q"), (WORKLOAD_LABEL, "w")]);
+        let before = grown.clone();
+        grown.metadata.annotations = Some(
+            [(
+                crate::api::MIN_COUNT_ANNOTATION.to_string(),
+                "100000".to_string(),
+            )]
+            .into(),
+        );
+        let refusal = adapters
+            .judge_identity_change("ns", &before, &grown)
+            .expect_err("gang grown");
+        assert!(refusal.contains("sluice.dev/min-count"), "{refusal}");
+        let mut relabelled = worker.clone();
+        relabelled
+            .metadata
+            .labels
+            .as_mut()
+            .expect("labels")
+            .insert("team".into(), "blue".into());
+        assert_eq!(
+            adapters.judge_identity_change("ns", &worker, &relabelled),
+            Ok(())
         );
     }
 

@@ -1,7 +1,7 @@
 //! Integrations: one folder per kind of application sluice governs, each owning how its pods are
 //! identified, what it declares (demand), when it ends, where the queue label goes in its pod
 //! templates, which of its pods follow a namespace's default queue, its RBAC rules and its row
-//! of the README's table. Shared code is in [`framework`].
+//! of the book's table (docs/src/concepts/gangs-and-elastic-pods.md). Shared code is in [`framework`].
 //!
 //! [`registry`] lists them; everything else is built from it: the pod classifier ([`Adapters`]),
 //! the application webhooks' rules and the default-queue pod condition (`webhook_config`), the
@@ -95,7 +95,7 @@ pub struct PodIdentity {
     pub recorded: bool,
 }
 
-/// An integration's row of the README's table of integrations.
+/// An integration's row of the book's table of integrations.
 #[derive(Clone, Debug)]
 pub struct IntegrationDoc {
     /// What is submitted (the kind and its API version, or "pods").
@@ -123,7 +123,7 @@ pub trait Integration: Send + Sync + 'static {
     /// configuration sends unlabelled pods to sluice only when they carry a kind's marker labels
     /// and their namespace has a default queue.
     fn pod_marker_labels(&self) -> &'static [&'static str];
-    /// Its row of the README's table.
+    /// Its row of the book's table (docs/src/concepts/gangs-and-elastic-pods.md).
     fn doc(&self) -> IntegrationDoc;
 }
 
@@ -219,7 +219,7 @@ pub fn crd_names() -> Vec<String> {
         .collect()
 }
 
-/// The README's table of integrations (Markdown), one row per integration.
+/// The book's table of integrations (Markdown), one row per integration.
 pub fn docs_table() -> String {
     let mut table = String::from(
         "| integration | the gang (admitted together) | elastic (queues one by one) | what ends it |\n|---|---|---|---|\n",

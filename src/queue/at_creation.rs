@@ -27,7 +27,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, CapacityQueue, QUEUE_LABEL};
+use crate::api::{
+    ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, CapacityQueue, MIN_COUNT_ANNOTATION,
+    QUEUE_LABEL, WORKLOAD_LABEL,
+};
 use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::metrics::QueueLabels;
 use crate::queue::admission::{Decisions, WorkloadKey};
@@ -63,6 +66,12 @@ struct State {
     queues: HashMap<String, QueueRoom>,
     /// Workloads the last pass saw holding quota (and not ended), with their queue.
     started: HashMap<WorkloadKey, String>,
+    /// Every workload the last pass saw, with the queue it is charged to: a pod naming it from
+    /// another queue is refused (a workload's pods all run in one queue).
+    known: HashMap<WorkloadKey, String>,
+    /// Workloads nothing is admitted of at creation (Failed by requeueLimit, or losing pods to
+    /// evictions): their pods wait for a pass.
+    closed: HashSet<WorkloadKey>,
     /// Workloads whose first pod was admitted at creation since the last pass saw them: places of
     /// their minimum gang held and not yet taken.
     new_gangs: HashMap<WorkloadKey, NewGang>,
@@ -73,6 +82,9 @@ struct State {
 struct QueueRoom {
     /// Per resource the quota names: what is left to admit.
     room: BTreeMap<String, i64>,
+    /// The room as the last pass published it: one namespace's holds that no pass has seen yet
+    /// take at most half of it (see [`State::within_share`]).
+    published: BTreeMap<String, i64>,
     waiting: bool,
     /// When the webhook last gated a pod of this queue.
     last_gated: Option<Instant>,
@@ -333,26 +345,14 @@ impl AdmitAtCreation {
         built: &Built,
         decisions: &Decisions,
         open_queues: &HashMap<String, bool>,
+        closed: HashSet<WorkloadKey>,
         admit_until: Option<Instant>,
     ) {
-        let mut started = HashMap::new();
-        let mut allowed: HashMap<&str, HashSet<String>> = HashMap::new();
-        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-            if !workload.namespace_allowed {
-                continue;
-            }
-            allowed
-                .entry(workload.queue.as_str())
-                .or_default()
-                .insert(workload.key.namespace.clone());
-            let tally = &decisions.workloads[w];
-            let ended = built.workloads[w]
-                .as_ref()
-                .is_some_and(|d| d.spec.application_ended.is_some());
-            if !ended && (tally.admitted_pods > 0 || !tally.reserved.is_empty()) {
-                started.insert(workload.key.clone(), workload.queue.clone());
-            }
-        }
+        let Workloads {
+            started,
+            known,
+            mut allowed,
+        } = Workloads::of(built, decisions, &closed);
         let mut state = self.lock();
         // Holds taken while the pass ran are not in its figures.
         let mut since: HashMap<String, ResourceList> = HashMap::new();
@@ -374,7 +374,7 @@ impl AdmitAtCreation {
             // A queue of a cohort admits at creation only within what it keeps for itself: room
             // it lends could be taken by another queue of the cohort at the same moment.
             let limits = tally.ceiling.as_ref().unwrap_or(&queue.quota);
-            let room = limits
+            let room: BTreeMap<String, i64> = limits
                 .0
                 .iter()
                 .map(|(name, limit)| {
@@ -389,6 +389,7 @@ impl AdmitAtCreation {
             queues.insert(
                 queue.name.clone(),
                 QueueRoom {
+                    published: room.clone(),
                     room,
                     waiting: tally.has_waiting() || gated_unseen,
                     last_gated,
@@ -401,8 +402,25 @@ impl AdmitAtCreation {
         state.new_gangs.retain(|key, _| !started.contains_key(key));
         state.queues = queues;
         state.started = started;
+        state.known = known;
+        state.closed = closed;
         state.admit_until = admit_until;
         state.active = true;
+    }
+
+    /// The queue workload `key` is charged to, as the last pass saw it (or as a gang begun at
+    /// creation since holds it); None when no pass here knows it (or the controller does not run
+    /// here).
+    pub fn queue_of(&self, key: &WorkloadKey) -> Option<String> {
+        let state = self.lock();
+        if !state.active {
+            return None;
+        }
+        state
+            .known
+            .get(key)
+            .or_else(|| state.new_gangs.get(key).map(|g| &g.queue))
+            .cloned()
     }
 
     /// The controller stopped here (leadership lost, shutdown): admit nothing at creation.
@@ -412,6 +430,49 @@ impl AdmitAtCreation {
             next_seq: state.next_seq,
             ..State::default()
         };
+    }
+}
+
+/// What a pass tells admission at creation of its workloads.
+struct Workloads<'a> {
+    /// Those holding quota (not ended, not closed), with their queue.
+    started: HashMap<WorkloadKey, String>,
+    /// Every workload, with the queue it is charged to.
+    known: HashMap<WorkloadKey, String>,
+    /// Per queue, the namespaces whose workloads it admits.
+    allowed: HashMap<&'a str, HashSet<String>>,
+}
+
+impl<'a> Workloads<'a> {
+    fn of(built: &'a Built, decisions: &Decisions, closed: &HashSet<WorkloadKey>) -> Self {
+        let mut out = Workloads {
+            started: HashMap::new(),
+            known: HashMap::with_capacity(built.snapshot.workloads.len()),
+            allowed: HashMap::new(),
+        };
+        for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+            out.known
+                .insert(workload.key.clone(), workload.queue.clone());
+            if !workload.namespace_allowed {
+                continue;
+            }
+            out.allowed
+                .entry(workload.queue.as_str())
+                .or_default()
+                .insert(workload.key.namespace.clone());
+            if closed.contains(&workload.key) {
+                continue;
+            }
+            let tally = &decisions.workloads[w];
+            let ended = built.workloads[w]
+                .as_ref()
+                .is_some_and(|d| d.spec.application_ended.is_some());
+            if !ended && (tally.admitted_pods > 0 || !tally.reserved.is_empty()) {
+                out.started
+                    .insert(workload.key.clone(), workload.queue.clone());
+            }
+        }
+        out
     }
 }
 
@@ -427,6 +488,31 @@ impl State {
             }
         }
         self.new_gangs.retain(|_, gang| gang.token != token);
+    }
+
+    /// Whether `namespace` may hold `amount` more of `queue`'s room before a pass has seen its
+    /// pods: its holds not seen yet stay within half the room the last pass published. A creation
+    /// the API server refuses after this webhook (a later webhook, a quota, validation) leaves a
+    /// hold no pod confirms until [`HOLD_FOR`] runs out: one namespace repeating that cannot keep a
+    /// shared queue full, and its own pods beyond its share wait for the pass like any other. Only
+    /// in a queue another namespace uses.
+    fn within_share(&self, namespace: &str, queue: &str, amount: &ResourceList) -> bool {
+        let Some(room) = self.queues.get(queue) else {
+            return false;
+        };
+        // A queue no other namespace uses (as the last pass saw it) has no one to starve.
+        if room.namespaces.iter().all(|ns| ns == namespace) {
+            return true;
+        }
+        let mut held = amount.clone();
+        for hold in self.holds.values() {
+            if hold.queue == queue && hold.pod.namespace == namespace {
+                held.add_all(&hold.amount);
+            }
+        }
+        room.published
+            .iter()
+            .all(|(name, published)| held.get(name) <= (*published).max(0) / 2)
     }
 
     /// A pod of `queue` is gated: the queue has a pod waiting, and later pods must not pass it.
@@ -460,6 +546,12 @@ impl State {
             namespace: namespace.to_string(),
             name: workload_object_name(w),
         });
+        if let Some(key) = &key
+            && (self.closed.contains(key)
+                || self.known.get(key).is_some_and(|q| *q != identity.queue))
+        {
+            return None; // Failed, losing pods, or another queue's: a pass judges it
+        }
         let empty = ResourceList::new();
         let (amount, new_gang) = match &key {
             Some(key) if self.started.get(key) == Some(&identity.queue) => (requests.clone(), None),
@@ -485,6 +577,9 @@ impl State {
                 (whole, key.map(|k| (k, gang - 1)))
             }
         };
+        if !self.within_share(namespace, &identity.queue, &amount) {
+            return None;
+        }
         let queue = self.queues.get_mut(&identity.queue)?;
         if !fits(&queue.room, &amount) {
             return None;
@@ -556,6 +651,105 @@ impl Classifier {
     }
 }
 
+impl Classifier {
+    /// The identity `pod` has with sluice's `labels` on it (a namespace default queue...); None
+    /// when it does not match the labels' queue.
+    fn identity_with(&self, pod: &Pod, labels: &BTreeMap<String, String>) -> Option<PodIdentity> {
+        let queue = labels.get(QUEUE_LABEL)?;
+        let mut labelled = pod.clone();
+        labelled
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.adapters
+            .identify(&labelled)
+            .filter(|i| &i.queue == queue)
+    }
+
+    /// Refuses a pod whose queue is not the queue its workload is charged to: every pod counts in
+    /// the queue its own label names, so a workload's pods all run in one queue (a pod joining
+    /// another queue's workload would otherwise be accounted nowhere or twice). Known from the
+    /// controller's last pass, so only where the controller runs; elsewhere such a pod is gated
+    /// and its pass never admits it.
+    fn refuse_other_queue(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let Some(at_creation) = &self.at_creation else {
+            return Ok(());
+        };
+        let Some(identity) = self.identity_with(pod, labels) else {
+            return Ok(());
+        };
+        // A pod that is its own workload (no workload of its own named): a pod of that name in
+        // another queue was deleted, or its creation failed; the pass judges it.
+        let Some(workload) = identity
+            .workload
+            .as_deref()
+            .filter(|w| pod.metadata.name.as_deref() != Some(*w))
+        else {
+            return Ok(());
+        };
+        let key = WorkloadKey {
+            namespace: namespace.to_string(),
+            name: workload_object_name(workload),
+        };
+        match at_creation.queue_of(&key) {
+            Some(theirs) if theirs != identity.queue => Err(format!(
+                "sluice: pod {namespace}/{name} names queue {ours:?} ({QUEUE_LABEL}) but belongs to workload {key}, which runs in queue {theirs:?}: a workload's pods all run in one queue, the queue their own label names. Create the pod with {QUEUE_LABEL}={theirs:?}, or give it a workload of its own (another {WORKLOAD_LABEL}, or another application)",
+                name = pod_display_name(pod),
+                ours = identity.queue,
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Classifier {
+    /// Refuses a pod that could never be admitted: its gang (its `sluice.dev/min-count`, or 1)
+    /// needs more than its queue could ever give it (its quota, plus what its cohort lends). Left
+    /// waiting, it would wait forever, and at the head of a StrictFIFO queue block every pod
+    /// behind it. A queue not known (yet) is judged by the controller.
+    fn refuse_never_fits(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let (Some(queues), Some(identity)) = (&self.queues, self.identity_with(pod, labels)) else {
+            return Ok(());
+        };
+        let Some(queue) = queues.get(&ObjectRef::new(&identity.queue)) else {
+            return Ok(());
+        };
+        let Some(Ok(per_pod)) = pod.spec.as_ref().map(pod_requests) else {
+            return Ok(()); // refused with its own message
+        };
+        let gang = identity.min_count.unwrap_or(1).max(1);
+        let mut need = ResourceList::new();
+        if need.try_add_scaled(&per_pod, i64::from(gang)).is_err() {
+            return Err(format!(
+                "sluice: pod {namespace}/{name} asks for a gang of {gang} ({MIN_COUNT_ANNOTATION}) of pods too large to count: lower the minimum",
+                name = pod_display_name(pod),
+            ));
+        }
+        let Ok(most) = crate::queue::ceiling::ceiling(&queue, &queues.state()) else {
+            return Ok(()); // an unreadable queue is reported by the controller
+        };
+        match crate::queue::ceiling::exceeded(&need, &most) {
+            None => Ok(()),
+            Some(over) => Err(format!(
+                "sluice: pod {namespace}/{name} could never start: its gang of {gang} pod(s) {what}. Lower its requests or its minimum ({MIN_COUNT_ANNOTATION}), or ask for a larger quota",
+                name = pod_display_name(pod),
+                what = crate::queue::ceiling::describe_exceeded(&queue, &over),
+            )),
+        }
+    }
+}
+
 impl sluice_webhooks::PodClassifier for Classifier {
     fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
         self.adapters.classify(pod)
@@ -569,6 +763,10 @@ impl sluice_webhooks::PodClassifier for Classifier {
         let labels = self.adapters.classify_in(namespace, pod)?;
         if let Some(queue) = labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)) {
             self.refuse_above_max_priority(namespace, pod, queue)?;
+        }
+        if let Some(labels) = &labels {
+            self.refuse_other_queue(namespace, pod, labels)?;
+            self.refuse_never_fits(namespace, pod, labels)?;
         }
         // The API server validates the pod only after this webhook: a governed pod's requests are
         // judged here, or a negative request would count as room.
@@ -606,6 +804,10 @@ impl sluice_webhooks::PodClassifier for Classifier {
         judge_resize(namespace, old, new)
     }
 
+    fn judge_update(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
+        self.adapters.judge_identity_change(namespace, old, new)
+    }
+
     fn admit_at_creation(
         &self,
         namespace: &str,
@@ -613,18 +815,7 @@ impl sluice_webhooks::PodClassifier for Classifier {
         labels: &BTreeMap<String, String>,
     ) -> Option<BTreeMap<String, String>> {
         let at_creation = self.at_creation.as_ref().filter(|a| a.is_active())?;
-        let queue = labels.get(QUEUE_LABEL)?;
-        // The identity the pod has with sluice's labels on it (a namespace default queue...).
-        let mut labelled = pod.clone();
-        labelled
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let identity = self
-            .adapters
-            .identify(&labelled)
-            .filter(|i| &i.queue == queue);
+        let identity = self.identity_with(pod, labels);
         let requests = pod.spec.as_ref().map(pod_requests);
         let (Some(identity), Some(Ok(requests))) = (identity, requests) else {
             return None; // the controller will say what is wrong
@@ -727,6 +918,9 @@ impl AdmitAtCreation {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod quota_holes;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fixture;

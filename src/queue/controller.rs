@@ -83,6 +83,9 @@ pub struct ControllerSettings {
     /// Every pass builds and decides everything (else only what changed since the last pass, with
     /// everything again once per resync period).
     pub full_passes: bool,
+    /// The longest grace period sluice's evictions (preemption, reclaim, podsReadyTimeout) give a
+    /// pod; a pod asking for less gets its own.
+    pub eviction_grace_period: Duration,
 }
 
 impl ControllerSettings {
@@ -105,6 +108,7 @@ impl Default for ControllerSettings {
             idle_interval: Duration::from_millis(250),
             api_timeout: API_CALL_TIMEOUT,
             full_passes: false,
+            eviction_grace_period: Duration::from_secs(120),
         }
     }
 }
@@ -793,15 +797,18 @@ impl Controller {
             settings.status_interval,
             settings.status_writes_per_second,
         );
-        let evictor = Arc::new(Evictor::new(
-            client.clone(),
-            metrics.clone(),
-            recorder.clone(),
-            term.clone(),
-            settings.max_concurrent_writes,
-            settings.api_timeout,
-            settings.in_flight_max_age(),
-        ));
+        let evictor = Arc::new(
+            Evictor::new(
+                client.clone(),
+                metrics.clone(),
+                recorder.clone(),
+                term.clone(),
+                settings.max_concurrent_writes,
+                settings.api_timeout,
+                settings.in_flight_max_age(),
+            )
+            .with_grace_cap(settings.eviction_grace_period),
+        );
         let ungater = Arc::new(Ungater {
             client,
             metrics: metrics.clone(),
@@ -1040,9 +1047,27 @@ impl Controller {
             return;
         };
         let open = open_queues(queues);
+        let rules = ready::rules(queues);
+        let closed = if rules.is_empty() && decisions.evict.is_empty() {
+            HashSet::new()
+        } else {
+            ready::closed_workloads(
+                built,
+                decisions,
+                &rules,
+                &self.evictor.for_statuses().preempted,
+            )
+        };
         // Under the term's lock: a revocation cannot slip between its check and the publish.
         let published = self.term.while_valid_until(|until| {
-            at_creation.publish(mark, built, decisions, &open, Some(until.into_std()))
+            at_creation.publish(
+                mark,
+                built,
+                decisions,
+                &open,
+                closed,
+                Some(until.into_std()),
+            )
         });
         if published.is_none() {
             debug!("leadership term over: no room published for admission at creation");
@@ -1141,6 +1166,12 @@ impl Controller {
             .collect()
     }
 
+    fn queue_names(&self) -> HashSet<String> {
+        (self.stores.queues.state().iter())
+            .map(|q| q.name_any())
+            .collect()
+    }
+
     /// Records (or deletes) the DynamicWorkload of every workload seen only through its pods.
     /// A workload preempted whole keeps its record until its status shows the preemption
     /// (`preemptions`), even when its last pod is gone.
@@ -1151,11 +1182,19 @@ impl Controller {
         preemptions: &evictor::ForStatuses,
         look_at: &dyn Fn(usize) -> bool,
     ) {
+        let queues = self.queue_names();
         for (w, workload) in built.snapshot.workloads.iter().enumerate() {
             if !look_at(w) || terminating.contains(&workload.key.namespace) {
                 continue;
             }
             let existing = built.workloads[w].as_ref();
+            // A ledger is recorded only for a queue that exists and admits the namespace: pods
+            // naming any other queue wait behind the gate, and no ledger says otherwise.
+            if existing.is_none()
+                && (!workload.namespace_allowed || !queues.contains(&workload.queue))
+            {
+                continue;
+            }
             if existing.is_some_and(|d| d.spec.source.is_some()) {
                 continue; // recorded from an application object: its recorder owns the spec
             }

@@ -37,6 +37,10 @@ use crate::queue::status::Preemption;
 /// How long a pod whose eviction a PodDisruptionBudget refused is left alone before it may be
 /// chosen again.
 pub const BLOCKED_FOR: Duration = Duration::from_secs(15);
+/// The API server's default `terminationGracePeriodSeconds`.
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+/// The longest grace period an eviction gives unless the controller is told otherwise.
+const DEFAULT_MAX_GRACE_SECONDS: i64 = 120;
 /// How long a preemption is kept for its victim's status when the watch never shows it recorded
 /// (the status write keeps failing, the workload is gone).
 const PREEMPTION_KEPT_FOR: Duration = Duration::from_secs(600);
@@ -142,7 +146,10 @@ fn outcome_of(result: Result<Result<Status, kube::Error>, tokio::time::error::El
 
 /// The Eviction of `pod` guarded by its uid. (kube's `Api::evict` sends the delete options under
 /// `delete_options`, which the API server does not read: its uid precondition would be lost.)
-fn eviction_body(pod: &CachedPod, uid: &str) -> EvictionBody {
+/// The grace period is the pod's own, capped at `max_grace_seconds`: a victim that ignores SIGTERM
+/// with a day-long `terminationGracePeriodSeconds` would otherwise keep its quota (and its
+/// preemptor, and its cohort's reclaim) waiting that long.
+fn eviction_body(pod: &CachedPod, uid: &str, max_grace_seconds: i64) -> EvictionBody {
     EvictionBody {
         metadata: ObjectMeta {
             name: pod.metadata.name.clone(),
@@ -154,6 +161,11 @@ fn eviction_body(pod: &CachedPod, uid: &str) -> EvictionBody {
                 uid: Some(uid.to_string()),
                 resource_version: None,
             }),
+            grace_period_seconds: Some(
+                pod.grace_seconds
+                    .unwrap_or(DEFAULT_GRACE_SECONDS)
+                    .clamp(0, max_grace_seconds.max(0)),
+            ),
             ..DeleteOptions::default()
         }),
     }
@@ -207,6 +219,8 @@ pub(crate) struct Evictor {
     api_timeout: Duration,
     /// How long an eviction counts as in flight without the cache showing the pod terminating.
     max_age: Duration,
+    /// The longest grace period an eviction gives (`--eviction-grace-period`).
+    max_grace_seconds: i64,
     ledger: Mutex<Ledger>,
 }
 
@@ -228,8 +242,15 @@ impl Evictor {
             slots: Semaphore::new(concurrency.max(1)),
             api_timeout,
             max_age,
+            max_grace_seconds: DEFAULT_MAX_GRACE_SECONDS,
             ledger: Mutex::new(Ledger::default()),
         }
+    }
+
+    /// Evictions give a pod at most `max_grace` to stop (default 120 s).
+    pub(crate) fn with_grace_cap(mut self, max_grace: Duration) -> Self {
+        self.max_grace_seconds = i64::try_from(max_grace.as_secs()).unwrap_or(i64::MAX);
+        self
     }
 
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
@@ -422,7 +443,7 @@ impl Evictor {
             dry_run,
             ..PostParams::default()
         };
-        let body = eviction_body(&victim.pod, &victim.uid);
+        let body = eviction_body(&victim.pod, &victim.uid, self.max_grace_seconds);
         let call = api.create_subresource::<_, Status>("eviction", &name, &params, &body);
         outcome_of(tokio::time::timeout(self.api_timeout, call).await)
     }
@@ -693,16 +714,38 @@ mod tests {
     #[test]
     fn the_eviction_applies_only_to_the_pod_it_was_decided_for() {
         let victim = victim("a");
-        let body = serde_json::to_value(eviction_body(&victim.pod, &victim.uid)).expect("json");
+        let body =
+            serde_json::to_value(eviction_body(&victim.pod, &victim.uid, 120)).expect("json");
         assert_eq!(
             body,
             json!({
                 "apiVersion": "policy/v1",
                 "kind": "Eviction",
                 "metadata": {"name": "a", "namespace": "ns"},
-                "deleteOptions": {"preconditions": {"uid": "uid-a"}},
+                "deleteOptions": {"preconditions": {"uid": "uid-a"}, "gracePeriodSeconds": 30},
             })
         );
+    }
+
+    #[test]
+    fn a_victim_that_asks_for_a_day_to_stop_gets_the_cap_and_a_short_one_keeps_its_own() {
+        let mut day = victim("a");
+        day.pod = Arc::new(CachedPod {
+            grace_seconds: Some(86_400),
+            ..CachedPod::clone(&day.pod)
+        });
+        let grace = |v: &Victim, cap| {
+            serde_json::to_value(eviction_body(&v.pod, &v.uid, cap)).expect("json")["deleteOptions"]
+                ["gracePeriodSeconds"]
+                .as_i64()
+        };
+        assert_eq!(grace(&day, 120), Some(120), "capped");
+        let mut quick = victim("b");
+        quick.pod = Arc::new(CachedPod {
+            grace_seconds: Some(5),
+            ..CachedPod::clone(&quick.pod)
+        });
+        assert_eq!(grace(&quick, 120), Some(5), "its own, shorter");
     }
 
     fn api_error(code: u16, message: &str) -> kube::Error {

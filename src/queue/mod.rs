@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod at_creation;
+pub mod ceiling;
 pub mod cli;
 pub mod clock;
 pub mod controller;
@@ -25,3 +26,5 @@ mod admission_tests;
 mod incremental_tests;
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod quota_holes_tests;

@@ -52,6 +52,9 @@ pub struct CachedPod {
     pub has_annotations: bool,
     /// `sluice.dev/admitted-at`, in milliseconds since the epoch (None: absent or unreadable).
     pub admitted_at: Option<i64>,
+    /// `spec.terminationGracePeriodSeconds` (None: the API server's default, 30 s): sluice's
+    /// evictions give at most this, and at most their own cap.
+    pub grace_seconds: Option<i64>,
     /// What the pass reads from this pod version; None when no integration governs it or it has
     /// no spec.
     pub facts: Option<Arc<PodFacts>>,
@@ -149,6 +152,10 @@ impl CachedPod {
             .and_then(|a| a.get(ADMITTED_AT_ANNOTATION))
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             .map(|t| t.as_millisecond());
+        let grace_seconds = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds);
         CachedPod {
             metadata: ObjectMeta {
                 name: meta.name,
@@ -165,6 +172,7 @@ impl CachedPod {
             admission_gate,
             has_annotations: meta.annotations.is_some(),
             admitted_at,
+            grace_seconds,
             facts,
         }
     }
@@ -307,6 +315,7 @@ struct WireSpec {
     priority_class_name: Option<String>,
     node_name: Option<String>,
     scheduling_gates: Option<Vec<PodSchedulingGate>>,
+    termination_grace_period_seconds: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -425,6 +434,7 @@ impl WirePod {
                 priority_class_name: s.priority_class_name,
                 node_name: s.node_name,
                 scheduling_gates: s.scheduling_gates,
+                termination_grace_period_seconds: s.termination_grace_period_seconds,
                 ..PodSpec::default()
             }),
             status: self.status.map(WireStatus::into_status),

@@ -112,7 +112,15 @@ pub fn overdue(built: &Built, rules: &HashMap<String, (i64, Option<i32>)>, now: 
                     running_in_set += 1;
                     continue;
                 }
-                let due = admitted_at(object).saturating_add(*timeout);
+                // Still gated in the cache: its ungate is in flight, so it was admitted moments
+                // ago, whatever its age (a gang that waited longer than the timeout is not late
+                // the moment it is admitted). Its time starts when the cache shows it ungated.
+                let admitted = if crate::queue::snapshot::is_gated(object) {
+                    now
+                } else {
+                    admitted_at(object)
+                };
+                let due = admitted.saturating_add(*timeout);
                 if due <= now {
                     late.push(pods[pods.len() - 1]);
                 } else {
@@ -147,6 +155,42 @@ pub fn add_evictions(decisions: &mut Decisions, overdue: &[(usize, Vec<PodRef>)]
             reason: EvictionReason::PodsReadyTimeout,
         }));
     }
+}
+
+/// The workloads admission at creation must admit nothing of until a pass says otherwise: those
+/// Failed because their queue's podsReadyTimeout sent them back more than its `requeueLimit`
+/// (counting requeues sent and not yet recorded, `pending`), and those whose pods this pass evicts
+/// (a podsReadyTimeout requeue or a preemption): their owners' replacement pods wait behind the
+/// gate, so Failed means nothing more of it is admitted.
+pub fn closed_workloads(
+    built: &Built,
+    decisions: &Decisions,
+    rules: &HashMap<String, (i64, Option<i32>)>,
+    pending: &HashMap<crate::queue::admission::WorkloadKey, Preemption>,
+) -> std::collections::HashSet<crate::queue::admission::WorkloadKey> {
+    let mut closed = std::collections::HashSet::new();
+    for (w, workload) in built.snapshot.workloads.iter().enumerate() {
+        let Some((_, Some(limit))) = rules.get(&workload.queue) else {
+            continue;
+        };
+        let newest = pending.get(&workload.key).filter(|p| p.reason == REASON);
+        let status = built.workloads[w].as_ref().and_then(|d| d.status.as_ref());
+        let this_pass = decisions
+            .evict
+            .iter()
+            .any(|e| e.victim.workload == w && e.reason == EvictionReason::PodsReadyTimeout);
+        let count =
+            requeues(status, newest).saturating_add(i32::from(this_pass && newest.is_none()));
+        if count > *limit {
+            closed.insert(workload.key.clone());
+        }
+    }
+    for eviction in &decisions.evict {
+        if let Some(workload) = built.snapshot.workloads.get(eviction.victim.workload) {
+            closed.insert(workload.key.clone());
+        }
+    }
+    closed
 }
 
 #[cfg(test)]

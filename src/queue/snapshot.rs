@@ -13,8 +13,8 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
 use crate::api::{
-    ADMISSION_GATE, CapacityQueue, CapacityQueueSpec, DynamicWorkload, QueuePreemption,
-    ReclaimWithinCohort, WithinQueuePreemption,
+    ADMISSION_GATE, CapacityQueue, CapacityQueueSpec, DynamicWorkload, QUEUE_LABEL,
+    QueuePreemption, ReclaimWithinCohort, WithinQueuePreemption,
 };
 use crate::duration::parse_duration;
 use crate::integrations::Adapters;
@@ -236,10 +236,9 @@ pub fn build_from_facts(
     }
     for key in keys {
         let dwl = by_key.get(&key).copied();
-        let group = groups.remove(&key).unwrap_or_default();
-        let queue = dwl
-            .map(|d| d.spec.queue_name.clone())
-            .unwrap_or_else(|| group.queue.clone());
+        let mut group = groups.remove(&key).unwrap_or_default();
+        let queue = owning_queue(dwl, &group, in_flight);
+        let strays = leave_strays_behind(&key, &queue, &mut group, in_flight, &mut built.problems);
         let rule = rules.get(&queue);
         let namespace_allowed = match rule.and_then(|r| r.selector.as_ref()) {
             Some(selector) => namespace_labels
@@ -262,9 +261,96 @@ pub fn build_from_facts(
         if let (Some(cap), Some(workload)) = (max_priority, built.snapshot.workloads.last_mut()) {
             workload.priority = workload.priority.min(cap);
         }
+        if let Some(left) = built.left_behind.last_mut() {
+            *left += strays;
+        }
         requeued(&mut built, dwl, rule.and_then(|r| r.requeue_limit));
     }
     built
+}
+
+/// The queue a workload is charged to. Every pod counts in the queue its own (immutable) label
+/// names, so a workload's queue is its pods' queue, never one that another object says: the queue
+/// of its admitted pods (the earliest first), else its ledger's queue if a pod of it carries that
+/// queue (or it has no pods), else its earliest pod's; ended pods do not count. The ledger's `spec.queueName` is what a
+/// user may write (an application's label, a forged or edited ledger); it never moves pods.
+fn owning_queue(
+    dwl: Option<&Arc<DynamicWorkload>>,
+    group: &Group,
+    in_flight: &HashSet<String>,
+) -> String {
+    // Ended pods hold nothing: an orphaned, finished pod of another queue decides nothing.
+    let pods = || {
+        group
+            .sets
+            .values()
+            .flat_map(|(_, pods)| pods.iter())
+            .filter(|(pod, _)| pod_state(pod, in_flight) != PodState::Ended)
+    };
+    let earliest = |(_, a): &&FactfulPod, (_, b): &&FactfulPod| {
+        (a.created_at, &a.name).cmp(&(b.created_at, &b.name))
+    };
+    if let Some((_, fact)) = pods()
+        .filter(|(pod, _)| pod_state(pod, in_flight) == PodState::Admitted)
+        .min_by(earliest)
+    {
+        return fact.queue.clone();
+    }
+    if let Some(d) = dwl
+        && (pods().next().is_none() || pods().any(|(_, f)| f.queue == d.spec.queue_name))
+    {
+        return d.spec.queue_name.clone();
+    }
+    match pods().min_by(earliest) {
+        Some((_, fact)) => fact.queue.clone(),
+        None => dwl.map_or_else(|| group.queue.clone(), |d| d.spec.queue_name.clone()),
+    }
+}
+
+/// Takes the pods of a workload that its own label puts in another queue than the workload's
+/// (`queue`) out of its pod sets: a workload's pods all run in one queue. A gated one is never
+/// admitted (counted as left behind, and said in `problems`); an admitted one (only a pod admitted
+/// before this rule, or by a bug) is said in `problems` and kept, so that what it holds is still
+/// counted. Returns how many were left behind.
+fn leave_strays_behind(
+    key: &WorkloadKey,
+    queue: &str,
+    group: &mut Group,
+    in_flight: &HashSet<String>,
+    problems: &mut Vec<String>,
+) -> u32 {
+    let mut left = 0u32;
+    for (_, pods) in group.sets.values_mut() {
+        if pods.iter().all(|(_, fact)| fact.queue == queue) {
+            continue;
+        }
+        pods.retain(|(pod, fact)| {
+            if fact.queue == queue {
+                return true;
+            }
+            let state = pod_state(pod, in_flight);
+            if state == PodState::Ended {
+                return false;
+            }
+            let admitted = state == PodState::Admitted;
+            problems.push(format!(
+                "pod {}/{} is labelled {QUEUE_LABEL}={:?} but its workload {key} is in queue {queue:?}: {}",
+                key.namespace,
+                fact.name,
+                fact.queue,
+                if admitted {
+                    "it was admitted before; it counts with its workload"
+                } else {
+                    "a workload's pods all run in one queue, so it is never admitted"
+                },
+            ));
+            if !admitted {
+                left += 1;
+            }
+            admitted
+        });
+    }
+    left
 }
 
 /// What the snapshot needs of a queue besides its [`QueueSnapshot`]: which namespaces it admits
@@ -315,7 +401,8 @@ fn queue_snapshots(
 }
 
 /// Groups the governed pods by workload, then pod set: each workload's queue (its first pod's),
-/// highest priority and earliest creation, each set's minimum (its pods' annotation) and pods.
+/// highest priority and earliest creation, each set's minimum (its earliest pod's annotation) and
+/// pods.
 fn group_pods(
     pods: &[Arc<CachedPod>],
     facts: &[Option<Arc<PodFacts>>],
@@ -346,10 +433,18 @@ fn group_pods(
         let Some(set) = group.sets.get_mut(&fact.pod_set) else {
             continue;
         };
-        if fact.min_count.is_some() {
-            set.0 = fact.min_count;
-        }
         set.1.push((pod.clone(), fact.clone()));
+    }
+    // A set's minimum is what its earliest pod said: a pod joining later cannot grow the gang (a
+    // larger minimum would reserve places no fit check ever saw).
+    for group in groups.values_mut() {
+        for (min_count, pods) in group.sets.values_mut() {
+            *min_count = pods
+                .iter()
+                .filter(|(_, f)| f.min_count.is_some())
+                .min_by(|(_, a), (_, b)| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)))
+                .and_then(|(_, f)| f.min_count);
+        }
     }
     groups
 }

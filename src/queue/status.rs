@@ -369,7 +369,14 @@ pub fn workload_status(
         WorkloadPhase::Pending if preempted.condition.is_some() => WorkloadPhase::Preempted,
         phase => phase,
     };
-    let message = message_of(view, tally, &counts, phase);
+    let mut message = message_of(view, tally, &counts, phase);
+    if view.left_behind > 0 && view.ended.is_none() && !view.requeue_exhausted {
+        // Pods whose own queue label is not the workload's: a workload's pods run in one queue.
+        message.push_str(&format!(
+            "; {} pod(s) labelled for another queue than {} are never admitted",
+            view.left_behind, view.workload.queue
+        ));
+    }
     let holds = admitted_pods > 0 || !tally.reserved.is_empty();
     let finished = matches!(phase, WorkloadPhase::Finished | WorkloadPhase::Failed);
     let mut conditions = conditions_of(old, view.ended, phase, holds, &message, now);

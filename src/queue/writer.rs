@@ -385,6 +385,11 @@ impl Writer {
         if !state.records.pending.is_empty() {
             state.records.pending.remove(key);
         }
+        // The watch shows what was written: a later change by anyone else is a change to undo,
+        // not a lagging watch to outwait.
+        if !state.records.written.is_empty() {
+            state.records.written.remove(key);
+        }
     }
 
     pub(crate) fn want_workload_status(

@@ -13,7 +13,9 @@ mod server;
 
 pub use handler::{AdmissionHandler, ApplicationHandler};
 pub use metrics::{OperationLabels, Outcome, OutcomeLabels, WebhookMetrics};
-pub use pods::{GateSettings, PodClassifier, mutate_pod, mutation_patch, validate_pod};
+pub use pods::{
+    GateSettings, PodClassifier, mutate_pod, mutation_patch, validate_identity, validate_pod,
+};
 pub use server::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_SHUTDOWN_GRACE, WebhookError, WebhookServer,
     WebhookServerBuilder, Webhooks, dedicated_runtime, router,

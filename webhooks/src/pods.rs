@@ -44,6 +44,14 @@ pub trait PodClassifier: Send + Sync + 'static {
         None
     }
 
+    /// Judges an update of a governed pod by anyone but sluice from `old` to `new`: Err carries
+    /// the refusal when it changes where the pod belongs (its workload, pod set, gang or queue,
+    /// as the labels and annotations its integration reads say). By default nothing is refused.
+    fn judge_update(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
+        let _ = (namespace, old, new);
+        Ok(())
+    }
+
     /// Judges an in-place resize (`pods/resize`) of an admitted governed pod from `old` to `new`:
     /// Err carries the refusal. By default every resize is allowed.
     fn judge_resize(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
@@ -413,13 +421,47 @@ impl AdmissionHandler<Pod> for ValidatePods {
         if request.sub_resource.as_deref() == Some("resize") {
             return validate_resize(request, self.classifier.as_ref(), &self.gate);
         }
-        validate_pod(request, &self.gate)
+        let response = validate_pod(request, &self.gate);
+        if !response.allowed {
+            return response;
+        }
+        validate_identity(request, self.classifier.as_ref(), &self.gate)
     }
 }
 
-/// An in-place resize of a governed pod that is admitted (no gate) changes what it holds of its
-/// queue's quota: the classifier judges it. A gated pod is counted at admission with the requests
-/// it has then, so its resizes are free.
+/// Refuses, unless the user is sluice's controller, an update of a governed pod that changes where
+/// it belongs (the classifier judges): relabelling an admitted pod into another application's
+/// workload, or growing its gang, would move what it holds with no fit check.
+pub fn validate_identity(
+    request: &AdmissionRequest<Pod>,
+    classifier: &dyn PodClassifier,
+    gate: &GateSettings,
+) -> AdmissionResponse {
+    let allowed = AdmissionResponse::from(request);
+    let username = request.user_info.username.as_deref().unwrap_or("");
+    let (Operation::Update, Some(old), Some(new)) = (
+        &request.operation,
+        request.old_object.as_ref(),
+        request.object.as_ref(),
+    ) else {
+        return allowed;
+    };
+    if gate.is_controller(username) || label(old, &gate.governed_label).is_none() {
+        return allowed;
+    }
+    let namespace = request.namespace.as_deref().unwrap_or("default");
+    match classifier.judge_update(namespace, old, new) {
+        Ok(()) => allowed,
+        Err(message) => {
+            debug!(user = username, %message, "denied a pod's move");
+            allowed.deny(message)
+        }
+    }
+}
+
+/// An in-place resize of a governed pod changes what it holds of its queue's quota (admitted), or
+/// what a pass that already decided to admit it counted (gated: a resize between the pass and the
+/// ungate would admit the larger pod): the classifier judges both.
 pub fn validate_resize(
     request: &AdmissionRequest<Pod>,
     classifier: &dyn PodClassifier,
@@ -430,10 +472,7 @@ pub fn validate_resize(
     let (Some(old), Some(new)) = (request.old_object.as_ref(), request.object.as_ref()) else {
         return allowed;
     };
-    if gate.is_controller(username)
-        || label(old, &gate.governed_label).is_none()
-        || has_gate(old, &gate.gate_name)
-    {
+    if gate.is_controller(username) || label(old, &gate.governed_label).is_none() {
         return allowed;
     }
     let namespace = request.namespace.as_deref().unwrap_or("default");

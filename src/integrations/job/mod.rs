@@ -39,7 +39,7 @@ use crate::resources::ResourceList;
 /// defaults).
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// In a governed Job's pod template (so on its pods): the gang fixed at submission.
-pub const JOB_GANG_ANNOTATION: &str = "sluice.dev/job-gang";
+pub use crate::api::JOB_GANG_ANNOTATION;
 /// On the Jobs a ScavengerJob creates (and their pods): src/scavenger/ governs them, not the gate.
 pub use crate::api::SCAVENGER_JOB_LABEL;
 /// The pod set of a Job's pods.

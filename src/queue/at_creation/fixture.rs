@@ -16,6 +16,7 @@ pub fn open_with_rooms(rooms: &[(&str, &[(&str, i64)])]) -> AdmitAtCreation {
                 queue.to_string(),
                 QueueRoom {
                     room: room.iter().map(|(r, v)| (r.to_string(), *v)).collect(),
+                    published: room.iter().map(|(r, v)| (r.to_string(), *v)).collect(),
                     waiting: false,
                     last_gated: None,
                     all_namespaces: true,

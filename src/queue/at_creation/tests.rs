@@ -26,6 +26,7 @@ fn open_with_room(room: i64) -> AdmitAtCreation {
             "q".into(),
             QueueRoom {
                 room: [("cpu".to_string(), room * 1000)].into(),
+                published: [("cpu".to_string(), room * 1000)].into(),
                 waiting: false,
                 last_gated: None,
                 all_namespaces: true,
@@ -533,7 +534,8 @@ mod max_priority {
         let uncapped = classifier(None);
         assert!(create(&uncapped, pod("q", Some(i32::MAX), Some("top"))).allowed);
         // A queue the webhook does not know yet caps nothing here (the controller judges the pod).
-        assert!(create(&capped, pod("other", Some(i32::MAX), Some("top"))).allowed);
+        let other = create(&capped, pod("other", Some(i32::MAX), Some("top")));
+        assert!(other.allowed, "{}", other.result.message);
         // A pod sluice does not govern is not its business, whatever its priority.
         let mut ungoverned = pod("q", Some(i32::MAX), Some("top"));
         ungoverned["metadata"]["labels"] = json!({});

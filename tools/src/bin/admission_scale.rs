@@ -364,7 +364,7 @@ fn after_deciding(
         statuses.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let (mark, _) = at_creation.holds_for_pass(std::time::Instant::now(), []);
-        at_creation.publish(mark, &built, &decisions, &open, None);
+        at_creation.publish(mark, &built, &decisions, &open, HashSet::new(), None);
         publishes.push(t.elapsed().as_secs_f64() * 1e3);
     }
     // The first round computed every status from nothing: the later ones are a pass's.

@@ -396,19 +396,59 @@ fn resize_request(old: Value) -> AdmissionRequest<Pod> {
 }
 
 #[test]
-fn a_resize_of_an_admitted_governed_pod_is_judged_and_others_pass() {
+fn a_resize_of_a_governed_pod_is_judged_gated_or_not_and_others_pass() {
     let refused = validate_resize(&resize_request(governed(false)), &RefuseGrowth, &settings());
     assert!(
         !refused.allowed,
         "an admitted pod's resize goes to the judge"
     );
+    // Issue 31, hole 11: a pass may have decided to admit the gated pod at its old size; a
+    // resize before the ungate would admit the larger pod.
     let gated = validate_resize(&resize_request(governed(true)), &RefuseGrowth, &settings());
-    assert!(
-        gated.allowed,
-        "a gated pod is counted at admission: free to resize"
-    );
+    assert!(!gated.allowed, "a gated pod's resize goes to the judge too");
     let mut plain = governed(false);
     plain["metadata"]["labels"] = json!({"app": "etl"});
     let ungoverned = validate_resize(&resize_request(plain), &RefuseGrowth, &settings());
     assert!(ungoverned.allowed, "not sluice's pod");
+}
+
+/// A classifier that refuses every identity change (as the root crate's does for a real one).
+struct RefuseMoves;
+
+impl PodClassifier for RefuseMoves {
+    fn classify(&self, _: &Pod) -> Option<BTreeMap<String, String>> {
+        None
+    }
+    fn judge_update(&self, _: &str, _: &Pod, _: &Pod) -> Result<(), String> {
+        Err("moved".into())
+    }
+}
+
+fn update_request(old: Value, user: &str) -> AdmissionRequest<Pod> {
+    let mut r = resize_request(old);
+    r.sub_resource = None;
+    r.user_info.username = Some(user.into());
+    r
+}
+
+/// Issue 31, hole 2: a governed pod's update goes to the classifier's judge of where it belongs,
+/// unless sluice's controller makes it or the pod is not governed.
+#[test]
+fn an_update_of_a_governed_pod_is_judged_for_a_move_except_sluices_own() {
+    let refused = validate_identity(
+        &update_request(governed(false), "alice"),
+        &RefuseMoves,
+        &settings(),
+    );
+    assert!(!refused.allowed, "a user's update is judged");
+    let controller = settings().controller_usernames[0].clone();
+    let own = validate_identity(
+        &update_request(governed(false), &controller),
+        &RefuseMoves,
+        &settings(),
+    );
+    assert!(own.allowed, "sluice's own update passes");
+    let mut plain = governed(false);
+    plain["metadata"]["labels"] = json!({"app": "etl"});
+    assert!(validate_identity(&update_request(plain, "alice"), &RefuseMoves, &settings()).allowed);
 }
