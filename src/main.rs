@@ -145,6 +145,13 @@ fn write_docs(out: &std::path::Path) -> ExitCode {
     }
 }
 
+/// `sluice uninstall`: its steps, one line each (sluice::install::uninstall).
+async fn uninstall(args: sluice::install::uninstall::UninstallArgs) -> anyhow::Result<String> {
+    let client = kube::Client::try_default().await?;
+    let report = sluice::install::uninstall::run(&client, &args).await?;
+    Ok(report.lines.iter().map(|l| format!("{l}\n")).collect())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -179,11 +186,7 @@ fn main() -> ExitCode {
         }
         Command::Scavengers(args) => print_report(sluice::scavenger::report::run(args)),
         Command::Queue(args) => print_report(sluice::queue::cli::run(args)),
-        Command::Uninstall(args) => print_report(async move {
-            let client = kube::Client::try_default().await?;
-            let report = sluice::install::uninstall::run(&client, &args).await?;
-            Ok(report.lines.iter().map(|l| format!("{l}\n")).collect())
-        }),
+        Command::Uninstall(args) => print_report(uninstall(args)),
         Command::Task(command) => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
