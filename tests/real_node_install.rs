@@ -566,8 +566,9 @@ async fn story(method: Method) {
     assert_eq!(after.status.as_ref().map(|s| s.admitted_pods), Some(2));
     env.wait_queue_counts(&gang_queue, 0, 2).await;
 
-    // 4. Uninstall with a pod still gated (2 cpu in a 1-cpu queue): nothing stranded.
-    env.create_pod(pod("too-big", &gang_queue, "2")).await;
+    // 4. Uninstall with a pod still gated (600m where the gang holds 500m of 1 cpu; a pod that could
+    // never fit is refused at creation): nothing stranded.
+    env.create_pod(pod("too-big", &gang_queue, "600m")).await;
     assert!(is_gated(&env.pods().get("too-big").await.expect("too-big")));
     let said = uninstall(method).await;
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
