@@ -86,9 +86,9 @@ Flags of 'up' (and 'build'):
   --real-node          one real node beside the kwok nodes (root only; hack/realnode.sh): a kubelet
                        $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
                        runc and the CNI plugins from Debian (apt-get install when missing), and images built
-                       here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev
-                       (target/$SLUICE_PROFILE/sluice: debug, or release with SLUICE_PROFILE=release; --no-build
-                       uses it as it is).
+                       here and imported with ctr: $PAUSE_IMAGE, $BUSYBOX_IMAGE and sluice:dev (also tagged
+                       sluice:<version>), built from the Dockerfile by hack/image.sh (buildah, offline; a
+                       release build; --no-build imports the last one built as it is).
                        The node is $REAL_NODE_NAME, labelled $REAL_NODE_LABEL=real, tainted
                        $REAL_NODE_TAINT=true:NoSchedule; kwok never manages it. State in .cluster/node/;
                        'down' stops its containers and cleans up.
@@ -106,7 +106,8 @@ Environment:
                        images of real workloads for the real node, built here once (cached in
                        \$SLUICE_CACHE/images/, keyed on their inputs) and imported by up --real-node:
                        "spark" (sluice.local/spark:$PYSPARK_VERSION, Java 17 and pyspark's jars), "ray"
-                       (sluice.local/ray:$RAY_VERSION, Python 3.11 and ray[default]); default none
+                       (sluice.local/ray:$RAY_VERSION, Python 3.11 and ray[default]), "sluice-upgrade" (a second
+                       build of sluice's image, sluice:upgrade, for the upgrade tests); default none
                        (hack/images/images.sh)
   SLUICE_REAL_NODE_SNAPSHOTTER
                        containerd's snapshotter on the real node (default overlayfs; native where overlay
@@ -158,6 +159,21 @@ build_core() {
     ln -sfn "k8s-$KUBERNETES_VERSION" "$BIN/$c"
   done
   build_go kwok "$KWOK_VERSION" kwok sigs.k8s.io/kwok/cmd/kwok
+  build_helm
+}
+
+# Helm (hack/tools/helm): charts/sluice/ is linted, templated and packaged with it (hack/release.sh,
+# tests/install.rs, the real node's install tests). The ldflags are those of Helm's Makefile: its
+# version, and the Kubernetes version `helm template` assumes (client-go's minor, major 1).
+build_helm() {
+  local cg minor
+  cg=$(awk '$1 == "k8s.io/client-go" {print $2}' "$ROOT/hack/tools/helm/go.mod")
+  minor=${cg#v0.}; minor=${minor%%.*}
+  build_go helm "$HELM_VERSION" helm helm.sh/helm/v3/cmd/helm \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean
+     -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor
+     -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+  ln -sfn "helm-$HELM_VERSION" "$BIN/helm"
 }
 
 build_addons() {

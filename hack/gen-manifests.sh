@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, the table of integrations in docs/src/concepts/gangs-and-elastic-pods.md and docs/src/reference/)"
+  echo "usage: hack/gen-manifests.sh   (writes manifests/crds/*.yaml and manifests/install/{01-rbac,01-rbac-tasks,03-webhooks}.yaml, the table of integrations in docs/src/concepts/gangs-and-elastic-pods.md, docs/src/reference/ and the generated templates of charts/sluice/)"
   exit 0
 fi
 cargo build --quiet --bin sluice
@@ -22,6 +22,7 @@ rm -f manifests/crds/*.yaml
 "$bin" manifests webhooks > manifests/install/03-webhooks.yaml
 "$bin" manifests rbac > manifests/install/01-rbac.yaml
 "$bin" manifests rbac-tasks > manifests/install/01-rbac-tasks.yaml
+hack/gen-chart.sh
 # The book's table of integrations (the lines from its header row to the next blank line).
 table=$(mktemp) readme=$(mktemp)
 trap 'rm -f "$table" "$readme"' EXIT

@@ -32,6 +32,7 @@ PAUSE_IMAGE=sluice.local/pause:$PAUSE_VERSION
 BUSYBOX_IMAGE=sluice.local/busybox:${BUSYBOX_DEB_VERSION%%-*}
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE/:1:/:}       # the Debian epoch "1:" is no part of a tag
 SLUICE_IMAGE=docker.io/library/sluice:dev
+SLUICE_UPGRADE_IMAGE=docker.io/library/sluice:upgrade
 
 # shellcheck source=hack/images/images.sh
 source "$ROOT/hack/images/images.sh"
@@ -122,7 +123,7 @@ base_rootfs() { # dir: /etc/passwd, /etc/group, /tmp
 }
 
 # The pause (sandbox) image, busybox (Debian's busybox-static, every applet linked) and sluice
-# (target/$SLUICE_PROFILE/sluice, stripped, with the shared libraries ldd names at the same paths).
+# (from the Dockerfile).
 realnode_images() {
   local dir=$NODE_DIR/images
   rm -rf "$dir"; mkdir -p "$dir"
@@ -141,24 +142,30 @@ realnode_images() {
   image_archive "$dir/busybox" "$BUSYBOX_IMAGE" "$dir/busybox.tar" null '["sh"]'
   import_image "$BUSYBOX_IMAGE" "$dir/busybox.tar"
 
-  # SLUICE_PROFILE (--release-sluice) picks the build in the image too (hack/chaos.sh --in-cluster).
-  local sluice=${CARGO_TARGET_DIR:-$ROOT/target}/$SLUICE_PROFILE/sluice lib build=(cargo build --bin sluice)
-  [[ $SLUICE_PROFILE == release ]] && build+=(--release)
-  if $BUILD_SLUICE; then
-    log "building sluice for its image (${build[*]})"
-    (cd "$ROOT" && "${build[@]}" --quiet) || die "${build[*]} failed (errors above)"
+  # sluice: built from the Dockerfile at the root (hack/image.sh: buildah, offline), as users build
+  # it; imported as sluice:dev (what manifests/install/ asks for) and sluice:<version> (what
+  # dist/sluice.yaml and the chart's defaults ask for). With SLUICE_REAL_NODE_IMAGES naming
+  # sluice-upgrade, a second build too (version <version>-upgrade, its own tag and image id) for the
+  # upgrade tests (tests/real_node_install.rs). --no-build imports the last archive as it is.
+  local archive version
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)
+  archive=$CACHE/images/sluice-dev.tar
+  if $BUILD_SLUICE || [[ ! -f $archive ]]; then
+    SLUICE_IMAGE_LOG=$LOGS/image-build.log "$ROOT/hack/image.sh" --tag "$SLUICE_IMAGE" --out "$archive" >/dev/null \
+      || fail_with_log image-build "building sluice's image from the Dockerfile failed (hack/image.sh)"
   fi
-  [[ -x $sluice ]] || die "$sluice does not exist: run ${build[*]} (or drop --no-build)"
-  base_rootfs "$dir/sluice"
-  mkdir -p "$dir/sluice/usr/local/bin"
-  strip -o "$dir/sluice/usr/local/bin/sluice" "$sluice" 2>/dev/null || cp "$sluice" "$dir/sluice/usr/local/bin/sluice"
-  # Every library the dynamic loader resolves (and the loader itself), at its path on this host.
-  for lib in $(ldd "$sluice" | grep -oE '/[^ ]+'); do
-    mkdir -p "$dir/sluice$(dirname "$lib")"
-    cp -L "$lib" "$dir/sluice$lib"
-  done
-  image_archive "$dir/sluice" "$SLUICE_IMAGE" "$dir/sluice.tar" '["/usr/local/bin/sluice"]'
-  import_image "$SLUICE_IMAGE" "$dir/sluice.tar"
+  import_image "$SLUICE_IMAGE" "$archive"
+  CTR images tag --force "$SLUICE_IMAGE" "docker.io/library/sluice:$version" >/dev/null \
+    || die "ctr images tag $SLUICE_IMAGE sluice:$version failed"
+  if [[ " $REAL_NODE_IMAGES " == *" sluice-upgrade "* ]]; then
+    archive=$CACHE/images/sluice-upgrade.tar
+    if $BUILD_SLUICE || [[ ! -f $archive ]]; then
+      SLUICE_IMAGE_LOG=$LOGS/image-build.log "$ROOT/hack/image.sh" --version "$version-upgrade" \
+        --tag "$SLUICE_UPGRADE_IMAGE" --out "$archive" >/dev/null \
+        || fail_with_log image-build "building sluice's second image from the Dockerfile failed (hack/image.sh)"
+    fi
+    import_image "$SLUICE_UPGRADE_IMAGE" "$archive"
+  fi
   rm -rf "$dir"
   real_images_import  # SLUICE_REAL_NODE_IMAGES: the Spark and Ray images (hack/images/)
 }

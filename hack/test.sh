@@ -15,8 +15,9 @@
 # with the others; its blocks marked `run` are tests/e2e_docs.rs), and a second phase follows
 # on a cluster of its own: the real node's tests
 # (tests/real_node.rs: containers that really run, sluice deployed in-cluster from manifests/), with
-# 'hack/cluster.sh up --real-node' and no sluice on the host. It needs root. `hack/test.sh --test
-# real_node` runs only that phase.
+# 'hack/cluster.sh up --real-node' and no sluice on the host; then, on another, the install tests
+# (tests/real_node_install.rs: Helm and the release manifest, upgrade, uninstall). They need root.
+# `hack/test.sh --test real_node` (or `--test real_node_install`) runs only that phase.
 #
 # Environment:
 #   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay
@@ -62,18 +63,26 @@ export SLUICE_REPO=$ROOT
 # cluster_or_skip); here a missing cluster is a failure, never a silent skip.
 export SLUICE_REQUIRE_CLUSTER=1
 
-# The real node's tests, on a cluster with the real node and without sluice on the host.
-real_node_phase() { # cargo test arguments (naming --test real_node)...
+# The real node's tests, on a cluster with the real node and without sluice on the host. The image
+# of sluice is built from the Dockerfile (hack/image.sh) as the node comes up.
+real_node_phase() { # images cargo-test-arguments (naming --test real_node or real_node_install)...
   ((EUID == 0)) || { echo "test.sh: the real node's tests need root (containerd, runc, mounts); SLUICE_TEST_REAL_NODE=0 skips them" >&2; exit 1; }
-  # KubeRay and the Spark and Ray images (hack/images/, cached) for tests/real_node/{spark,ray}.rs.
-  SLUICE_REAL_NODE_IMAGES="spark ray" hack/cluster.sh up --real-node --with-kuberay
+  local images=$1; shift
+  # KubeRay, and the images: Spark and Ray (hack/images/, cached) for tests/real_node/{spark,ray}.rs;
+  # a second build of sluice's image for the upgrade of tests/real_node_install.rs.
+  SLUICE_REAL_NODE_IMAGES="$images" hack/cluster.sh up --real-node --with-kuberay
   eval "$(hack/cluster.sh env)"
   cargo test "$@"
 }
 
 if [[ " $* " == *" --test real_node "* || " $* " == *" --test=real_node "* ]]; then
   cargo test --no-run "$@"
-  real_node_phase "$@"
+  real_node_phase "spark ray" "$@"
+  exit 0
+fi
+if [[ " $* " == *" --test real_node_install "* || " $* " == *" --test=real_node_install "* ]]; then
+  cargo test --no-run "$@"
+  real_node_phase sluice-upgrade "$@"
   exit 0
 fi
 
@@ -104,11 +113,14 @@ cargo test --workspace --no-run
 if (($# == 0)) && [[ ${SLUICE_TEST_FUZZ_SECONDS:-20} != 0 ]]; then hack/fuzz.sh --time "${SLUICE_TEST_FUZZ_SECONDS:-20}"; fi
 # The book (hack/docs.sh: a pinned mdbook, installed into the cache the first time): no cluster needed.
 if (($# == 0)) && [[ ${SLUICE_TEST_DOCS:-1} != 0 ]]; then hack/docs.sh; fi
-if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then cargo test --test real_node --no-run; fi
+if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then cargo test --test real_node --test real_node_install --no-run; fi
 hack/cluster.sh up "${CLUSTER_FLAGS[@]}"
 eval "$(hack/cluster.sh env)"
 cargo test --workspace "$@"
 if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then
   hack/cluster.sh down
-  real_node_phase --test real_node
+  real_node_phase "spark ray" --test real_node
+  # Installing as users do (Helm, the release manifest), upgrade and uninstall: a cluster of its own.
+  hack/cluster.sh down
+  real_node_phase sluice-upgrade --test real_node_install
 fi

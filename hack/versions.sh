@@ -24,6 +24,10 @@ CNI_PLUGINS_DEB_VERSION=1.1.1+ds1-3+b5
 BUSYBOX_DEB_VERSION=1:1.35.0-4+deb12u1+b1
 PAUSE_VERSION=3.10.2           # TAG of build/pause/Makefile in k8s.io/kubernetes v1.36.3
 
+# The image (hack/image.sh, the Dockerfile): Debian's buildah builds it without a daemon or registry.
+BUILDAH_DEB_VERSION=1.28.2+ds1-3+deb12u1+b3
+# Helm (hack/tools/helm/go.mod): lints, templates and packages charts/sluice/ (hack/release.sh, tests).
+HELM_VERSION=v3.22.0
 # The monitoring tests (tests/monitoring.rs: promtool; tests/e2e_monitoring.rs: a live Prometheus):
 # Debian 12's package, installed by hack/test.sh with apt-get at exactly this version when missing.
 PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1

@@ -9,6 +9,7 @@ use kube::{Client, ResourceExt};
 use crate::api::{FIELD_MANAGER, crds_yaml};
 
 pub mod rbac;
+pub mod uninstall;
 
 pub use rbac::{rbac_tasks_yaml, rbac_yaml};
 

@@ -20,7 +20,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// `kubectl get dynamicworkloads`, `kubectl get capacityqueues`, `sluice queue -A` and
 /// `sluice scavengers`.
 #[derive(Parser, Debug)]
-#[command(name = "sluice", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "sluice",
+    version = sluice::build_info::LONG_VERSION,
+    about,
+    long_about,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,6 +57,10 @@ enum Command {
     /// Show a queue's pending order (`sluice queue <name>`, or every queue with `-A`): position,
     /// priority, what each workload asks, borrows and waits for. Reads only the API.
     Queue(sluice::queue::cli::QueueArgs),
+    /// Remove sluice from the cluster without stranding a pod: stop its Deployment, delete the
+    /// webhook configurations, ungate (or, with --keep-gated, list) every pod still gated, then
+    /// delete the namespace, roles and priority classes (CRDs only with --delete-crds).
+    Uninstall(sluice::install::uninstall::UninstallArgs),
     /// Write the generated pages of the docs book (hidden: for the project, not for users).
     #[command(hide = true)]
     Docs {
@@ -135,6 +145,13 @@ fn write_docs(out: &std::path::Path) -> ExitCode {
     }
 }
 
+/// `sluice uninstall`: its steps, one line each (sluice::install::uninstall).
+async fn uninstall(args: sluice::install::uninstall::UninstallArgs) -> anyhow::Result<String> {
+    let client = kube::Client::try_default().await?;
+    let report = sluice::install::uninstall::run(&client, &args).await?;
+    Ok(report.lines.iter().map(|l| format!("{l}\n")).collect())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -169,6 +186,7 @@ fn main() -> ExitCode {
         }
         Command::Scavengers(args) => print_report(sluice::scavenger::report::run(args)),
         Command::Queue(args) => print_report(sluice::queue::cli::run(args)),
+        Command::Uninstall(args) => print_report(uninstall(args)),
         Command::Task(command) => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -25,6 +25,28 @@ pub struct QueueResourceLabels {
     pub resource: String,
 }
 
+/// The labels of `sluice_build_info` (always 1): which build runs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfoLabels {
+    pub version: String,
+    pub commit: String,
+}
+
+/// Registers `sluice_build_info{version, commit} 1` (crate::build_info).
+fn register_build_info(registry: &mut Registry) {
+    let info: Family<BuildInfoLabels, Gauge> = Family::default();
+    info.get_or_create(&BuildInfoLabels {
+        version: crate::build_info::VERSION.to_string(),
+        commit: crate::build_info::GIT_COMMIT.to_string(),
+    })
+    .set(1);
+    registry.register(
+        "sluice_build_info",
+        "The version and git commit of the running sluice (always 1)",
+        info,
+    );
+}
+
 #[derive(Clone)]
 pub struct ControllerMetrics {
     /// Pods ungated, per queue.
@@ -134,6 +156,7 @@ impl ControllerMetrics {
             queues: QueueGauges::default(),
         };
         m.leader_term.set(-1);
+        register_build_info(registry);
         m.register_admission(registry);
         m.register_preemption(registry);
         m.register_queues(registry);
@@ -301,6 +324,20 @@ impl ControllerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_info_names_the_version_and_commit() {
+        let mut registry = Registry::default();
+        let _m = ControllerMetrics::new(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        let line = format!(
+            r#"sluice_build_info{{version="{}",commit="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION"),
+            crate::build_info::GIT_COMMIT
+        );
+        assert!(text.contains(&line), "{line} not in:\n{text}");
+    }
 
     #[test]
     fn preemption_metrics_carry_the_names_the_readme_gives() {

@@ -2,7 +2,7 @@
 //! the sluice of the local cluster: every rule of `manifests/monitoring/sluice-alerts.rules.yaml`
 //! loads and evaluates without error on live data, the per-queue gauges arrive under their names,
 //! and `SluiceGatedWithRoom`'s expression (its thresholds shortened to seconds, its `for` removed)
-//! fires for a queue that has room while a pod stays gated: here a Ray worker whose RayCluster is gone, a
+//! fires for a queue that has room while a pod stays gated: here a pod of a namespace the queue does not admit, a
 //! stand-in for a controller that admits nothing (the shared sluice of the cluster is not broken
 //! on purpose: other tests run against it).
 
@@ -101,18 +101,16 @@ async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod
     }
     let metrics =
         std::env::var("SLUICE_METRICS_ADDR").expect("SLUICE_METRICS_ADDR (hack/cluster.sh env)");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
-    // A Ray worker of a RayCluster that does not exist waits for its ledger for good, while the
-    // queue has all its room. (A pod larger than its queue is refused at creation.)
-    env.create_pod(with_labels(
-        pod("orphan", &queue, "1"),
-        &[
-            ("ray.io/cluster", "gone"),
-            ("ray.io/node-type", "worker"),
-            ("ray.io/group", "cpu"),
-        ],
-    ))
-    .await;
+    // A queue whose namespaceSelector leaves the test's namespace out: a pod of that namespace
+    // stays gated for good while the queue has all its room. (A pod larger than its queue is
+    // refused at creation.)
+    let queue = env
+        .queue_with_spec(
+            "q",
+            json!({"quota": {"cpu": "4"}, "namespaceSelector": {"matchLabels": {"sluice-e2e-team": "nobody"}}}),
+        )
+        .await;
+    env.create_pod(pod("outsider", &queue, "1")).await;
     env.wait_queue_counts(&queue, 1, 0).await;
 
     let dir = std::env::temp_dir().join(unique("prometheus"));

@@ -138,7 +138,7 @@ ray_image() {
 images_check() { # SLUICE_REAL_NODE_IMAGES names only images this file builds
   local name
   for name in $REAL_NODE_IMAGES; do
-    [[ $name == spark || $name == ray ]] || die "SLUICE_REAL_NODE_IMAGES: unknown image '$name' (spark, ray)"
+    [[ $name == spark || $name == ray || $name == sluice-upgrade ]] || die "SLUICE_REAL_NODE_IMAGES: unknown image '$name' (spark, ray, sluice-upgrade)"
   done
 }
 
@@ -146,7 +146,7 @@ images_check() { # SLUICE_REAL_NODE_IMAGES names only images this file builds
 real_images_build() {
   images_check
   local name
-  for name in $REAL_NODE_IMAGES; do "${name}_image" >/dev/null; done
+  for name in $REAL_NODE_IMAGES; do [[ $name == sluice-upgrade ]] || "${name}_image" >/dev/null; done
 }
 
 # Imports them into the real node's containerd (import_image skips what it already holds).
@@ -154,6 +154,7 @@ real_images_import() {
   images_check
   local name archive
   for name in $REAL_NODE_IMAGES; do
+    [[ $name == sluice-upgrade ]] && continue  # built and imported by realnode_images (hack/image.sh)
     archive=$("${name}_image")
     case $name in spark) import_image "$SPARK_IMAGE" "$archive" ;; ray) import_image "$RAY_IMAGE" "$archive" ;; esac
   done

@@ -52,6 +52,10 @@ const LABELS: &[(&str, &str)] = &[
     ("sluice_status_writes", ""),
     ("sluice_status_writes_pending", ""),
     ("sluice_leader", ""),
+    (
+        "sluice_build_info",
+        "`version`: the version (SemVer, Cargo's); `commit`: the git commit built from, or `unknown`",
+    ),
     ("sluice_leader_lease_transitions", ""),
     (
         "sluice_preemptions",
@@ -211,6 +215,25 @@ fn one_series_each(
         queue: "q".into(),
         resource: "cpu".into(),
     });
+    seed_queue_gauges_and_events(controller);
+    let executor = crate::tasks::metrics::ExecutorLabels {
+        executor: "pod".into(),
+    };
+    let _ = tasks.started.get_or_create(&executor);
+    let _ = tasks.duration_seconds.get_or_create(&executor);
+    let _ = tasks
+        .finished
+        .get_or_create(&crate::tasks::metrics::FinishedLabels {
+            executor: "pod".into(),
+            phase: "Success".into(),
+        });
+    seed_webhooks_and_scavengers(webhooks, scavengers);
+}
+
+/// One series of each per-queue gauge and of the events' counter.
+fn seed_queue_gauges_and_events(controller: &crate::metrics::ControllerMetrics) {
+    use crate::metrics::{QueueLabels, QueueResourceLabels};
+    let queue = QueueLabels { queue: "q".into() };
     let resource = QueueResourceLabels {
         queue: "q".into(),
         resource: "cpu".into(),
@@ -239,17 +262,13 @@ fn one_series_each(
         .get_or_create(&crate::metrics::EventLabels {
             reason: "Waiting".into(),
         });
-    let executor = crate::tasks::metrics::ExecutorLabels {
-        executor: "pod".into(),
-    };
-    let _ = tasks.started.get_or_create(&executor);
-    let _ = tasks.duration_seconds.get_or_create(&executor);
-    let _ = tasks
-        .finished
-        .get_or_create(&crate::tasks::metrics::FinishedLabels {
-            executor: "pod".into(),
-            phase: "Success".into(),
-        });
+}
+
+/// One series of each labelled webhook and scavenger metric.
+fn seed_webhooks_and_scavengers(
+    webhooks: &sluice_webhooks::WebhookMetrics,
+    scavengers: &crate::scavenger::metrics::ScavengerMetrics,
+) {
     let _ = webhooks
         .duration
         .get_or_create(&sluice_webhooks::OperationLabels { operation: "o" });

@@ -126,6 +126,12 @@ fn gate_rules() -> Vec<PolicyRule> {
             &["get", "list", "watch", "create", "delete"],
         ),
         rule("", &["nodes"], &["list", "watch"]),
+        // Before a ScavengerJob's Job: does its PriorityClass exist (an optional part of the
+        // install)? Without it the Job's pods would be refused; the ScavengerJob says so instead.
+        named(
+            rule("scheduling.k8s.io", &["priorityclasses"], &["get"]),
+            &[crate::api::SCAVENGER_PRIORITY_CLASS],
+        ),
         // A ScavengerJob's mounts must exist: names only (metadata watches), never contents.
         rule(
             "",

@@ -1209,10 +1209,9 @@ impl Controller {
                 continue;
             }
             let existing = built.workloads[w].as_ref();
-            // A ledger is recorded only for a queue that exists and admits the namespace: pods
-            // naming any other queue wait behind the gate, and no ledger says otherwise.
+            // A ledger is recorded only for a queue that exists and admits the namespace.
             if existing.is_none()
-                && (!workload.namespace_allowed || !queues.contains(&workload.queue))
+                && !(workload.namespace_allowed && queues.contains(&workload.queue))
             {
                 continue;
             }

@@ -241,29 +241,9 @@ pub fn build_from_facts(
         let (strays, parts) =
             leave_strays_behind(&key, &queue, &mut group, in_flight, &mut built.problems);
         let rule = rules.get(&queue);
-        let namespace_allowed = match rule.and_then(|r| r.selector.as_ref()) {
-            Some(selector) => namespace_labels
-                .get(&key.namespace)
-                .is_some_and(|labels| selector_matches(selector, labels)),
-            None => true,
-        };
+        let namespace_allowed = admits_namespace(rule, &namespace_labels, &key.namespace);
         let max_priority = rule.and_then(|r| r.max_priority);
-        // Admitted pods labelled for other queues: each queue's part, its key and whether that
-        // queue admits the namespace (read before the key moves into the snapshot).
-        let parts: Vec<(WorkloadKey, String, bool, Group)> = parts
-            .into_iter()
-            .map(|(part_queue, part)| {
-                let allowed = rules
-                    .get(&part_queue)
-                    .and_then(|r| r.selector.as_ref())
-                    .is_none_or(|selector| {
-                        namespace_labels
-                            .get(&key.namespace)
-                            .is_some_and(|labels| selector_matches(selector, labels))
-                    });
-                (stray_part_key(&key, &part_queue), part_queue, allowed, part)
-            })
-            .collect();
+        let parts = keyed_parts(&key, parts, &rules, &namespace_labels);
         add_workload(
             &mut built,
             key,
@@ -390,6 +370,38 @@ fn leave_strays_behind(
         }
     }
     (left, parts)
+}
+
+/// Admitted pods labelled for other queues than their workload's: each queue's part, its key and
+/// whether that queue admits the namespace.
+fn keyed_parts(
+    key: &WorkloadKey,
+    parts: BTreeMap<String, Group>,
+    rules: &HashMap<String, QueueRules>,
+    namespace_labels: &HashMap<String, BTreeMap<String, String>>,
+) -> Vec<(WorkloadKey, String, bool, Group)> {
+    parts
+        .into_iter()
+        .map(|(part_queue, part)| {
+            let allowed =
+                admits_namespace(rules.get(&part_queue), namespace_labels, &key.namespace);
+            (stray_part_key(key, &part_queue), part_queue, allowed, part)
+        })
+        .collect()
+}
+
+/// Whether a queue (its `rule`; None: not known, which selects nothing out) admits `namespace`.
+fn admits_namespace(
+    rule: Option<&QueueRules>,
+    namespace_labels: &HashMap<String, BTreeMap<String, String>>,
+    namespace: &str,
+) -> bool {
+    rule.and_then(|r| r.selector.as_ref())
+        .is_none_or(|selector| {
+            namespace_labels
+                .get(namespace)
+                .is_some_and(|labels| selector_matches(selector, labels))
+        })
 }
 
 /// The key of the part of workload `key` whose admitted pods are labelled for `queue`, another

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -28,8 +29,8 @@ use super::plan::{Held, Running, Waiting, plan_evictions, plan_starts};
 use super::pod::WatchedPod;
 use super::run::{RunState, Step, next_status, observe};
 use crate::api::{
-    CapacityQueue, FIELD_MANAGER, SCAVENGER_JOB_LABEL, ScavengerJob, ScavengerJobStatus,
-    ScavengerPhase,
+    CapacityQueue, FIELD_MANAGER, SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJob,
+    ScavengerJobStatus, ScavengerPhase,
 };
 use crate::resources::{ResourceList, describe_quantity};
 use crate::watch_store;
@@ -618,6 +619,18 @@ impl Controller {
 
     async fn create_job(&mut self, s: &Seen, run: usize, now: i64) -> Result<String, String> {
         let job = super::job::job(&s.sj, run)?;
+        // The PriorityClass is optional in an install (off by default): without it the Job's
+        // pods would be refused by the API server, and the Job would only say so in its events.
+        let classes = Api::<PriorityClass>::all(self.client.clone());
+        match classes.get_opt(SCAVENGER_PRIORITY_CLASS).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(missing_priority_class_message()),
+            Err(e) => {
+                return Err(format!(
+                    "reading the PriorityClass {SCAVENGER_PRIORITY_CLASS}: {e}"
+                ));
+            }
+        }
         let name = job.name_any();
         let api = Api::<Job>::namespaced(self.client.clone(), &s.namespace);
         match api.create(&PostParams::default(), &job).await {
@@ -690,6 +703,15 @@ impl Controller {
             debug!(%e, "event not recorded");
         }
     }
+}
+
+/// What a ScavengerJob says while the cluster has no PriorityClass `sluice-scavenger`.
+pub fn missing_priority_class_message() -> String {
+    format!(
+        "the PriorityClass {SCAVENGER_PRIORITY_CLASS} does not exist, and ScavengerJobs need it: install \
+         the chart with --set priorityClasses.enabled=true, or apply \
+         manifests/install/00-priorityclasses.yaml (docs/src/operations/install.md)"
+    )
 }
 
 fn is_finished(job: &Job) -> bool {
