@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod queue;
 pub mod recorder;
+pub mod report;
 pub mod resources;
 pub mod scavenger;
 pub mod serve;

@@ -104,31 +104,6 @@ fn print_manifest(what: &str, rendered: Result<String, serde_yaml::Error>) -> Ex
     }
 }
 
-/// Runs a command that reads the cluster and prints a report (`sluice scavengers`, `sluice queue`).
-fn print_report(report: impl std::future::Future<Output = anyhow::Result<String>>) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    match runtime.block_on(report) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// `sluice docs reference --out DIR`: writes the generated reference pages, printing each path.
 fn write_docs(out: &std::path::Path) -> ExitCode {
     match sluice::docs::write_reference(Cli::command(), out) {
@@ -184,9 +159,11 @@ fn main() -> ExitCode {
             print!("{}", sluice::integrations::docs_table());
             ExitCode::SUCCESS
         }
-        Command::Scavengers(args) => print_report(sluice::scavenger::report::run(args)),
-        Command::Queue(args) => print_report(sluice::queue::cli::run(args)),
-        Command::Uninstall(args) => print_report(uninstall(args)),
+        Command::Scavengers(args) => {
+            sluice::report::print_report(sluice::scavenger::report::run(args))
+        }
+        Command::Queue(args) => sluice::report::print_report(sluice::queue::cli::run(args)),
+        Command::Uninstall(args) => sluice::report::print_report(uninstall(args)),
         Command::Task(command) => {
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -437,26 +437,12 @@ pub fn validate_identity(
     classifier: &dyn PodClassifier,
     gate: &GateSettings,
 ) -> AdmissionResponse {
-    let allowed = AdmissionResponse::from(request);
-    let username = request.user_info.username.as_deref().unwrap_or("");
-    let (Operation::Update, Some(old), Some(new)) = (
-        &request.operation,
-        request.old_object.as_ref(),
-        request.object.as_ref(),
-    ) else {
-        return allowed;
-    };
-    if gate.is_controller(username) || label(old, &gate.governed_label).is_none() {
-        return allowed;
+    if request.operation != Operation::Update {
+        return AdmissionResponse::from(request);
     }
-    let namespace = request.namespace.as_deref().unwrap_or("default");
-    match classifier.judge_update(namespace, old, new) {
-        Ok(()) => allowed,
-        Err(message) => {
-            debug!(user = username, %message, "denied a pod's move");
-            allowed.deny(message)
-        }
-    }
+    judge_governed(request, gate, |namespace, old, new| {
+        classifier.judge_update(namespace, old, new)
+    })
 }
 
 /// An in-place resize of a governed pod changes what it holds of its queue's quota (admitted), or
@@ -467,6 +453,18 @@ pub fn validate_resize(
     classifier: &dyn PodClassifier,
     gate: &GateSettings,
 ) -> AdmissionResponse {
+    judge_governed(request, gate, |namespace, old, new| {
+        classifier.judge_resize(namespace, old, new)
+    })
+}
+
+/// The frame of both judges: a change of a governed pod (old and new) by anyone but sluice's
+/// controller goes to `judge`; its Err is the refusal.
+fn judge_governed(
+    request: &AdmissionRequest<Pod>,
+    gate: &GateSettings,
+    judge: impl FnOnce(&str, &Pod, &Pod) -> Result<(), String>,
+) -> AdmissionResponse {
     let allowed = AdmissionResponse::from(request);
     let username = request.user_info.username.as_deref().unwrap_or("");
     let (Some(old), Some(new)) = (request.old_object.as_ref(), request.object.as_ref()) else {
@@ -476,9 +474,12 @@ pub fn validate_resize(
         return allowed;
     }
     let namespace = request.namespace.as_deref().unwrap_or("default");
-    match classifier.judge_resize(namespace, old, new) {
+    match judge(namespace, old, new) {
         Ok(()) => allowed,
-        Err(message) => allowed.deny(message),
+        Err(message) => {
+            debug!(user = username, %message, "denied a change of a governed pod");
+            allowed.deny(message)
+        }
     }
 }
 
