@@ -51,7 +51,8 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
   turnover   a pod ending to the next waiting pod ungated in a full queue, p50/p99 over 2,000
              handovers, 3 runs: hack/bench/turnover.sh (not part of a full run)
 
-Env: E2E_PODS (default 5000; 300 with --quick), E2E_NODES (default 100).
+Env: E2E_PODS (default 5000; 300 with --quick), E2E_NODES (default 100), E2E_RUNS (the e2e runs
+to make, by name, e.g. "nogate sluice noevents churn churn-noevents"; default all).
 
 Each part writes only its own section of BENCHMARKS.md (<!-- bench.sh:<part>:begin/end -->: the run's
 date, command, versions and machine, then its tables) and only its keys of bench/results.json
@@ -182,7 +183,9 @@ if want e2e; then
   # sluice's release build (what is measured); a cluster already up restarts sluice with it.
   # Kueue joins the cluster only for its own run (c), the last: its controller watches every pod of
   # the cluster, which would cost every other run CPU (4-18 s per run when it ran throughout).
-  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice >&2
+  # E2E_SLUICE_BUILD=debug runs the debug build (request counts only: figures not to quote).
+  sluice_build=--release-sluice; [[ ${E2E_SLUICE_BUILD:-release} == debug ]] && sluice_build=
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice $sluice_build >&2
   eval "$(hack/cluster.sh env)"
   cat "$root/.cluster/sluice.profile" > "$out/e2e-sluice-build"
   pki="$root/.cluster/pki"
@@ -248,6 +251,7 @@ YAML
   }
   e2e_run() { # name mode quota-cpu [e2e_load args]; mode: nogate, sluice, sluice-inpass, kueue
     local name=$1 mode=$2 quota=$3 ns="e2e-$1" admission=AtCreation; shift 3
+    if [[ -n ${E2E_RUNS:-} && " $E2E_RUNS " != *" $name "* ]]; then return 0; fi
     echo "-- e2e $name ($mode, quota ${quota:-none})" >&2
     kubectl create namespace "$ns" >&2
     [[ $mode == kueue ]] && kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
@@ -337,12 +341,19 @@ YAML
   # budget saves the API server, and what it costs the ledger's freshness. Before (b), so that any
   # slowing of later runs (a fuller etcd, a bigger API server heap) falls on (b), not on (b0).
   # cluster.sh restarts sluice when its SLUICE_* settings change; back to the defaults after.
-  SLUICE_STATUS_WRITES_PER_SECOND=0 hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --no-build >&2
+  SLUICE_STATUS_WRITES_PER_SECOND=0 hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice $sluice_build --no-build >&2
   e2e_run nolimit sluice "$quota"
-  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --no-build >&2
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice $sluice_build --no-build >&2
   e2e_run sluice sluice "$quota"
   e2e_run inpass sluice-inpass "$quota"
-  e2e_run churn sluice "$(( e2e_pods / 500 > 0 ? e2e_pods / 500 : 1 ))" --end-after 1   # a fifth of the demand
+  churn_quota=$(( e2e_pods / 500 > 0 ? e2e_pods / 500 : 1 ))   # a fifth of the demand
+  e2e_run churn sluice "$churn_quota" --end-after 1
+  # (b-), (d-): (b) and (d) without events on users' objects (--events-per-second 0): what the
+  # events of "why is my job waiting" cost the API server, per pod (most in (d), where pods wait).
+  SLUICE_EVENTS_PER_SECOND=0 hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice $sluice_build --no-build >&2
+  e2e_run noevents sluice "$quota"
+  e2e_run churn-noevents sluice "$churn_quota" --end-after 1
+  hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice $sluice_build --no-build >&2
   hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
   scope_kueue_webhooks
   e2e_run kueue kueue "$quota"

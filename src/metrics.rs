@@ -111,6 +111,69 @@ pub struct EventMetrics {
     pub failed: Counter,
 }
 
+/// A cohort's label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CohortLabels {
+    pub cohort: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CohortResourceLabels {
+    pub cohort: String,
+    pub resource: String,
+}
+
+/// Per cohort gauges (sums over its queues), in base units, per resource its queues' quotas name.
+#[derive(Clone, Default)]
+pub struct CohortGauges {
+    pub quota: Family<CohortResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub used: Family<CohortResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub reserved: Family<CohortResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub borrowed: Family<CohortResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub pending_workloads: Family<CohortLabels, Gauge>,
+    pub pending_pods: Family<CohortLabels, Gauge>,
+    pub oldest_pending_timestamp: Family<CohortLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+/// Registers the `sluice_cohort_*` gauges.
+pub fn register_cohort_gauges(registry: &mut Registry, c: &CohortGauges) {
+    registry.register(
+        "sluice_cohort_quota",
+        "A cohort's pool: the sum of its queues' quotas, per resource (base units)",
+        c.quota.clone(),
+    );
+    registry.register(
+        "sluice_cohort_used",
+        "Requests of the admitted pods of a cohort's queues, per resource (base units)",
+        c.used.clone(),
+    );
+    registry.register(
+        "sluice_cohort_reserved",
+        "Quota a cohort's queues hold for gang members not admitted yet, per resource (base units)",
+        c.reserved.clone(),
+    );
+    registry.register(
+        "sluice_cohort_borrowed",
+        "What a cohort's queues use above their own quotas, lent by the others, per resource (base units)",
+        c.borrowed.clone(),
+    );
+    registry.register(
+        "sluice_cohort_pending_workloads",
+        "Workloads with pods waiting in a cohort's queues, after the last pass",
+        c.pending_workloads.clone(),
+    );
+    registry.register(
+        "sluice_cohort_pending_pods",
+        "Pods waiting behind the gate in a cohort's queues, after the last pass",
+        c.pending_pods.clone(),
+    );
+    registry.register(
+        "sluice_cohort_oldest_pending_timestamp_seconds",
+        "Creation time (Unix seconds) of the oldest pod still behind the gate in a cohort's queues; absent while nothing waits",
+        c.oldest_pending_timestamp.clone(),
+    );
+}
+
 /// Per queue gauges, in base units (cores, bytes, GPUs, pods), per resource the quota names.
 #[derive(Clone, Default)]
 pub struct QueueGauges {
@@ -127,6 +190,8 @@ pub struct QueueGauges {
     pub oldest_pending_timestamp: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// 1 per queue, with its cohort and strategy as labels (to join the others on).
     pub info: Family<QueueInfoLabels, Gauge>,
+    /// The same summed per cohort.
+    pub cohorts: CohortGauges,
 }
 
 impl ControllerMetrics {
@@ -203,7 +268,7 @@ impl ControllerMetrics {
         );
         registry.register(
             "sluice_queue_oldest_pending_timestamp_seconds",
-            "Creation time (Unix seconds) of the queue's longest-waiting gated pod; absent while nothing waits",
+            "Creation time (Unix seconds) of the queue's oldest pod still behind the gate (one being admitted counts until its gate is off); absent while nothing waits",
             q.oldest_pending_timestamp.clone(),
         );
         registry.register(
@@ -211,6 +276,7 @@ impl ControllerMetrics {
             "1 per CapacityQueue, labelled with its cohort (empty: none) and queueing strategy",
             q.info.clone(),
         );
+        register_cohort_gauges(registry, &q.cohorts);
     }
 
     fn register_events(&self, registry: &mut Registry) {

@@ -177,6 +177,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_STATUS_WRITES_PER_SECOND", default_value = "0", value_parser = parse_rate)]
     pub status_writes_per_second: f64,
 
+    /// Events posted on users' objects (their application, Job or pod: "waiting", "admitted",
+    /// "preempted"...) per second at most, after a burst of five seconds' worth; events due
+    /// beyond that are dropped and counted (sluice_events_dropped_total). 0: no events at all
+    /// (the DynamicWorkload's status still says everything).
+    #[arg(long, env = "SLUICE_EVENTS_PER_SECOND", default_value = "10", value_parser = parse_rate)]
+    pub events_per_second: f64,
+
     /// Threads of the webhook server's own runtime (1: single-threaded). Admission answers never
     /// wait behind the controller's work; one thread answered 20,000 reviews/s on 2 cores.
     #[arg(long, env = "SLUICE_WEBHOOK_THREADS", default_value_t = 1)]
@@ -505,6 +512,7 @@ impl Settings {
                 idle_interval: args.idle_interval,
                 full_passes: args.full_passes,
                 eviction_grace_period: args.eviction_grace_period,
+                events_per_second: args.events_per_second,
                 ..ControllerSettings::default()
             },
             scavenger: ScavengerSettings {

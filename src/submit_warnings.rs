@@ -4,16 +4,23 @@
 //! API call on the webhook's path. The figures are those of the queue's last status, and the
 //! warnings say so; they never refuse anything (the refusals are `ValidateApplications::check`'s).
 //!
+//! The same for a governed pod created behind the gate ([`for_pod`]): kubectl, the Spark driver
+//! and the KubeRay operator log them.
+//!
 //! The API server drops warnings over 256 characters and kubectl prints each on a line: each
 //! warning is one short sentence, at most [`WARNING_CHARS`] characters.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionResponse;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::CapacityQueue;
-use crate::integrations::ApplicationIntegration;
-use crate::resources::{ResourceList, describe_quantity};
+use crate::integrations::{ApplicationIntegration, PodIdentity};
+use crate::queue::snapshot::selector_matches;
+use crate::resources::{ResourceList, describe_quantity, pod_requests};
 
 /// The warnings for `app`, created into `queue_name`, from the webhook's cache of queues. An
 /// application whose demand cannot be counted gets none (the refusal says why).
@@ -40,6 +47,40 @@ pub fn for_application(
         {
             return Vec::new();
         }
+    }
+    warnings(queue_name, &queue, &gang)
+}
+
+/// The warnings for a governed pod created behind the gate into the queue its `identity` names:
+/// the queue unknown, not admitting `namespace` (whose labels are `namespace_labels`, None when
+/// not seen yet), or too full for the pod's gang (its minimum count times its requests).
+pub fn for_pod(
+    namespace: &str,
+    pod: &Pod,
+    identity: &PodIdentity,
+    queues: &Store<CapacityQueue>,
+    namespace_labels: &Option<BTreeMap<String, String>>,
+) -> Vec<String> {
+    let queue_name = identity.queue.as_str();
+    let Some(queue) = queues.get(&ObjectRef::new(queue_name)) else {
+        return vec![cut(&format!(
+            "sluice: CapacityQueue {queue_name} does not exist: this pod waits behind its gate until it does (kubectl get capacityqueues lists those there are)"
+        ))];
+    };
+    if let (Some(selector), Some(labels)) = (&queue.spec.namespace_selector, namespace_labels)
+        && !selector_matches(selector, labels)
+    {
+        return vec![cut(&format!(
+            "sluice: CapacityQueue {queue_name} does not admit namespace {namespace} (its namespaceSelector): this pod waits until it does; use a queue that admits {namespace}"
+        ))];
+    }
+    let Some(Ok(per_pod)) = pod.spec.as_ref().map(pod_requests) else {
+        return Vec::new();
+    };
+    let mut gang = ResourceList::new();
+    let count = i64::from(identity.min_count.unwrap_or(1).max(1));
+    if gang.try_add_scaled(&per_pod, count).is_err() {
+        return Vec::new();
     }
     warnings(queue_name, &queue, &gang)
 }
@@ -203,5 +244,70 @@ mod tests {
         for w in warnings(&long, &q, &cpu(1)) {
             assert!(w.chars().count() <= WARNING_CHARS);
         }
+    }
+
+    fn store(queues: Vec<CapacityQueue>) -> Store<CapacityQueue> {
+        let (store, mut writer) = kube::runtime::reflector::store();
+        for q in queues {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        }
+        store
+    }
+
+    fn identity(queue: &str, min_count: Option<u32>) -> PodIdentity {
+        PodIdentity {
+            queue: queue.into(),
+            workload: None,
+            pod_set: "main".into(),
+            min_count,
+            recorded: false,
+        }
+    }
+
+    fn one_cpu_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_gated_pod_is_told_its_queue_is_unknown_or_does_not_admit_its_namespace() {
+        let queues = store(vec![queue(
+            json!({"quota": {"cpu": "4"}, "namespaceSelector": {"matchLabels": {"team": "a"}}}),
+            json!({}),
+        )]);
+        let w = for_pod(
+            "ns",
+            &one_cpu_pod(),
+            &identity("nope", None),
+            &queues,
+            &None,
+        );
+        assert!(w[0].contains("CapacityQueue nope does not exist"), "{w:?}");
+        let theirs = Some(BTreeMap::from([("team".to_string(), "b".to_string())]));
+        let w = for_pod("ns", &one_cpu_pod(), &identity("q", None), &queues, &theirs);
+        assert!(w[0].contains("does not admit namespace ns"), "{w:?}");
+        let ours = Some(BTreeMap::from([("team".to_string(), "a".to_string())]));
+        assert!(for_pod("ns", &one_cpu_pod(), &identity("q", None), &queues, &ours).is_empty());
+    }
+
+    #[test]
+    fn a_gated_pod_is_judged_by_its_whole_gang() {
+        let queues = store(vec![queue(
+            json!({"quota": {"cpu": "4"}}),
+            json!({"usage": {"cpu": "2"}}),
+        )]);
+        let alone = for_pod("ns", &one_cpu_pod(), &identity("q", None), &queues, &None);
+        assert!(alone.is_empty(), "{alone:?}");
+        let gang = for_pod(
+            "ns",
+            &one_cpu_pod(),
+            &identity("q", Some(3)),
+            &queues,
+            &None,
+        );
+        assert!(gang[0].contains("needs 3 cpu, 2 of 4 free"), "{gang:?}");
     }
 }

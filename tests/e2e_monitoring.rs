@@ -1,10 +1,11 @@
 //! sluice's alerts against a real Prometheus (the Debian package's `/usr/bin/prometheus`) scraping
 //! the sluice of the local cluster: every rule of `manifests/monitoring/sluice-alerts.rules.yaml`
 //! loads and evaluates without error on live data, the per-queue gauges arrive under their names,
-//! and `SluiceGatedWithRoom`'s expression (its thresholds shortened to seconds, its `for` removed)
-//! fires for a queue that has room while a pod stays gated: here a pod of a namespace the queue does not admit, a
-//! stand-in for a controller that admits nothing (the shared sluice of the cluster is not broken
-//! on purpose: other tests run against it).
+//! and the controller is broken on purpose: a ValidatingAdmissionPolicy (matching only this test's
+//! namespace) refuses every patch that takes sluice's admission gate off a pod, as a policy engine
+//! or a broken RBAC would. A pod then stays gated in a queue with all its room: the copies of
+//! `SluiceGatedWithRoom` and `SluiceUngateErrors` (thresholds shortened to seconds, no `for`) fire.
+//! Its own test binary: nothing else runs beside it.
 
 mod support;
 
@@ -55,27 +56,38 @@ async fn query(addr: &str, promql: &str) -> Vec<Value> {
     .unwrap_or_default()
 }
 
-/// The rules file with `SluiceGatedWithRoom` added once more as `SluiceGatedWithRoomNow`: waits of
-/// seconds instead of minutes, no `for`.
-fn rules_with_a_quick_copy() -> String {
+/// The rules file with `SluiceGatedWithRoom` and `SluiceUngateErrors` added once more as
+/// `...Now`: waits of seconds instead of minutes, no `for`.
+fn rules_with_quick_copies() -> String {
     let path = repo_root().join("manifests/monitoring/sluice-alerts.rules.yaml");
     let mut rules: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(path).expect("rules")).expect("rules YAML");
     let groups = rules["groups"].as_sequence_mut().expect("groups");
-    let original = groups
-        .iter()
-        .flat_map(|g| g["rules"].as_sequence().cloned().unwrap_or_default())
-        .find(|r| r["alert"].as_str() == Some("SluiceGatedWithRoom"))
-        .expect("SluiceGatedWithRoom");
-    let expr = original["expr"]
-        .as_str()
-        .expect("expr")
-        .replace("> 600", "> 2");
-    assert!(expr.contains("> 2"), "the rule's threshold changed: {expr}");
+    let expr_of = |name: &str| -> String {
+        groups
+            .iter()
+            .flat_map(|g| g["rules"].as_sequence().cloned().unwrap_or_default())
+            .find(|r| r["alert"].as_str() == Some(name))
+            .and_then(|r| r["expr"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("no alert {name}"))
+    };
+    let gated = expr_of("SluiceGatedWithRoom").replace("> 600", "> 2");
+    assert!(
+        gated.contains("> 2"),
+        "the rule's threshold changed: {gated}"
+    );
+    let ungate = expr_of("SluiceUngateErrors").replace("[5m]", "[30s]");
+    assert!(
+        ungate.contains("[30s]"),
+        "the rule's window changed: {ungate}"
+    );
     let quick: serde_yaml::Value = serde_yaml::from_str(
         &serde_json::to_string(&json!({
             "name": "quick",
-            "rules": [{"alert": "SluiceGatedWithRoomNow", "expr": expr, "labels": {"severity": "test"}}],
+            "rules": [
+                {"alert": "SluiceGatedWithRoomNow", "expr": gated, "labels": {"severity": "test"}},
+                {"alert": "SluiceUngateErrorsNow", "expr": ungate, "labels": {"severity": "test"}},
+            ],
         }))
         .expect("json"),
     )
@@ -84,8 +96,147 @@ fn rules_with_a_quick_copy() -> String {
     serde_yaml::to_string(&rules).expect("rules YAML")
 }
 
+/// The annotation whose addition the breaking policy also refuses: a dry run adding it tells when
+/// the API server enforces the policy.
+const PROBE_ANNOTATION: &str = "sluice-e2e/probe";
+
+/// A ValidatingAdmissionPolicy and its binding, limited to `namespace`, that refuse any update
+/// taking sluice's admission gate off a pod (and any adding [`PROBE_ANNOTATION`]).
+async fn break_ungating(client: &kube::Client, namespace: &str) -> String {
+    use kube::api::{DynamicObject, PostParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    let name = format!("{namespace}-keep-gates");
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["pods"]}]},
+            "validations": [
+                {"expression": "!has(oldObject.spec.schedulingGates) || oldObject.spec.schedulingGates.all(g, g.name != 'sluice.dev/admission') || (has(object.spec.schedulingGates) && object.spec.schedulingGates.exists(g, g.name == 'sluice.dev/admission'))",
+                 "message": "the e2e test breaks sluice on purpose: the admission gate stays on"},
+                {"expression": format!("!has(object.metadata.annotations) || !('{PROBE_ANNOTATION}' in object.metadata.annotations)"),
+                 "message": "probe refused"},
+            ],
+        },
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        },
+    });
+    for (kind, object) in [
+        ("ValidatingAdmissionPolicy", policy),
+        ("ValidatingAdmissionPolicyBinding", binding),
+    ] {
+        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        let api: kube::Api<DynamicObject> =
+            kube::Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+        let object: DynamicObject = serde_json::from_value(object).expect(kind);
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("create the {kind}: {e}"));
+    }
+    name
+}
+
+async fn mend_ungating(client: &kube::Client, name: &str) {
+    use kube::api::{DeleteParams, DynamicObject};
+    use kube::core::{ApiResource, GroupVersionKind};
+    for kind in [
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+    ] {
+        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        let api: kube::Api<DynamicObject> =
+            kube::Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// Waits until the API server enforces the breaking policy on `pod` (a dry run adding the probe
+/// annotation is refused with the policy's message).
+async fn wait_until_enforced(pods: &kube::Api<k8s_openapi::api::core::v1::Pod>, pod: &str) {
+    use kube::api::{Patch, PatchParams};
+    let patch = json!({"metadata": {"annotations": {PROBE_ANNOTATION: "1"}}});
+    let params = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    wait_for(
+        "the policy keeping gates on to be enforced",
+        Duration::from_secs(60),
+        || async {
+            match pods.patch(pod, &params, &Patch::Merge(&patch)).await {
+                Err(e) if e.to_string().contains("probe refused") => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await;
+}
+
+/// Starts `/usr/bin/prometheus` in `dir` scraping sluice's metrics at `metrics` every second with
+/// `rules`; its API at the returned address.
+fn start_prometheus(
+    dir: &std::path::Path,
+    metrics: &str,
+    rules: &str,
+) -> (String, tokio::process::Child) {
+    std::fs::create_dir_all(dir).expect("temp dir");
+    std::fs::write(dir.join("rules.yaml"), rules).expect("rules");
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: sluice\n    static_configs: [{{targets: ['{metrics}']}}]\n"
+        ),
+    )
+    .expect("config");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
+    let child = tokio::process::Command::new("/usr/bin/prometheus")
+        .current_dir(dir)
+        .args([
+            "--config.file=prometheus.yml",
+            "--storage.tsdb.path=data",
+            &format!("--web.listen-address={addr}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start prometheus");
+    (addr, child)
+}
+
+/// The firing alert `name` for `queue` (any queue when None), once Prometheus has it.
+async fn wait_firing(addr: &str, name: &str, queue: Option<&str>) -> Value {
+    wait_for(
+        &format!("{name} to fire"),
+        Duration::from_secs(90),
+        || async {
+            let alerts = api(addr, "/api/v1/alerts").await?;
+            alerts["alerts"]
+                .as_array()?
+                .iter()
+                .find(|a| {
+                    a["labels"]["alertname"] == name
+                        && queue.is_none_or(|q| a["labels"]["queue"] == q)
+                        && a["state"] == "firing"
+                })
+                .cloned()
+        },
+    )
+    .await
+}
+
 #[tokio::test]
-async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod_with_room() {
+async fn a_real_prometheus_fires_gated_with_room_when_the_controller_cannot_ungate() {
     let Some(mut env) = TestEnv::new_or_skip("promlive").await else {
         return;
     };
@@ -101,43 +252,31 @@ async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod
     }
     let metrics =
         std::env::var("SLUICE_METRICS_ADDR").expect("SLUICE_METRICS_ADDR (hack/cluster.sh env)");
-    // A queue whose namespaceSelector leaves the test's namespace out: a pod of that namespace
-    // stays gated for good while the queue has all its room. (A pod larger than its queue is
-    // refused at creation.)
-    let queue = env
-        .queue_with_spec(
-            "q",
-            json!({"quota": {"cpu": "4"}, "namespaceSelector": {"matchLabels": {"sluice-e2e-team": "nobody"}}}),
+    // A full queue and a pod waiting behind the gate for its room.
+    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    env.create_pod(pod("filler", &queue, "4")).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
+    env.create_pod(pod("stuck", &queue, "1")).await;
+    env.wait_queue_counts(&queue, 1, 1).await;
+
+    // Break the controller: nothing may take the gate off a pod of this namespace any more.
+    let policy = break_ungating(&env.client, &env.namespace).await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.client.clone(), &env.namespace);
+    wait_until_enforced(&pods, "filler").await;
+    let errors_before = sluice_metric("sluice_ungate_errors_total")
+        .await
+        .unwrap_or(0.0);
+    // The queue empties: sluice admits the stuck pod and fails to ungate it, pass after pass.
+    let _ = pods
+        .delete(
+            "filler",
+            &kube::api::DeleteParams::default().grace_period(0),
         )
         .await;
-    env.create_pod(pod("outsider", &queue, "1")).await;
-    env.wait_queue_counts(&queue, 1, 0).await;
 
     let dir = std::env::temp_dir().join(unique("prometheus"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    std::fs::write(dir.join("rules.yaml"), rules_with_a_quick_copy()).expect("rules");
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: sluice\n    static_configs: [{{targets: ['{metrics}']}}]\n"
-        ),
-    )
-    .expect("config");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
-    let mut prometheus = tokio::process::Command::new("/usr/bin/prometheus")
-        .current_dir(&dir)
-        .args([
-            "--config.file=prometheus.yml",
-            "--storage.tsdb.path=data",
-            &format!("--web.listen-address={addr}"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start prometheus");
-
+    let (addr, mut prometheus) = start_prometheus(&dir, &metrics, &rules_with_quick_copies());
     let quota = wait_for(
         "Prometheus to scrape the queue's quota",
         Duration::from_secs(60),
@@ -153,24 +292,26 @@ async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod
     )
     .await;
     assert_eq!(quota, "4");
-    let firing = wait_for(
-        "SluiceGatedWithRoomNow to fire for the queue",
-        Duration::from_secs(60),
-        || async {
-            let alerts = api(&addr, "/api/v1/alerts").await?;
-            alerts["alerts"]
-                .as_array()?
-                .iter()
-                .find(|a| {
-                    a["labels"]["alertname"] == "SluiceGatedWithRoomNow"
-                        && a["labels"]["queue"] == queue.as_str()
-                        && a["state"] == "firing"
-                })
-                .cloned()
-        },
-    )
-    .await;
+    let firing = wait_firing(&addr, "SluiceGatedWithRoomNow", Some(&queue)).await;
     eprintln!("firing: {firing}");
+    let firing = wait_firing(&addr, "SluiceUngateErrorsNow", None).await;
+    eprintln!("firing: {firing}");
+    let errors_after = sluice_metric("sluice_ungate_errors_total")
+        .await
+        .unwrap_or(0.0);
+    assert!(
+        errors_after > errors_before,
+        "sluice counted no ungate error ({errors_before} then {errors_after})"
+    );
+    let stuck = pods.get("stuck").await.expect("the stuck pod");
+    assert!(
+        stuck
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty()),
+        "the policy let the gate come off"
+    );
     // Every rule of the file evaluated on live data without an error.
     let rules = wait_for("every rule evaluated", Duration::from_secs(30), || async {
         let data = api(&addr, "/api/v1/rules").await?;
@@ -189,10 +330,13 @@ async fn a_real_prometheus_scrapes_sluice_loads_every_alert_and_sees_a_gated_pod
             .then_some(rules)
     })
     .await;
-    assert_eq!(rules.len(), 10, "9 rules and the quick copy");
+    assert_eq!(rules.len(), 11, "9 rules and the two quick copies");
     for rule in &rules {
         assert_eq!(rule["health"], "ok", "{rule}");
     }
+    // Mended: the pod is admitted.
+    mend_ungating(&env.client, &policy).await;
+    env.wait_queue_counts(&queue, 0, 1).await;
     let _ = prometheus.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
     env.cleanup().await;

@@ -15,7 +15,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Config};
-use serde_json::json;
+use serde_json::{Value, json};
 use support::*;
 
 fn dynamic(
@@ -164,8 +164,20 @@ async fn a_submit_into_a_full_queue_prints_a_warning_in_kubectl() {
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
     });
-    let body = job.to_string();
-    let output = tokio::task::spawn_blocking(move || {
+    let output = kubectl_create(job).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "kubectl create failed: {stderr}");
+    assert!(
+        stderr.contains(&format!("Warning: sluice: CapacityQueue {queue} is full")),
+        "no warning in kubectl's output: {stderr}"
+    );
+    env.cleanup().await;
+}
+
+/// `kubectl create -f -` of `object`: its output (warnings are on stderr).
+async fn kubectl_create(object: Value) -> std::process::Output {
+    let body = object.to_string();
+    tokio::task::spawn_blocking(move || {
         use std::io::Write as _;
         use std::process::{Command, Stdio};
         let mut child = Command::new("kubectl")
@@ -181,13 +193,58 @@ async fn a_submit_into_a_full_queue_prints_a_warning_in_kubectl() {
     })
     .await
     .expect("join")
-    .expect("run kubectl (hack/cluster.sh env puts it on PATH)");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "kubectl create failed: {stderr}");
-    assert!(
-        stderr.contains(&format!("Warning: sluice: CapacityQueue {queue} is full")),
-        "no warning in kubectl's output: {stderr}"
-    );
+    .expect("run kubectl (hack/cluster.sh env puts it on PATH)")
+}
+
+/// A plain pod created into a full queue, into a queue that does not exist and into one that does
+/// not admit its namespace: kubectl prints why it will wait, and creates it (behind the gate).
+#[tokio::test]
+async fn a_pod_created_behind_the_gate_prints_why_it_waits_in_kubectl() {
+    let Some(mut env) = TestEnv::new_or_skip("why-podwarn").await else {
+        return;
+    };
+    let queue = full_queue(&mut env).await;
+    let closed = env
+        .queue_with_spec(
+            "closed",
+            json!({"quota": {"cpu": "4"}, "namespaceSelector": {"matchLabels": {"sluice-e2e-team": "nobody"}}}),
+        )
+        .await;
+    let missing = format!("{queue}-missing");
+    let cases = [
+        (
+            "late",
+            queue.clone(),
+            format!("Warning: sluice: CapacityQueue {queue} is full"),
+        ),
+        (
+            "nowhere",
+            missing.clone(),
+            format!("Warning: sluice: CapacityQueue {missing} does not exist"),
+        ),
+        (
+            "outsider",
+            closed.clone(),
+            format!(
+                "Warning: sluice: CapacityQueue {closed} does not admit namespace {}",
+                env.namespace
+            ),
+        ),
+    ];
+    for (name, queue, expected) in cases {
+        let mut object = serde_json::to_value(pod(name, &queue, "1")).expect("pod");
+        object["metadata"]["namespace"] = json!(env.namespace);
+        let output = kubectl_create(object).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "kubectl create of {name} failed: {stderr}"
+        );
+        assert!(
+            stderr.contains(&expected),
+            "{name}: no {expected:?} in kubectl's output: {stderr}"
+        );
+    }
     env.cleanup().await;
 }
 

@@ -72,6 +72,18 @@ fn served() -> BTreeMap<String, BTreeSet<String>> {
             strategy: "BestEffortFIFO".into(),
         })
         .set(1);
+    let cohort = sluice::metrics::CohortLabels { cohort: "c".into() };
+    let cohort_resource = sluice::metrics::CohortResourceLabels {
+        cohort: "c".into(),
+        resource: "cpu".into(),
+    };
+    let k = &g.cohorts;
+    for family in [&k.quota, &k.used, &k.reserved, &k.borrowed] {
+        family.get_or_create(&cohort_resource).set(1.0);
+    }
+    k.pending_workloads.get_or_create(&cohort).set(1);
+    k.pending_pods.get_or_create(&cohort).set(1);
+    k.oldest_pending_timestamp.get_or_create(&cohort).set(1.0);
     webhook.record("mutate_pods", sluice_webhooks::Outcome::Allowed, 0.001);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");

@@ -192,7 +192,7 @@ def webhook_part():
     return "### Webhook", md
 
 def e2e_part():
-    names = ("nogate", "floor", "sluice", "nolimit", "inpass", "kueue", "churn")
+    names = ("nogate", "floor", "sluice", "noevents", "nolimit", "inpass", "kueue", "churn", "churn-noevents")
     e2e = {n: load(f"e2e-{n}.json") for n in names}
     if not any(e2e.values()):
         return None
@@ -242,9 +242,9 @@ def e2e_part():
           "label patch without decoding the pod): what the API server pays for calling any webhook, the floor of every",
           "webhook-based gate.", "",
           "| run | pods | all created | all Running | pods Running/s | create retries |", "|---|---:|---:|---:|---:|---:|"]
-    labels = {"nogate": "(a) no gate", "floor": "(a') no gate, a do-nothing webhook on every create", "sluice": "(b) sluice, quota ≥ demand", "nolimit": "(b0) sluice as (b), no status write budget (`--status-writes-per-second 0`)", "inpass": "(b') sluice, same quota, `admission: InPass`",
+    labels = {"nogate": "(a) no gate", "floor": "(a') no gate, a do-nothing webhook on every create", "sluice": "(b) sluice, quota ≥ demand", "nolimit": "(b0) sluice as (b), no status write budget (`--status-writes-per-second 0`)", "noevents": "(b-) sluice as (b), no events on users' objects (`--events-per-second 0`)", "inpass": "(b') sluice, same quota, `admission: InPass`",
               "kueue": "(c) Kueue plain pods / pod groups, same quota"}
-    for n in ("nogate", "floor", "sluice", "nolimit", "inpass", "kueue"):
+    for n in ("nogate", "floor", "sluice", "noevents", "nolimit", "inpass", "kueue"):
         r = e2e[n]
         if r:
             ar = f"{r['all_running_s']:.1f} s" if r.get("complete") else f"incomplete: {len(r['running_times']):,} Running at {r['all_running_s'] or 0:.1f} s"
@@ -284,6 +284,12 @@ def e2e_part():
         for n in cols:
             tot[n] = sum(per[n].values()) / e2e[n]["pods"]
         md += ["| all | | " + " | ".join(f"**{tot[n]:.2f}**" for n in cols) + f" | **{tot['sluice'] - tot['nogate']:+.2f}** |", ""]
+        for with_events, without in (("sluice", "noevents"), ("churn", "churn-noevents")):
+            if with_events in tot and without in tot:
+                ev = {k: per[with_events].get(k, 0) / e2e[with_events]["pods"] for k in keys if k[1] == "events"}
+                md += [f"Events on users' objects, {with_events} − {without} (`--events-per-second 0`): "
+                       f"{tot[with_events] - tot[without]:+.2f} requests per pod in all; on events themselves: "
+                       + (", ".join(f"{k[0]} {v:.3f}" for k, v in sorted(ev.items())) or "none") + ".", ""]
         results["e2e_apiserver_requests_per_pod"] = {n: round(tot[n], 3) for n in cols}
     def cpu(n):
         b, a = os.path.join(out, f"e2e-{n}.cpu-before"), os.path.join(out, f"e2e-{n}.cpu-after")

@@ -38,6 +38,22 @@ const LABELS: &[(&str, &str)] = &[
         "sluice_events",
         "`reason`: `Waiting`, `Refused`, `Admitted`, `Preempted`, `Requeued`, `RequeueLimitExceeded`",
     ),
+    (
+        "sluice_cohort_quota",
+        "`resource`: each resource its queues' quotas name (base units)",
+    ),
+    ("sluice_cohort_used", "`resource`: as `sluice_cohort_quota`"),
+    (
+        "sluice_cohort_reserved",
+        "`resource`: as `sluice_cohort_quota`",
+    ),
+    (
+        "sluice_cohort_borrowed",
+        "`resource`: as `sluice_cohort_quota`",
+    ),
+    ("sluice_cohort_pending_workloads", ""),
+    ("sluice_cohort_pending_pods", ""),
+    ("sluice_cohort_oldest_pending_timestamp_seconds", ""),
     ("sluice_events_dropped", ""),
     ("sluice_events_failed", ""),
     ("sluice_admitted_pods", ""),
@@ -195,7 +211,21 @@ fn one_series_each(
     webhooks: &sluice_webhooks::WebhookMetrics,
     scavengers: &crate::scavenger::metrics::ScavengerMetrics,
 ) {
-    use crate::metrics::{PreemptionLabels, QueueLabels, QueueResourceLabels};
+    use crate::metrics::{
+        CohortLabels, CohortResourceLabels, PreemptionLabels, QueueLabels, QueueResourceLabels,
+    };
+    let cohort = CohortLabels { cohort: "c".into() };
+    let cohort_resource = CohortResourceLabels {
+        cohort: "c".into(),
+        resource: "cpu".into(),
+    };
+    let c = &controller.queues.cohorts;
+    for family in [&c.quota, &c.used, &c.reserved, &c.borrowed] {
+        let _ = family.get_or_create(&cohort_resource);
+    }
+    let _ = c.pending_workloads.get_or_create(&cohort);
+    let _ = c.pending_pods.get_or_create(&cohort);
+    let _ = c.oldest_pending_timestamp.get_or_create(&cohort);
     let queue = QueueLabels { queue: "q".into() };
     let _ = controller.admitted_pods.get_or_create(&queue);
     let _ = controller.admitted_at_creation.get_or_create(&queue);

@@ -29,6 +29,11 @@ impl Default for Adapters {
 }
 
 impl Adapters {
+    /// The labels of `namespace` as the cache holds them (None: not seen yet).
+    pub fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        self.namespaces.labels(namespace)
+    }
+
     /// Every integration, with namespaces' default queues from `namespaces`.
     pub fn with_namespaces(namespaces: Namespaces) -> Self {
         Adapters {

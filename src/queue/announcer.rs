@@ -1,7 +1,8 @@
 //! Sends the events of `notices.rs` on the user's own objects, off the pass: the pass hands what it
 //! found of each workload it looked at to [`Announcer::observe`] (no I/O, a map lookup), and
 //! [`Announcer::run`] posts the resulting events through the Recorder (repeats of one event become
-//! a series, one patch) at most [`EVENTS_PER_SECOND`] a second after a burst of [`EVENT_BURST`].
+//! a series, one patch) at most `--events-per-second` a second (default [`EVENTS_PER_SECOND`])
+//! after a burst of five seconds' worth; with 0 nothing is looked at or posted.
 //! An event that finds the queue full is dropped and counted (`sluice_events_dropped_total`): the
 //! status of the DynamicWorkload still says it all, and the API server never sees a flood.
 
@@ -22,9 +23,10 @@ use crate::queue::admission::{Decisions, PodState, WorkloadKey};
 use crate::queue::notices::{self, Announced, Notice, Observed};
 use crate::queue::snapshot::Built;
 
-/// Events posted per second at most, after a burst.
+/// Events posted per second at most by default (`--events-per-second`), after a burst of
+/// [`BURST_SECONDS`] seconds' worth.
 pub const EVENTS_PER_SECOND: f64 = 10.0;
-pub const EVENT_BURST: f64 = 50.0;
+pub const BURST_SECONDS: f64 = 5.0;
 /// Events waiting to be posted at most; more are dropped.
 const QUEUE_CAPACITY: usize = 1000;
 /// What is told of a workload not looked at for this long is forgotten (rebuilt from its status
@@ -134,10 +136,17 @@ pub(crate) struct Announcer {
     recorder: Recorder,
     metrics: EventMetrics,
     api_timeout: Duration,
+    /// Events per second at most; 0: none.
+    rate: f64,
 }
 
 impl Announcer {
-    pub(crate) fn new(recorder: Recorder, metrics: EventMetrics, api_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        recorder: Recorder,
+        metrics: EventMetrics,
+        api_timeout: Duration,
+        rate: f64,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         Announcer {
             memory: Mutex::new(Memory {
@@ -149,6 +158,7 @@ impl Announcer {
             recorder,
             metrics,
             api_timeout,
+            rate,
         }
     }
 
@@ -166,6 +176,9 @@ impl Announcer {
         seen: &Observed,
         now: Instant,
     ) {
+        if self.rate <= 0.0 {
+            return;
+        }
         let out = {
             let mut memory = self.lock();
             if memory
@@ -210,7 +223,10 @@ impl Announcer {
         let Some(mut rx) = rx else {
             return;
         };
-        let mut bucket = Bucket::new(EVENTS_PER_SECOND, EVENT_BURST, Instant::now());
+        if self.rate <= 0.0 {
+            return;
+        }
+        let mut bucket = Bucket::new(self.rate, self.rate * BURST_SECONDS, Instant::now());
         loop {
             let outgoing = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -453,12 +469,12 @@ mod built_tests {
     }
 
     #[test]
-    fn the_queue_gauges_show_the_oldest_pod_still_waiting_after_the_pass() {
+    fn the_queue_gauges_show_the_oldest_pod_still_behind_the_gate() {
         let built = built();
-        let decisions = decide(&built.snapshot);
-        let oldest = crate::queue::gauges::oldest_waiting(&built, &decisions);
-        // Pod a (the oldest) is admitted by this pass: b is the one that waits longest.
-        let at = jiff::Timestamp::from_second(1_767_225_602).expect("t");
+        let oldest = crate::queue::gauges::oldest_waiting(&built);
+        // Pod a (the oldest) is gated: a pass that admits it leaves it counted until its gate is
+        // off (an ungate that keeps failing leaves it waiting).
+        let at = jiff::Timestamp::from_second(1_767_225_601).expect("t");
         assert_eq!(oldest.get("q").copied(), Some(at.as_millisecond()));
     }
 }

@@ -808,6 +808,24 @@ impl sluice_webhooks::PodClassifier for Classifier {
         self.adapters.judge_identity_change(namespace, old, new)
     }
 
+    fn gated_warnings(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<String> {
+        let (Some(queues), Some(identity)) = (&self.queues, self.identity_with(pod, labels)) else {
+            return Vec::new();
+        };
+        crate::submit_warnings::for_pod(
+            namespace,
+            pod,
+            &identity,
+            queues,
+            &self.adapters.namespace_labels(namespace),
+        )
+    }
+
     fn admit_at_creation(
         &self,
         namespace: &str,

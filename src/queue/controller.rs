@@ -88,6 +88,9 @@ pub struct ControllerSettings {
     /// The longest grace period sluice's evictions (preemption, reclaim, podsReadyTimeout) give a
     /// pod; a pod asking for less gets its own.
     pub eviction_grace_period: Duration,
+    /// Events posted on users' objects per second at most, after a burst of five seconds' worth
+    /// (0: none are posted).
+    pub events_per_second: f64,
 }
 
 impl ControllerSettings {
@@ -111,6 +114,7 @@ impl Default for ControllerSettings {
             api_timeout: API_CALL_TIMEOUT,
             full_passes: false,
             eviction_grace_period: Duration::from_secs(120),
+            events_per_second: announcer::EVENTS_PER_SECOND,
         }
     }
 }
@@ -822,6 +826,7 @@ impl Controller {
             recorder.clone(),
             metrics.events.clone(),
             settings.api_timeout,
+            settings.events_per_second,
         ));
         let ungater = Arc::new(Ungater {
             client,

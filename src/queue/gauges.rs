@@ -13,6 +13,7 @@ use crate::queue::snapshot::Built;
 #[derive(Default)]
 pub(crate) struct Series {
     known: Mutex<Known>,
+    cohorts: crate::queue::cohort_gauges::CohortSeries,
 }
 
 /// Per queue: the resources it has series for, and its info labels.
@@ -23,30 +24,19 @@ fn base(milli: i64) -> f64 {
     milli as f64 / 1000.0
 }
 
-/// Per queue, the creation time (ms since the epoch) of its longest-waiting gated pod that this
-/// pass does not admit.
-pub(crate) fn oldest_waiting(built: &Built, decisions: &Decisions) -> BTreeMap<String, i64> {
-    let admitted: std::collections::HashSet<(usize, usize, usize)> = decisions
-        .admit
-        .iter()
-        .map(|r| (r.workload, r.pod_set, r.pod))
-        .collect();
+/// Per queue, the creation time (ms since the epoch) of its longest-waiting pod still behind the
+/// gate. A pod this pass admits counts until its gate is off: a pod the controller "admits" pass
+/// after pass while its ungate keeps failing (a policy refusing the patch, a broken RBAC) is still
+/// a pod gated in a queue with room, which is what `SluiceGatedWithRoom` is for.
+pub(crate) fn oldest_waiting(built: &Built) -> BTreeMap<String, i64> {
     let mut oldest: BTreeMap<String, i64> = BTreeMap::new();
-    for (w, workload) in built.snapshot.workloads.iter().enumerate() {
-        let waits = decisions
-            .workloads
-            .get(w)
-            .is_some_and(|t| t.pending_pods > 0);
-        if !waits {
-            continue;
-        }
+    for workload in &built.snapshot.workloads {
         let first = workload
             .pod_sets
             .iter()
-            .enumerate()
-            .flat_map(|(s, set)| set.pods.iter().enumerate().map(move |(p, pod)| (s, p, pod)))
-            .filter(|(s, p, pod)| pod.state == PodState::Gated && !admitted.contains(&(w, *s, *p)))
-            .map(|(_, _, pod)| pod.created_at)
+            .flat_map(|set| set.pods.iter())
+            .filter(|pod| pod.state == PodState::Gated)
+            .map(|pod| pod.created_at)
             .min();
         if let Some(at) = first {
             let slot = oldest.entry(workload.queue.clone()).or_insert(at);
@@ -59,7 +49,7 @@ pub(crate) fn oldest_waiting(built: &Built, decisions: &Decisions) -> BTreeMap<S
 impl Series {
     /// Sets every queue's gauges from this pass.
     pub(crate) fn record(&self, gauges: &QueueGauges, built: &Built, decisions: &Decisions) {
-        let oldest = oldest_waiting(built, decisions);
+        let oldest = oldest_waiting(built);
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         let mut now_known = BTreeMap::new();
         for queue in &built.snapshot.queues {
@@ -114,6 +104,12 @@ impl Series {
         }
         remove_gone(gauges, &known, &now_known);
         *known = now_known;
+        let decided = built.snapshot.queues.iter().filter_map(|queue| {
+            let tally = decisions.queues.get(&queue.name)?;
+            Some((queue, tally, oldest.get(&queue.name).copied()))
+        });
+        self.cohorts
+            .record(&gauges.cohorts, &built.snapshot.queues, decided);
     }
 }
 

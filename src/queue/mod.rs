@@ -6,6 +6,7 @@ pub mod at_creation;
 pub mod ceiling;
 pub mod cli;
 pub mod clock;
+mod cohort_gauges;
 pub mod controller;
 mod evictor;
 mod gauges;

@@ -44,6 +44,19 @@ pub trait PodClassifier: Send + Sync + 'static {
         None
     }
 
+    /// What `kubectl` prints when the governed `pod` (labelled `labels`) is created behind the gate:
+    /// why it will wait (its queue full, unknown, or not admitting the namespace). Never refuses;
+    /// by default nothing is said.
+    fn gated_warnings(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<String> {
+        let _ = (namespace, pod, labels);
+        Vec::new()
+    }
+
     /// Judges an update of a governed pod by anyone but sluice from `old` to `new`: Err carries
     /// the refusal when it changes where the pod belongs (its workload, pod set, gang or queue,
     /// as the labels and annotations its integration reads say). By default nothing is refused.
@@ -264,9 +277,11 @@ pub fn mutate_pod(
     } else {
         classifier.admit_at_creation(namespace, pod, &labels)
     };
+    let mut warnings = Vec::new();
     let patch = match at_creation {
         Some(annotations) => admission_at_creation_patch(pod, &labels, &annotations),
         None => {
+            warnings = classifier.gated_warnings(namespace, pod, &labels);
             let mut patch = mutation_patch(pod, &labels, &gate.gate_name);
             patch
                 .0
@@ -274,17 +289,22 @@ pub fn mutate_pod(
             patch
         }
     };
-    if patch.0.is_empty() {
-        return allowed;
-    }
-    match AdmissionResponse::from(request).with_patch(patch) {
-        Ok(patched) => patched,
-        Err(e) => {
-            // The validator refuses the ungated governed pod, so this cannot admit it silently.
-            warn!(error = %e, pod = %pod_name(request, pod), "could not encode the pod patch");
-            allowed
+    let mut response = if patch.0.is_empty() {
+        allowed
+    } else {
+        match AdmissionResponse::from(request).with_patch(patch) {
+            Ok(patched) => patched,
+            Err(e) => {
+                // The validator refuses the ungated governed pod, so this cannot admit it silently.
+                warn!(error = %e, pod = %pod_name(request, pod), "could not encode the pod patch");
+                allowed
+            }
         }
+    };
+    if !warnings.is_empty() {
+        response.warnings = Some(warnings);
     }
+    response
 }
 
 /// How a protected label changed, for the message.

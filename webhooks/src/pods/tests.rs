@@ -452,3 +452,46 @@ fn an_update_of_a_governed_pod_is_judged_for_a_move_except_sluices_own() {
     plain["metadata"]["labels"] = json!({"app": "etl"});
     assert!(validate_identity(&update_request(plain, "alice"), &RefuseMoves, &settings()).allowed);
 }
+
+/// Governs every pod; admits at creation when told to; always has a warning ready for a gated pod.
+struct Warns {
+    admit: bool,
+}
+impl PodClassifier for Warns {
+    fn classify(&self, _: &Pod) -> Option<BTreeMap<String, String>> {
+        Some(wanted())
+    }
+    fn admit_at_creation(
+        &self,
+        _: &str,
+        _: &Pod,
+        _: &BTreeMap<String, String>,
+    ) -> Option<BTreeMap<String, String>> {
+        self.admit.then(BTreeMap::new)
+    }
+    fn gated_warnings(&self, _: &str, _: &Pod, _: &BTreeMap<String, String>) -> Vec<String> {
+        vec!["sluice: CapacityQueue research is full".into()]
+    }
+}
+
+#[test]
+fn a_pod_created_behind_the_gate_carries_the_classifiers_warnings_and_an_admitted_one_none() {
+    let fresh = json!({"metadata": {"name": "etl-7"}, "spec": {"containers": []}});
+    let r = request("CREATE", "alice", Some(fresh), None, false);
+    let gated = mutate_pod(&r, &Warns { admit: false }, &settings());
+    assert!(gated.allowed && gated.patch.is_some());
+    assert_eq!(
+        gated.warnings,
+        Some(vec!["sluice: CapacityQueue research is full".to_string()])
+    );
+    let admitted = mutate_pod(&r, &Warns { admit: true }, &settings());
+    assert!(admitted.allowed);
+    assert_eq!(admitted.warnings, None);
+
+    // Already in shape (gate and labels there): no patch, the warning all the same.
+    let in_shape = json!({"metadata": {"labels": wanted()}, "spec": {"containers": [], "schedulingGates": [{"name": GATE}]}});
+    let r = request("CREATE", "alice", Some(in_shape), None, false);
+    let answer = mutate_pod(&r, &Warns { admit: false }, &settings());
+    assert!(answer.allowed && answer.patch.is_none());
+    assert_eq!(answer.warnings.map(|w| w.len()), Some(1));
+}
