@@ -398,3 +398,7 @@ pub fn redact(text: &str, scope: &Scope) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;
