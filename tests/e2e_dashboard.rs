@@ -287,15 +287,14 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
     );
     operator.screenshot(&image("dashboard-preemptions.png")).await;
 
-    // History: the queue's usage samples (every 5 s in the local cluster).
+    // History: the queue's usage samples (every 5 s in the local cluster; the page reloads them).
     show(&mut operator, "#history").await;
     operator
         .wait_for(
-            "queue A's usage chart with two samples",
+            "queue A's usage chart with three samples",
             SLOW,
-            &format!(r#"(async () => {{ const h = await (await fetch('/api/history')).json();
-                 if ((h['{qa}'] || []).length < 2) {{ location.hash = '#queues'; location.hash = '#history'; return false; }}
-                 return document.querySelector('[data-history="{qa}"] svg') !== null; }})()"#),
+            &format!(r#"(() => {{ const p = document.querySelector('[data-history="{qa}"] path.line');
+                 return p !== null && (p.getAttribute('d').match(/L/g) || []).length >= 2; }})()"#),
         )
         .await;
     operator.screenshot(&image("dashboard-history.png")).await;
@@ -316,6 +315,7 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         assert!(!text.contains(&ns_b) && !text.contains("secret-b"), "{view} shows namespace B:\n{text}");
         if view == "#waiting" {
             assert!(text.contains(&format!("{ns_a}/waiter")), "its own waiting work: {text}");
+            assert!(text.contains("2/2 cpu used"), "its reason, figures kept: {text}");
             viewer.screenshot(&image("dashboard-namespace-user.png")).await;
         }
     }

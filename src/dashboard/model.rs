@@ -119,7 +119,9 @@ pub struct WaitingRow {
     pub name: String,
     pub priority: i32,
     pub pending_pods: i32,
+    /// How long it waits, when the view was built; the page counts from `queued_since`.
     pub age: String,
+    pub queued_since: Option<String>,
     pub reason: String,
     /// Why it waits, in words (its status message).
     pub message: String,
@@ -325,6 +327,7 @@ fn waiting_rows(inputs: &Inputs, scope: &Scope) -> (Vec<WaitingRow>, usize) {
                 pending_pods: status.pending_pods,
                 age: seconds(status.queued_since.as_deref())
                     .map_or_else(|| "-".into(), |at| duration(now - at)),
+                queued_since: status.queued_since.clone(),
                 reason: status.reason.clone().unwrap_or_default(),
                 message: redact(&status.message, scope),
                 estimate: guess
@@ -365,6 +368,13 @@ fn preemption_rows(preemptions: &[Preemption], scope: &Scope) -> Vec<PreemptionR
         .collect()
 }
 
+/// `2`, `1500m`, `4Gi,`: a figure of a ratio such as `2/2 cpu used`, not a workload's name.
+fn quantity_like(text: &str) -> bool {
+    let text = text.trim_end_matches(|c: char| ",.;:)]}".contains(c));
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
 /// `text` with every `namespace/name` of a namespace the viewer may not see replaced: a status
 /// message may name another namespace's workload (the blocker of a StrictFIFO queue, a preemptor).
 /// A namespace is a DNS label (no dots), so `nvidia.com/gpu` and `sluice.dev/queue` stay.
@@ -384,9 +394,9 @@ pub fn redact(text: &str, scope: &Scope) -> String {
             out.push(' ');
         }
         let start = word.trim_start_matches(|c: char| "([{'\"`".contains(c));
-        let hidden = start
-            .split_once('/')
-            .is_some_and(|(ns, _)| is_label(ns) && !scope.sees_namespace(ns));
+        let hidden = start.split_once('/').is_some_and(|(ns, name)| {
+            is_label(ns) && !scope.sees_namespace(ns) && !(quantity_like(ns) && quantity_like(name))
+        });
         if hidden {
             out.push_str(&word[..word.len() - start.len()]);
             out.push_str("<a workload of another namespace>");

@@ -179,6 +179,12 @@ fn redaction_keeps_resources_and_own_names() {
         "behind (<a workload of another namespace>), a/y and nvidia.com/gpu sluice.dev/queue"
     );
     assert_eq!(redact("b/x", &Scope::All), "b/x");
+    // Ratios are figures, not names.
+    assert_eq!(
+        redact("needs 1 cpu more: 2/2 cpu used, 1500m/4 and 3Gi/8Gi", &scope),
+        "needs 1 cpu more: 2/2 cpu used, 1500m/4 and 3Gi/8Gi"
+    );
+    assert_eq!(redact("behind 2b/x.", &scope), "behind <a workload of another namespace>.");
 }
 
 #[test]

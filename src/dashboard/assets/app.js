@@ -86,13 +86,21 @@ function workloadLink(ns, name) {
   return el("a", { class: "wl", href: "#workload/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name) }, ns + "/" + name);
 }
 
+// `45s`, `12m`, `3h`, `2d`, as kubectl prints ages.
+function age(since, fallback) {
+  const at = Date.parse(since || "");
+  if (Number.isNaN(at)) return fallback;
+  const s = Math.max(0, Math.round((Date.now() - at) / 1000));
+  return s < 120 ? s + "s" : s < 7200 ? Math.floor(s / 60) + "m" : s < 172800 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
+}
+
 function renderWaiting(root) {
   root.append(el("h1", {}, "Waiting work"),
     el("p", { class: "meta" }, `${state.waitingTotal} workload(s) waiting, in the order admission considers them` +
       (state.waiting.length < state.waitingTotal ? ` (the first ${state.waiting.length} shown)` : "")));
   const rows = state.waiting.map((w) => el("tr", { "data-workload": w.namespace + "/" + w.name },
     el("td", {}, w.queue), el("td", {}, w.position), el("td", {}, workloadLink(w.namespace, w.name)),
-    el("td", {}, w.priority), el("td", {}, w.pendingPods), el("td", {}, w.age),
+    el("td", {}, w.priority), el("td", {}, w.pendingPods), el("td", {}, age(w.queuedSince, w.age)),
     el("td", { class: "reason" }, w.message || w.reason), el("td", {}, w.estimate)));
   root.append(table(["Queue", "Position", "Workload", "Priority", "Pods waiting", "Waiting for", "Why", "Estimated wait"], rows, "waiting"));
 }
@@ -228,6 +236,10 @@ $("login").addEventListener("submit", async (e) => {
 });
 $("logout").addEventListener("click", async () => { await fetch("/api/logout", { method: "POST" }); loggedOut(); });
 window.addEventListener("hashchange", showView);
+// The history is sampled on the server every few seconds to minutes: reloaded while shown.
+setInterval(() => { if (me && view() === "history") loadHistory(); }, 5000);
+// Ages count on between updates.
+setInterval(() => { if (me && view() === "waiting") render(); }, 5000);
 
 (async () => {
   const r = await fetch("/api/me", { credentials: "same-origin" });
