@@ -7,7 +7,7 @@
 
 pub mod access;
 pub mod detail;
-mod http;
+pub mod http;
 pub mod model;
 pub mod tracker;
 
@@ -175,6 +175,45 @@ pub fn spawn(
     }))
 }
 
+/// Where a dashboard's caches are written: its watches, or a benchmark's synthetic objects.
+pub struct Feeds {
+    pub queues: reflector::store::Writer<CapacityQueue>,
+    pub workloads: reflector::store::Writer<DynamicWorkload>,
+}
+
+impl Dashboard {
+    /// A dashboard with empty caches, and the writers that fill them (through
+    /// [`Dashboard::apply_queue`] and [`Dashboard::apply_workload`]).
+    pub fn new(client: Client, namespaces: Namespaces) -> (Arc<Dashboard>, Feeds) {
+        let (queues, queue_writer) = reflector::store::<CapacityQueue>();
+        let (workloads, workload_writer) = reflector::store::<DynamicWorkload>();
+        let dashboard = Arc::new(Dashboard {
+            queues,
+            workloads,
+            namespaces,
+            tracker: Mutex::new(Tracker::default()),
+            version: watch::Sender::new(0),
+            access: access::Access::new(client),
+            cache: Mutex::new(HashMap::new()),
+        });
+        let feeds = Feeds {
+            queues: queue_writer,
+            workloads: workload_writer,
+        };
+        (dashboard, feeds)
+    }
+
+    pub fn apply_queue(&self, feeds: &mut Feeds, event: &watcher::Event<CapacityQueue>) {
+        feeds.queues.apply_watcher_event(event);
+        self.bump();
+    }
+
+    pub fn apply_workload(&self, feeds: &mut Feeds, event: &watcher::Event<DynamicWorkload>) {
+        feeds.workloads.apply_watcher_event(event);
+        self.track(event);
+    }
+}
+
 /// The watches and the sampler of a dashboard; the HTTP server is [`http::serve`].
 pub fn start(
     args: &DashboardArgs,
@@ -182,41 +221,30 @@ pub fn start(
     namespaces: Namespaces,
     shutdown: CancellationToken,
 ) -> Arc<Dashboard> {
-    let (queues, queue_writer) = reflector::store::<CapacityQueue>();
-    let (workloads, workload_writer) = reflector::store::<DynamicWorkload>();
-    let dashboard = Arc::new(Dashboard {
-        queues,
-        workloads,
-        namespaces,
-        tracker: Mutex::new(Tracker::default()),
-        version: watch::Sender::new(0),
-        access: access::Access::new(client.clone()),
-        cache: Mutex::new(HashMap::new()),
-    });
-    let queue_events = reflector::reflector(
-        queue_writer,
-        watcher(Api::<CapacityQueue>::all(client.clone()), Default::default())
-            .backoff(crate::watch_backoff::watch_backoff()),
-    );
-    let d = dashboard.clone();
-    let stop = shutdown.clone();
+    let (dashboard, feeds) = Dashboard::new(client.clone(), namespaces);
+    let feeds = Arc::new(Mutex::new(feeds));
+    let queue_events = watcher(Api::<CapacityQueue>::all(client.clone()), Default::default())
+        .backoff(crate::watch_backoff::watch_backoff());
+    let (d, f, stop) = (dashboard.clone(), feeds.clone(), shutdown.clone());
     tokio::spawn(async move {
-        let run = queue_events.for_each(|_| {
-            d.bump();
+        let run = queue_events.for_each(|event| {
+            if let Ok(event) = event {
+                let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
+                d.apply_queue(&mut feeds, &event);
+            }
             async {}
         });
         tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
     });
-    let workload_events = reflector::reflector(
-        workload_writer,
-        watcher(Api::<DynamicWorkload>::all(client), Default::default())
-            .backoff(crate::watch_backoff::watch_backoff()),
-    );
-    let d = dashboard.clone();
-    let stop = shutdown.clone();
+    let workload_events = watcher(Api::<DynamicWorkload>::all(client), Default::default())
+        .backoff(crate::watch_backoff::watch_backoff());
+    let (d, f, stop) = (dashboard.clone(), feeds, shutdown.clone());
     tokio::spawn(async move {
         let run = workload_events.for_each(|event| {
-            d.track(event);
+            if let Ok(event) = event {
+                let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
+                d.apply_workload(&mut feeds, &event);
+            }
             async {}
         });
         tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
@@ -226,11 +254,11 @@ pub fn start(
 }
 
 impl Dashboard {
-    fn track(&self, event: Result<watcher::Event<DynamicWorkload>, watcher::Error>) {
+    fn track(&self, event: &watcher::Event<DynamicWorkload>) {
         let now = jiff::Timestamp::now().to_string();
-        if let Ok(event) = event {
+        {
             let mut tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
-            match &event {
+            match event {
                 watcher::Event::Apply(w) | watcher::Event::InitApply(w) => tracker.saw(w, &now),
                 watcher::Event::Delete(w) => tracker.gone(w),
                 watcher::Event::Init | watcher::Event::InitDone => {}
