@@ -9,9 +9,9 @@
 //! hold nothing of another namespace. It writes the screenshots of docs/src/images/dashboard-*.png.
 //! Run with `hack/test.sh --test e2e_dashboard`.
 
-mod support;
 #[path = "support/browser.rs"]
 mod browser;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -47,8 +47,11 @@ fn image(name: &str) -> std::path::PathBuf {
 /// A ServiceAccount `name` in `namespace` and a token for it (TokenRequest, one hour).
 async fn token(env: &TestEnv, namespace: &str, name: &str) -> String {
     let api: Api<ServiceAccount> = Api::namespaced(env.client.clone(), namespace);
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
-    api.create(&PostParams::default(), &sa).await.expect("create ServiceAccount");
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
+    api.create(&PostParams::default(), &sa)
+        .await
+        .expect("create ServiceAccount");
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -155,7 +158,11 @@ async fn cpu_bar_of_status(env: &TestEnv, queue: &str) -> String {
         .await
         .expect("get queue");
     let status = q.status.unwrap_or_default();
-    let milli = |m| ResourceList::from_quantities(m).expect("quantities").get("cpu");
+    let milli = |m| {
+        ResourceList::from_quantities(m)
+            .expect("quantities")
+            .get("cpu")
+    };
     format!(
         "{},{},{}",
         milli(&status.usage),
@@ -166,8 +173,12 @@ async fn cpu_bar_of_status(env: &TestEnv, queue: &str) -> String {
 
 async fn log_in(page: &mut Browser, token: &str) {
     page.goto(&dashboard_url()).await;
-    page.wait_for("the login form", SLOW, "!document.getElementById('login').hidden")
-        .await;
+    page.wait_for(
+        "the login form",
+        SLOW,
+        "!document.getElementById('login').hidden",
+    )
+    .await;
     let submit = format!(
         "document.getElementById('token').value = {}; document.getElementById('login').requestSubmit(); true",
         serde_json::to_string(token).expect("token")
@@ -253,13 +264,18 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         reason.as_str().unwrap_or_default().contains("cpu"),
         "it says it waits for cpu: {reason}"
     );
-    assert!(latency <= LIVE, "on the page after {latency:?}, more than {LIVE:?}");
+    assert!(
+        latency <= LIVE,
+        "on the page after {latency:?}, more than {LIVE:?}"
+    );
     // The operator sees the other tenant's waiting work too (the filter below is not vacuous).
     operator
         .wait_for(
             "the other namespace's waiting pod",
             SLOW,
-            &format!(r#"document.querySelector('tr[data-workload="{ns_b}/secret-b-waiting"]') !== null"#),
+            &format!(
+                r#"document.querySelector('tr[data-workload="{ns_b}/secret-b-waiting"]') !== null"#
+            ),
         )
         .await;
     operator.screenshot(&image("dashboard-waiting.png")).await;
@@ -267,7 +283,11 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
     // One workload.
     show(&mut operator, &format!("#workload/{ns_a}/waiter")).await;
     operator
-        .wait_for("the workload's pod sets", SLOW, "document.querySelector('[data-testid=podsets] tbody tr') !== null")
+        .wait_for(
+            "the workload's pod sets",
+            SLOW,
+            "document.querySelector('[data-testid=podsets] tbody tr') !== null",
+        )
         .await;
     operator.screenshot(&image("dashboard-workload.png")).await;
 
@@ -279,13 +299,17 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
               if (r.querySelector('.by').textContent === '{ns_a}/urgent') return r.dataset.workload;
             return null; }})()"#
     );
-    let (victim, _) = operator.wait_for("the preemption by urgent", SLOW, &preempted).await;
+    let (victim, _) = operator
+        .wait_for("the preemption by urgent", SLOW, &preempted)
+        .await;
     let victim = victim.as_str().unwrap_or_default().to_string();
     assert!(
         victim == format!("{ns_a}/low-1") || victim == format!("{ns_a}/low-2"),
         "a low-priority pod was the victim: {victim}"
     );
-    operator.screenshot(&image("dashboard-preemptions.png")).await;
+    operator
+        .screenshot(&image("dashboard-preemptions.png"))
+        .await;
 
     // History: the queue's usage samples (every 5 s in the local cluster; the page reloads them).
     show(&mut operator, "#history").await;
@@ -293,8 +317,10 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         .wait_for(
             "queue A's usage chart with three samples",
             SLOW,
-            &format!(r#"(() => {{ const p = document.querySelector('[data-history="{qa}"] path.line');
-                 return p !== null && (p.getAttribute('d').match(/L/g) || []).length >= 2; }})()"#),
+            &format!(
+                r#"(() => {{ const p = document.querySelector('[data-history="{qa}"] path.line');
+                 return p !== null && (p.getAttribute('d').match(/L/g) || []).length >= 2; }})()"#
+            ),
         )
         .await;
     operator.screenshot(&image("dashboard-history.png")).await;
@@ -310,13 +336,27 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
     log_in(&mut viewer, &viewer_token).await;
     for view in ["#queues", "#waiting", "#preemptions", "#history"] {
         show(&mut viewer, view).await;
-        let text = viewer.eval("document.body.innerText").await.unwrap_or_default();
+        let text = viewer
+            .eval("document.body.innerText")
+            .await
+            .unwrap_or_default();
         let text = text.as_str().unwrap_or_default();
-        assert!(!text.contains(&ns_b) && !text.contains("secret-b"), "{view} shows namespace B:\n{text}");
+        assert!(
+            !text.contains(&ns_b) && !text.contains("secret-b"),
+            "{view} shows namespace B:\n{text}"
+        );
         if view == "#waiting" {
-            assert!(text.contains(&format!("{ns_a}/waiter")), "its own waiting work: {text}");
-            assert!(text.contains("2/2 cpu used"), "its reason, figures kept: {text}");
-            viewer.screenshot(&image("dashboard-namespace-user.png")).await;
+            assert!(
+                text.contains(&format!("{ns_a}/waiter")),
+                "its own waiting work: {text}"
+            );
+            assert!(
+                text.contains("2/2 cpu used"),
+                "its reason, figures kept: {text}"
+            );
+            viewer
+                .screenshot(&image("dashboard-namespace-user.png"))
+                .await;
         }
     }
     for path in ["/api/state", "/api/history", "/api/me"] {
@@ -324,7 +364,10 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
             .wait_for(path, SLOW, &format!("fetch('{path}').then(r => r.text())"))
             .await;
         let body = body.as_str().unwrap_or_default();
-        assert!(!body.contains(&ns_b) && !body.contains(&qb), "{path} leaks namespace B: {body}");
+        assert!(
+            !body.contains(&ns_b) && !body.contains(&qb),
+            "{path} leaks namespace B: {body}"
+        );
     }
     let (status, _) = viewer
         .wait_for(
@@ -333,11 +376,17 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
             &format!("fetch('/api/workload/{ns_b}/secret-b-waiting').then(r => r.status)"),
         )
         .await;
-    assert_eq!(status, json!(404), "another namespace's workload is not found");
+    assert_eq!(
+        status,
+        json!(404),
+        "another namespace's workload is not found"
+    );
     viewer.close().await;
 
     for name in [&low, &high] {
-        let _ = Api::<PriorityClass>::all(a.client.clone()).delete(name, &DeleteParams::default()).await;
+        let _ = Api::<PriorityClass>::all(a.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
     }
     let _ = Api::<ClusterRoleBinding>::all(a.client.clone())
         .delete(&operator_binding, &DeleteParams::default())

@@ -36,7 +36,10 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 /// The dashboard's routes.
 pub fn router(dashboard: Arc<Dashboard>) -> Router {
     Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
         .route(
             "/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
@@ -71,13 +74,19 @@ pub async fn serve(
 
 async fn secure_headers(mut response: Response) -> Response {
     let h = response.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
@@ -285,7 +294,10 @@ fn updates(
                 continue;
             }
             live.last = Some(json.clone());
-            return Some((Ok(Event::default().event("state").data(json.as_str())), live));
+            return Some((
+                Ok(Event::default().event("state").data(json.as_str())),
+                live,
+            ));
         }
     })
 }

@@ -134,7 +134,12 @@ impl Dashboard {
         let tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
         visible
             .into_iter()
-            .filter_map(|q| Some((q.clone(), tracker.history.get(&q)?.iter().cloned().collect())))
+            .filter_map(|q| {
+                Some((
+                    q.clone(),
+                    tracker.history.get(&q)?.iter().cloned().collect(),
+                ))
+            })
             .collect()
     }
 
@@ -223,8 +228,11 @@ pub fn start(
 ) -> Arc<Dashboard> {
     let (dashboard, feeds) = Dashboard::new(client.clone(), namespaces);
     let feeds = Arc::new(Mutex::new(feeds));
-    let queue_events = watcher(Api::<CapacityQueue>::all(client.clone()), Default::default())
-        .backoff(crate::watch_backoff::watch_backoff());
+    let queue_events = watcher(
+        Api::<CapacityQueue>::all(client.clone()),
+        Default::default(),
+    )
+    .backoff(crate::watch_backoff::watch_backoff());
     let (d, f, stop) = (dashboard.clone(), feeds.clone(), shutdown.clone());
     tokio::spawn(async move {
         let run = queue_events.for_each(|event| {

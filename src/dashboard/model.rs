@@ -185,7 +185,12 @@ fn milli(map: &BTreeMap<String, Quantity>) -> ResourceList {
 
 fn bar(resource: &str, quota: i64, used: i64, reserved: i64, borrowed: i64, lent: i64) -> Bar {
     let f = |v| format_quantity(resource, v);
-    let mut text = format!("used {} + reserved {} of {}", f(used), f(reserved), f(quota));
+    let mut text = format!(
+        "used {} + reserved {} of {}",
+        f(used),
+        f(reserved),
+        f(quota)
+    );
     if borrowed > 0 {
         text.push_str(&format!(", borrowed {}", f(borrowed)));
     }
@@ -245,9 +250,15 @@ fn cohort_rows(all: &[Arc<CapacityQueue>], visible: &[&CapacityQueue]) -> Vec<Co
     names
         .into_iter()
         .map(|cohort| {
-            let (mut quota, mut used, mut reserved) =
-                (ResourceList::new(), ResourceList::new(), ResourceList::new());
-            for q in all.iter().filter(|q| q.spec.cohort.as_deref() == Some(cohort)) {
+            let (mut quota, mut used, mut reserved) = (
+                ResourceList::new(),
+                ResourceList::new(),
+                ResourceList::new(),
+            );
+            for q in all
+                .iter()
+                .filter(|q| q.spec.cohort.as_deref() == Some(cohort))
+            {
                 let status = q.status.clone().unwrap_or_default();
                 quota.add_all(&milli(&q.spec.quota));
                 used.add_all(&milli(&status.usage));

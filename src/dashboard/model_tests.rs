@@ -13,8 +13,8 @@ use crate::dashboard::detail::workload_detail;
 use crate::dashboard::tracker::Tracker;
 
 fn queue(name: &str, team: Option<&str>, cohort: Option<&str>) -> Arc<CapacityQueue> {
-    let spec: CapacityQueueSpec = serde_json::from_value(serde_json::json!({ "quota": { "cpu": "4" } }))
-    .expect("spec");
+    let spec: CapacityQueueSpec =
+        serde_json::from_value(serde_json::json!({ "quota": { "cpu": "4" } })).expect("spec");
     let mut cq = CapacityQueue::new(name, spec);
     cq.spec.cohort = cohort.map(str::to_string);
     cq.spec.namespace_selector = team.map(|t| LabelSelector {
@@ -29,7 +29,13 @@ fn queue(name: &str, team: Option<&str>, cohort: Option<&str>) -> Arc<CapacityQu
     Arc::new(cq)
 }
 
-fn waiting(ns: &str, name: &str, queue: &str, position: i32, message: &str) -> Arc<DynamicWorkload> {
+fn waiting(
+    ns: &str,
+    name: &str,
+    queue: &str,
+    position: i32,
+    message: &str,
+) -> Arc<DynamicWorkload> {
     let spec: DynamicWorkloadSpec = serde_json::from_value(serde_json::json!({
         "queueName": queue, "priority": 0, "podSets": []
     }))
@@ -73,7 +79,13 @@ fn fixture() -> Fixture {
             queue("shared", None, None),
         ],
         workloads: vec![
-            waiting("a", "wa", "shared", 2, "waits behind b/secret-b in StrictFIFO queue shared"),
+            waiting(
+                "a",
+                "wa",
+                "shared",
+                2,
+                "waits behind b/secret-b in StrictFIFO queue shared",
+            ),
             waiting("b", "secret-b", "shared", 1, "waits for cpu: 1 missing"),
             waiting("a", "wa2", "qa", 1, "waits for cpu"),
         ],
@@ -122,8 +134,15 @@ fn an_operator_sees_every_queue_workload_and_preemption() {
     );
     assert_eq!(v.waiting_total, 3);
     // Admission order within each queue, queues by name.
-    let order: Vec<_> = v.waiting.iter().map(|w| (w.queue.as_str(), w.name.as_str())).collect();
-    assert_eq!(order, [("qa", "wa2"), ("shared", "secret-b"), ("shared", "wa")]);
+    let order: Vec<_> = v
+        .waiting
+        .iter()
+        .map(|w| (w.queue.as_str(), w.name.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [("qa", "wa2"), ("shared", "secret-b"), ("shared", "wa")]
+    );
     assert_eq!(v.preemptions.len(), 2);
     assert_eq!(v.preemptions[1].by, "b/secret-b");
     assert_eq!(v.cohorts[0].queues, ["qa", "qb"]);
@@ -136,9 +155,18 @@ fn a_namespace_user_sees_nothing_of_another_namespace() {
     let f = fixture();
     let v = view(&f, &only(&["a"]));
     let json = serde_json::to_string(&v).expect("json");
-    assert!(!json.contains("secret-b"), "leaks another namespace: {json}");
-    assert!(!json.contains("victim-b"), "leaks another namespace: {json}");
-    assert!(!json.contains("\"qb\""), "shows a queue that does not admit a: {json}");
+    assert!(
+        !json.contains("secret-b"),
+        "leaks another namespace: {json}"
+    );
+    assert!(
+        !json.contains("victim-b"),
+        "leaks another namespace: {json}"
+    );
+    assert!(
+        !json.contains("\"qb\""),
+        "shows a queue that does not admit a: {json}"
+    );
     assert_eq!(
         v.queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
         ["qa", "shared"]
@@ -175,16 +203,25 @@ fn a_user_without_namespaces_sees_only_queues_open_to_all_and_no_workload() {
 fn redaction_keeps_resources_and_own_names() {
     let scope = only(&["a"]);
     assert_eq!(
-        redact("behind (b/x), a/y and nvidia.com/gpu sluice.dev/queue", &scope),
+        redact(
+            "behind (b/x), a/y and nvidia.com/gpu sluice.dev/queue",
+            &scope
+        ),
         "behind (<a workload of another namespace>), a/y and nvidia.com/gpu sluice.dev/queue"
     );
     assert_eq!(redact("b/x", &Scope::All), "b/x");
     // Ratios are figures, not names.
     assert_eq!(
-        redact("needs 1 cpu more: 2/2 cpu used, 1500m/4 and 3Gi/8Gi", &scope),
+        redact(
+            "needs 1 cpu more: 2/2 cpu used, 1500m/4 and 3Gi/8Gi",
+            &scope
+        ),
         "needs 1 cpu more: 2/2 cpu used, 1500m/4 and 3Gi/8Gi"
     );
-    assert_eq!(redact("behind 2b/x.", &scope), "behind <a workload of another namespace>.");
+    assert_eq!(
+        redact("behind 2b/x.", &scope),
+        "behind <a workload of another namespace>."
+    );
 }
 
 #[test]
@@ -234,7 +271,10 @@ fn the_tracker_records_each_preemption_once_and_bounds_its_memory() {
         }
         t.saw(&w, "2026-11-27T10:00:04Z");
     }
-    assert_eq!(t.states("a", "wa").len(), crate::dashboard::tracker::STATES_PER_WORKLOAD);
+    assert_eq!(
+        t.states("a", "wa").len(),
+        crate::dashboard::tracker::STATES_PER_WORKLOAD
+    );
     let queues = fixture().queues;
     for i in 0..50 {
         t.sample(&queues, i, 10);

@@ -41,10 +41,8 @@ pub fn chromium_or_skip() -> bool {
 impl Browser {
     /// Starts Chromium with a fresh profile and opens one page of `width`x`height`.
     pub async fn launch(name: &str, width: u32, height: u32) -> Browser {
-        let profile = std::env::temp_dir().join(format!(
-            "sluice-chromium-{name}-{}",
-            std::process::id()
-        ));
+        let profile =
+            std::env::temp_dir().join(format!("sluice-chromium-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&profile);
         let mut child = Command::new(CHROMIUM)
             .args([
@@ -158,18 +156,25 @@ impl Browser {
 
     /// Polls `expression` until it is truthy (not null, false, "" or 0); returns its value and
     /// how long it took. Fails after `timeout`, saying `what`.
-    pub async fn wait_for(&mut self, what: &str, timeout: Duration, expression: &str) -> (Value, Duration) {
+    pub async fn wait_for(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        expression: &str,
+    ) -> (Value, Duration) {
         let start = Instant::now();
         loop {
             let v = self.eval(expression).await.unwrap_or(Value::Null);
-            let truthy = !matches!(&v, Value::Null | Value::Bool(false))
-                && v != json!("")
-                && v != json!(0);
+            let truthy =
+                !matches!(&v, Value::Null | Value::Bool(false)) && v != json!("") && v != json!(0);
             if truthy {
                 return (v, start.elapsed());
             }
             if start.elapsed() > timeout {
-                let text = self.eval("document.body.innerText").await.unwrap_or_default();
+                let text = self
+                    .eval("document.body.innerText")
+                    .await
+                    .unwrap_or_default();
                 panic!("timed out after {timeout:?} waiting for {what}; the page shows:\n{text}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -130,30 +130,47 @@ async fn operator_token(client: &kube::Client) -> anyhow::Result<String> {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
         "rules": [{"apiGroups": ["sluice.dev"], "resources": ["dynamicworkloads"], "verbs": ["list"]}],
     }))?;
-    Api::<ClusterRole>::all(client.clone()).patch(name, &ssa, &Patch::Apply(&role)).await?;
+    Api::<ClusterRole>::all(client.clone())
+        .patch(name, &ssa, &Patch::Apply(&role))
+        .await?;
     let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}],
     }))?;
-    Api::<ClusterRoleBinding>::all(client.clone()).patch(name, &ssa, &Patch::Apply(&binding)).await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(name, &ssa, &Patch::Apply(&binding))
+        .await?;
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
     let sa: ServiceAccount = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name},
     }))?;
     sas.patch(name, &ssa, &Patch::Apply(&sa)).await?;
     let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
         ..Default::default()
     };
-    let answer = sas.create_token_request(name, &PostParams::default(), &request).await?;
-    answer.status.and_then(|s| s.token).context("no token in the TokenRequest's answer")
+    let answer = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?;
+    answer
+        .status
+        .and_then(|s| s.token)
+        .context("no token in the TokenRequest's answer")
 }
 
 /// utime + stime of this process, in seconds, and its RSS and peak RSS in MiB.
 fn cpu_and_rss() -> (f64, f64, f64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
     let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
         + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -179,12 +196,18 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = kube::Client::try_default().await.context("KUBECONFIG: hack/cluster.sh up")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("KUBECONFIG: hack/cluster.sh up")?;
     let token = operator_token(&client).await?;
     let (dashboard, mut feeds) = Dashboard::new(client, sluice::namespaces::Namespaces::none());
     let started = Instant::now();
     fill(&dashboard, &mut feeds, &args);
-    println!("filled {} workloads in {:?}", args.workloads, started.elapsed());
+    println!(
+        "filled {} workloads in {:?}",
+        args.workloads,
+        started.elapsed()
+    );
 
     let mut builds = Vec::new();
     let mut bytes = 0;
@@ -195,10 +218,16 @@ async fn main() -> anyhow::Result<()> {
     }
     builds.sort_by(f64::total_cmp);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(sluice::dashboard::http::serve(addr, dashboard.clone(), shutdown.clone()));
+    tokio::spawn(sluice::dashboard::http::serve(
+        addr,
+        dashboard.clone(),
+        shutdown.clone(),
+    ));
     let url = format!("http://{addr}/#waiting");
 
     let mut pages = Vec::new();
@@ -206,19 +235,26 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..args.browsers {
         let mut page = browser::Browser::launch(&format!("bench{i}"), 1280, 900).await;
         page.goto(&url).await;
-        page.wait_for("the login form", Duration::from_secs(60), "!document.getElementById('login').hidden").await;
+        page.wait_for(
+            "the login form",
+            Duration::from_secs(60),
+            "!document.getElementById('login').hidden",
+        )
+        .await;
         let login = format!(
             "document.getElementById('token').value = {}; document.getElementById('login').requestSubmit(); true",
             serde_json::to_string(&token)?
         );
         page.eval(&login).await;
         let drawn = "document.querySelectorAll('[data-testid=waiting] tbody tr').length >= 500";
-        page.wait_for("the waiting table", Duration::from_secs(60), drawn).await;
+        page.wait_for("the waiting table", Duration::from_secs(60), drawn)
+            .await;
         // First paint: a fresh navigation with the session cookie to the table drawn.
         page.goto("about:blank").await;
         let t = Instant::now();
         page.goto(&url).await;
-        page.wait_for("the waiting table", Duration::from_secs(60), drawn).await;
+        page.wait_for("the waiting table", Duration::from_secs(60), drawn)
+            .await;
         first_paints.push(t.elapsed().as_secs_f64() * 1000.0);
         page.eval(
             r#"window.lat = []; window.lastMark = null;
@@ -234,7 +270,12 @@ async fn main() -> anyhow::Result<()> {
 
     let (cpu0, _, _) = cpu_and_rss();
     let window = Instant::now();
-    let mut changed = workload(0, args.queues, args.pods_per_workload, jiff::Timestamp::now());
+    let mut changed = workload(
+        0,
+        args.queues,
+        args.pods_per_workload,
+        jiff::Timestamp::now(),
+    );
     for _ in 0..args.seconds {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let now_ms = jiff::Timestamp::now().as_millisecond();
@@ -251,9 +292,17 @@ async fn main() -> anyhow::Result<()> {
     let mut heaps = Vec::new();
     for page in &mut pages {
         if let Some(v) = page.eval("window.lat").await {
-            latencies.extend(v.as_array().into_iter().flatten().filter_map(|x| x.as_f64()));
+            latencies.extend(
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_f64()),
+            );
         }
-        if let Some(v) = page.eval("performance.memory ? performance.memory.usedJSHeapSize : 0").await {
+        if let Some(v) = page
+            .eval("performance.memory ? performance.memory.usedJSHeapSize : 0")
+            .await
+        {
             heaps.push(v.as_f64().unwrap_or(0.0) / 1_048_576.0);
         }
     }
@@ -265,13 +314,62 @@ async fn main() -> anyhow::Result<()> {
     shutdown.cancel();
 
     let rows: BTreeMap<&str, String> = [
-        ("synthetic cluster", format!("{} workloads x {} pods, {} queues in {} cohorts, 50 namespaces", args.workloads, args.pods_per_workload, args.queues, args.queues / 10)),
-        ("view build + JSON (operator, all)", format!("median {:.1} ms, max {:.1} ms; {} kB", percentile(&builds, 0.5), percentile(&builds, 1.0), bytes / 1024)),
-        ("first paint (navigation to 500-row table)", format!("median {:.0} ms, max {:.0} ms over {} pages", percentile(&first_paints, 0.5), percentile(&first_paints, 1.0), first_paints.len())),
-        ("live update (change to DOM)", format!("p50 {:.0} ms, p95 {:.0} ms, max {:.0} ms ({} updates seen)", percentile(&latencies, 0.5), percentile(&latencies, 0.95), percentile(&latencies, 1.0), latencies.len())),
-        ("server CPU with the pages open", format!("{:.1}% of one core ({} pages, 1 change/s, {} s)", cpu_share * 100.0, args.browsers, args.seconds)),
+        (
+            "synthetic cluster",
+            format!(
+                "{} workloads x {} pods, {} queues in {} cohorts, 50 namespaces",
+                args.workloads,
+                args.pods_per_workload,
+                args.queues,
+                args.queues / 10
+            ),
+        ),
+        (
+            "view build + JSON (operator, all)",
+            format!(
+                "median {:.1} ms, max {:.1} ms; {} kB",
+                percentile(&builds, 0.5),
+                percentile(&builds, 1.0),
+                bytes / 1024
+            ),
+        ),
+        (
+            "first paint (navigation to 500-row table)",
+            format!(
+                "median {:.0} ms, max {:.0} ms over {} pages",
+                percentile(&first_paints, 0.5),
+                percentile(&first_paints, 1.0),
+                first_paints.len()
+            ),
+        ),
+        (
+            "live update (change to DOM)",
+            format!(
+                "p50 {:.0} ms, p95 {:.0} ms, max {:.0} ms ({} updates seen)",
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.95),
+                percentile(&latencies, 1.0),
+                latencies.len()
+            ),
+        ),
+        (
+            "server CPU with the pages open",
+            format!(
+                "{:.1}% of one core ({} pages, 1 change/s, {} s)",
+                cpu_share * 100.0,
+                args.browsers,
+                args.seconds
+            ),
+        ),
         ("server RSS", format!("{rss:.0} MiB (peak {peak:.0} MiB)")),
-        ("page JS heap", format!("median {:.1} MiB, max {:.1} MiB", percentile(&heaps, 0.5), percentile(&heaps, 1.0))),
+        (
+            "page JS heap",
+            format!(
+                "median {:.1} MiB, max {:.1} MiB",
+                percentile(&heaps, 0.5),
+                percentile(&heaps, 1.0)
+            ),
+        ),
     ]
     .into_iter()
     .collect();
