@@ -81,7 +81,7 @@ fn workload(i: usize, queues: usize, pods: i32, now: jiff::Timestamp) -> Dynamic
     .expect("workload spec");
     let mut w = DynamicWorkload::new(&format!("wl-{i}"), spec);
     w.metadata.namespace = Some(format!("team-{}", i % 50));
-    let waiting = (i / queues) % 2 == 0;
+    let waiting = (i / queues).is_multiple_of(2);
     let position = (i / queues / 2 + 1) as i32;
     let at = (now - jiff::SignedDuration::from_secs((i % 3600) as i64)).to_string();
     w.status = Some(DynamicWorkloadStatus {
