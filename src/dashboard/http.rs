@@ -310,3 +310,39 @@ fn end(mut live: Live) -> Live {
     live.viewer = None;
     live
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn a_login_from_another_origin_is_refused() {
+        let same = headers(&[("host", "dash:8080"), ("origin", "http://dash:8080")]);
+        assert!(same_origin(&same));
+        let other = headers(&[("host", "dash:8080"), ("origin", "https://evil.example")]);
+        assert!(!same_origin(&other));
+        // No Origin: not a browser's cross-site request (curl, scripts).
+        assert!(same_origin(&headers(&[("host", "dash:8080")])));
+        assert!(!same_origin(&headers(&[("origin", "http://dash:8080")])));
+    }
+
+    #[test]
+    fn the_session_cookie_and_bearer_token_are_read_exactly() {
+        let h = headers(&[("cookie", "a=1; sluice_dashboard=abc; b=2")]);
+        assert_eq!(cookie_session(&h).as_deref(), Some("abc"));
+        let h = headers(&[("cookie", "xsluice_dashboard=abc")]);
+        assert_eq!(cookie_session(&h), None);
+        let h = headers(&[("authorization", "Bearer t0k")]);
+        assert_eq!(bearer(&h).as_deref(), Some("t0k"));
+        assert_eq!(bearer(&headers(&[("authorization", "Bearer ")])), None);
+        assert_eq!(bearer(&headers(&[("authorization", "Basic eA==")])), None);
+    }
+}
