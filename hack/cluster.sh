@@ -66,7 +66,7 @@ Flags of 'up' (and 'build'):
                        defaults 4, 4, 4 and 1 when not given; the large benchmark's 500 nodes need more).
                        Applies when kwok starts: a running kwok keeps its settings until 'down'.
   --with-sluice        build sluice (cargo build --bin sluice) and run 'sluice serve --local' on the host;
-                       writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR). Settings come
+                       writes .cluster/sluice.env (SLUICE_WEBHOOK_ADDR, SLUICE_METRICS_ADDR, SLUICE_DASHBOARD_ADDR). Settings come
                        from the SLUICE_* environment (sluice serve --help). Restarted when its binary or
                        that environment changed or its process is gone, on the same ports.
   --release-sluice     with --with-sluice: build and run the release build (cargo build --release --bin
@@ -318,6 +318,7 @@ wait_until() { # timeout what component command...
 # Chosen once per cluster (free loopback ports) and kept in .cluster/ports.env, so restarts reuse them.
 
 PORT_NAMES=(ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT SLUICE_PORT SLUICE_METRICS_PORT
+  SLUICE_DASHBOARD_PORT
   KUBERAY_METRICS_PORT KUBERAY_PROBE_PORT SPARK_OPERATOR_PROBE_PORT SPARK_OPERATOR_METRICS_PORT
   KUEUE_WEBHOOK_PORT KUEUE_PROBE_PORT KUEUE_METRICS_PORT KUBELET_PORT KUBELET_HEALTHZ_PORT)
 
@@ -699,9 +700,12 @@ start_sluice() {
   cp "$bin" "$STATE/sluice.tmp" && mv "$STATE/sluice.tmp" "$STATE/sluice"
   echo "$sum" >"$STATE/sluice.sha256"
   echo "$SLUICE_PROFILE" >"$STATE/sluice.profile"
-  printf 'SLUICE_WEBHOOK_ADDR=127.0.0.1:%s\nSLUICE_METRICS_ADDR=127.0.0.1:%s\n' "$SLUICE_PORT" "$SLUICE_METRICS_PORT" >"$STATE/sluice.env"
+  printf 'SLUICE_WEBHOOK_ADDR=127.0.0.1:%s\nSLUICE_METRICS_ADDR=127.0.0.1:%s\nSLUICE_DASHBOARD_ADDR=127.0.0.1:%s\n' \
+    "$SLUICE_PORT" "$SLUICE_METRICS_PORT" "$SLUICE_DASHBOARD_PORT" >"$STATE/sluice.env"
+  # The dashboard is on in the local cluster (tests/e2e_dashboard.rs), its history sampled often.
   start sluice env KUBECONFIG="$STATE/kubeconfig" RUST_LOG="${RUST_LOG:-info}" "$STATE/sluice" serve --local \
-    --listen "127.0.0.1:$SLUICE_PORT" --metrics-listen "127.0.0.1:$SLUICE_METRICS_PORT"
+    --listen "127.0.0.1:$SLUICE_PORT" --metrics-listen "127.0.0.1:$SLUICE_METRICS_PORT" \
+    --dashboard-addr "127.0.0.1:$SLUICE_DASHBOARD_PORT" --dashboard-sample-interval "${SLUICE_DASHBOARD_SAMPLE_INTERVAL:-5s}"
   wait_until "$TIMEOUT" "sluice /readyz" sluice curl -sfk --max-time 2 "https://127.0.0.1:$SLUICE_PORT/readyz"
   log "sluice ($SLUICE_PROFILE build) serving on https://127.0.0.1:$SLUICE_PORT (metrics: http://127.0.0.1:$SLUICE_METRICS_PORT/metrics)"
 }

@@ -102,6 +102,20 @@ ensure_prometheus() {
 }
 ensure_prometheus
 
+ensure_chromium() {
+  # shellcheck source=hack/versions.sh
+  source "$ROOT/hack/versions.sh"
+  if [[ ! -x /usr/bin/chromium ]]; then
+    ((EUID == 0)) && command -v apt-get >/dev/null \
+      || { echo "test.sh: the dashboard's browser tests need Chromium (Debian: apt-get install chromium=$CHROMIUM_DEB_VERSION)" >&2; exit 1; }
+    echo "test.sh: installing chromium $CHROMIUM_DEB_VERSION (apt-get, first time only)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "chromium=$CHROMIUM_DEB_VERSION"; } >&2 || { echo "test.sh: apt-get install chromium failed" >&2; exit 1; }
+  fi
+  export SLUICE_REQUIRE_CHROMIUM=1
+}
+ensure_chromium
+
 # The project's own rules first (a full run: what CI runs): formatted, and clippy clean.
 if (($# == 0)) && [[ ${SLUICE_TEST_LINT:-1} != 0 ]]; then
   cargo fmt --all -- --check || { echo "test.sh: run 'cargo fmt --all'" >&2; exit 1; }

@@ -31,3 +31,6 @@ HELM_VERSION=v3.22.0
 # The monitoring tests (tests/monitoring.rs: promtool; tests/e2e_monitoring.rs: a live Prometheus):
 # Debian 12's package, installed by hack/test.sh with apt-get at exactly this version when missing.
 PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1
+# The dashboard's browser tests (tests/e2e_dashboard.rs: a real headless Chromium driven over the
+# DevTools protocol): Debian 12's package (bookworm-security), installed by hack/test.sh when missing.
+CHROMIUM_DEB_VERSION=156.0.8078.108-1~deb12u1

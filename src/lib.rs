@@ -7,6 +7,7 @@
 pub mod api;
 pub mod app_webhooks;
 pub mod build_info;
+pub mod dashboard;
 pub mod docs;
 pub mod duration;
 pub mod install;

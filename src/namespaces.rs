@@ -84,6 +84,14 @@ impl Namespaces {
         }
     }
 
+    /// The names of the namespaces in the cache (none without a cache).
+    pub fn names(&self) -> Vec<String> {
+        match &self.0 {
+            Some(store) => store.state().iter().map(|ns| ns.name_any()).collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// The default queue of `namespace`.
     pub fn default_queue(&self, namespace: &str) -> DefaultQueue {
         match self.labels(namespace) {

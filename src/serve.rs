@@ -193,6 +193,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    #[command(flatten)]
+    pub dashboard: crate::dashboard::DashboardArgs,
+
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -417,6 +420,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     publish_webhooks(&client, &settings, &certs.ca_pem, &certs.published, &state).await?;
     info!(listen = %args.listen, endpoint = ?settings.endpoint, "webhooks registered and serving");
     keep_ca_bundle_published(client.clone(), &settings, certs, shutdown.clone());
+    let _dashboard = crate::dashboard::spawn(
+        &args.dashboard,
+        client.clone(),
+        state.namespaces.clone(),
+        shutdown.clone(),
+    );
     let metrics_task = tokio::spawn(serve_metrics(
         args.metrics_listen,
         Arc::new(registry),

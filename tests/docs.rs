@@ -299,8 +299,22 @@ const UNCHECKED_PROGRAMS: &[&str] = &[
 
 /// The verbs of `kubectl` the book may use.
 const KUBECTL_VERBS: &[&str] = &[
-    "apply", "get", "describe", "delete", "label", "annotate", "patch", "logs", "create", "exec",
-    "rollout", "wait", "events", "top", "sluice",
+    "apply",
+    "get",
+    "describe",
+    "delete",
+    "label",
+    "annotate",
+    "patch",
+    "logs",
+    "create",
+    "exec",
+    "rollout",
+    "wait",
+    "events",
+    "top",
+    "sluice",
+    "port-forward",
 ];
 
 /// Runs `command --help` once per distinct command and keeps what it printed.

@@ -149,6 +149,14 @@ fn gate_rules_after() -> Vec<PolicyRule> {
     ];
     vec![
         rule("events.k8s.io", &["events"], &["create", "patch"]),
+        // The dashboard (--dashboard-addr): who a viewer's bearer token is, and which namespaces'
+        // workloads they may list.
+        rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
+        rule(
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
+            &["create"],
+        ),
         // sluice registers its own webhook configurations with the CA bundle it generated
         // (server-side apply: create the first time, then patch, of those named sluice only).
         // `create` cannot be limited by name in RBAC.

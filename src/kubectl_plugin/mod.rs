@@ -15,7 +15,7 @@
 //! `read.rs` does the reading.
 
 pub mod read;
-mod report;
+pub mod report;
 
 pub use report::{Estimate, WhyReport, estimate, render_top, render_why};
 

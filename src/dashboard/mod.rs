@@ -1,0 +1,302 @@
+//! The read-only web dashboard (`sluice serve --dashboard-addr`): queues, cohorts, waiting work,
+//! one workload, recent preemptions and usage history, per tenant, pushed live by Server-Sent
+//! Events. It watches CapacityQueues and DynamicWorkloads (one object per application, never every
+//! pod) and reads the namespaces' labels from the cache the webhooks keep; it runs on every
+//! replica, leader or not, since it reads only what the leader publishes. Static assets are
+//! embedded in the binary.
+
+pub mod access;
+pub mod detail;
+pub mod http;
+pub mod model;
+pub mod tracker;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::api::{CapacityQueue, DynamicWorkload};
+use crate::dashboard::model::{Inputs, Scope, StateView};
+use crate::dashboard::tracker::{Sample, Tracker};
+use crate::duration::parse_duration;
+use crate::namespaces::Namespaces;
+
+/// Flags of the dashboard (part of `sluice serve`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DashboardArgs {
+    /// Serve the read-only web dashboard on this address (plain HTTP: put it behind TLS, or reach
+    /// it with `kubectl port-forward`), e.g. 0.0.0.0:8080. Off when not set. Viewers log in with
+    /// a Kubernetes bearer token (`kubectl create token`), checked by a TokenReview; whoever may
+    /// list dynamicworkloads cluster-wide sees everything, others the namespaces where they may
+    /// list them and the queues that admit those namespaces.
+    #[arg(long, env = "SLUICE_DASHBOARD_ADDR")]
+    pub dashboard_addr: Option<SocketAddr>,
+
+    /// How far back the dashboard's usage history of each queue goes (kept in memory).
+    #[arg(long, env = "SLUICE_DASHBOARD_HISTORY", default_value = "6h", value_parser = parse_duration)]
+    pub dashboard_history: Duration,
+
+    /// How often the dashboard samples each queue's usage for its history.
+    #[arg(long, env = "SLUICE_DASHBOARD_SAMPLE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub dashboard_sample_interval: Duration,
+}
+
+/// The dashboard's state, shared by its handlers.
+pub struct Dashboard {
+    queues: Store<CapacityQueue>,
+    workloads: Store<DynamicWorkload>,
+    namespaces: Namespaces,
+    tracker: Mutex<Tracker>,
+    /// Bumped on every change of a queue or workload: the live streams wait on it.
+    version: watch::Sender<u64>,
+    pub access: access::Access,
+    /// The last state built per scope and the version it was built at (all viewers of one scope
+    /// share it).
+    cache: Mutex<HashMap<Scope, (u64, Arc<String>)>>,
+}
+
+/// Views cached at most (one per distinct scope).
+const CACHED_VIEWS: usize = 256;
+
+impl Dashboard {
+    fn bump(&self) {
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    fn labels_of(&self) -> impl Fn(&str) -> Option<std::collections::BTreeMap<String, String>> {
+        let namespaces = self.namespaces.clone();
+        move |ns| namespaces.labels(ns)
+    }
+
+    pub fn namespace_names(&self) -> Vec<String> {
+        self.namespaces.names()
+    }
+
+    /// The state `scope` sees, as JSON, built at most once per change and scope.
+    pub fn state_json(&self, scope: &Scope) -> Arc<String> {
+        let version = *self.version.borrow();
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((at, json)) = cache.get(scope)
+                && *at == version
+            {
+                return json.clone();
+            }
+        }
+        let json = Arc::new(serde_json::to_string(&self.state(scope)).unwrap_or_default());
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= CACHED_VIEWS {
+            cache.clear();
+        }
+        cache.insert(scope.clone(), (version, json.clone()));
+        json
+    }
+
+    pub fn state(&self, scope: &Scope) -> StateView {
+        let (queues, workloads) = (self.queues.state(), self.workloads.state());
+        let preemptions: Vec<_> = {
+            let tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            tracker.preemptions.iter().cloned().collect()
+        };
+        let labels = self.labels_of();
+        model::state_view(
+            &Inputs {
+                queues: &queues,
+                workloads: &workloads,
+                preemptions: &preemptions,
+                labels: &labels,
+                now: jiff::Timestamp::now(),
+            },
+            scope,
+        )
+    }
+
+    /// The usage history of the queues `scope` sees.
+    pub fn history(&self, scope: &Scope) -> HashMap<String, Vec<Sample>> {
+        let labels = self.labels_of();
+        let visible: Vec<String> = self
+            .queues
+            .state()
+            .iter()
+            .filter(|q| scope.sees_queue(q, &labels))
+            .filter_map(|q| q.metadata.name.clone())
+            .collect();
+        let tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        visible
+            .into_iter()
+            .filter_map(|q| {
+                Some((
+                    q.clone(),
+                    tracker.history.get(&q)?.iter().cloned().collect(),
+                ))
+            })
+            .collect()
+    }
+
+    /// One workload, if `scope` sees its namespace (else None, as if it did not exist).
+    pub fn workload(
+        &self,
+        scope: &Scope,
+        namespace: &str,
+        name: &str,
+    ) -> Option<detail::WorkloadDetail> {
+        if !scope.sees_namespace(namespace) {
+            return None;
+        }
+        let w = self
+            .workloads
+            .get(&ObjectRef::new(name).within(namespace))?;
+        let states = {
+            let tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            tracker.states(namespace, name)
+        };
+        Some(detail::workload_detail(&w, states, scope))
+    }
+}
+
+/// Starts the dashboard when `--dashboard-addr` is set; it stops with `shutdown`.
+pub fn spawn(
+    args: &DashboardArgs,
+    client: Client,
+    namespaces: Namespaces,
+    shutdown: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let addr = args.dashboard_addr?;
+    let dashboard = start(args, client, namespaces, shutdown.clone());
+    Some(tokio::spawn(async move {
+        if let Err(e) = http::serve(addr, dashboard, shutdown).await {
+            warn!(%e, %addr, "dashboard stopped");
+        }
+    }))
+}
+
+/// Where a dashboard's caches are written: its watches, or a benchmark's synthetic objects.
+pub struct Feeds {
+    pub queues: reflector::store::Writer<CapacityQueue>,
+    pub workloads: reflector::store::Writer<DynamicWorkload>,
+}
+
+impl Dashboard {
+    /// A dashboard with empty caches, and the writers that fill them (through
+    /// [`Dashboard::apply_queue`] and [`Dashboard::apply_workload`]).
+    pub fn new(client: Client, namespaces: Namespaces) -> (Arc<Dashboard>, Feeds) {
+        let (queues, queue_writer) = reflector::store::<CapacityQueue>();
+        let (workloads, workload_writer) = reflector::store::<DynamicWorkload>();
+        let dashboard = Arc::new(Dashboard {
+            queues,
+            workloads,
+            namespaces,
+            tracker: Mutex::new(Tracker::default()),
+            version: watch::Sender::new(0),
+            access: access::Access::new(client),
+            cache: Mutex::new(HashMap::new()),
+        });
+        let feeds = Feeds {
+            queues: queue_writer,
+            workloads: workload_writer,
+        };
+        (dashboard, feeds)
+    }
+
+    pub fn apply_queue(&self, feeds: &mut Feeds, event: &watcher::Event<CapacityQueue>) {
+        feeds.queues.apply_watcher_event(event);
+        self.bump();
+    }
+
+    pub fn apply_workload(&self, feeds: &mut Feeds, event: &watcher::Event<DynamicWorkload>) {
+        feeds.workloads.apply_watcher_event(event);
+        self.track(event);
+    }
+}
+
+/// The watches and the sampler of a dashboard; the HTTP server is [`http::serve`].
+pub fn start(
+    args: &DashboardArgs,
+    client: Client,
+    namespaces: Namespaces,
+    shutdown: CancellationToken,
+) -> Arc<Dashboard> {
+    let (dashboard, feeds) = Dashboard::new(client.clone(), namespaces);
+    let feeds = Arc::new(Mutex::new(feeds));
+    let queue_events = watcher(
+        Api::<CapacityQueue>::all(client.clone()),
+        Default::default(),
+    )
+    .backoff(crate::watch_backoff::watch_backoff());
+    let (d, f, stop) = (dashboard.clone(), feeds.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let run = queue_events.for_each(|event| {
+            if let Ok(event) = event {
+                let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
+                d.apply_queue(&mut feeds, &event);
+            }
+            async {}
+        });
+        tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
+    });
+    let workload_events = watcher(Api::<DynamicWorkload>::all(client), Default::default())
+        .backoff(crate::watch_backoff::watch_backoff());
+    let (d, f, stop) = (dashboard.clone(), feeds, shutdown.clone());
+    tokio::spawn(async move {
+        let run = workload_events.for_each(|event| {
+            if let Ok(event) = event {
+                let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
+                d.apply_workload(&mut feeds, &event);
+            }
+            async {}
+        });
+        tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
+    });
+    spawn_sampler(dashboard.clone(), args, shutdown);
+    dashboard
+}
+
+impl Dashboard {
+    fn track(&self, event: &watcher::Event<DynamicWorkload>) {
+        let now = jiff::Timestamp::now().to_string();
+        {
+            let mut tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            match event {
+                watcher::Event::Apply(w) | watcher::Event::InitApply(w) => tracker.saw(w, &now),
+                watcher::Event::Delete(w) => tracker.gone(w),
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+        }
+        self.bump();
+    }
+}
+
+fn spawn_sampler(dashboard: Arc<Dashboard>, args: &DashboardArgs, shutdown: CancellationToken) {
+    let every = args.dashboard_sample_interval.max(Duration::from_secs(1));
+    let keep = (args.dashboard_history.as_secs() / every.as_secs().max(1)).max(1) as usize;
+    info!(?every, keep, "dashboard usage history");
+    tokio::spawn(async move {
+        // The first sample once the queues are listed, not of an empty cache.
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = dashboard.queues.wait_until_ready() => {}
+        }
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let queues = dashboard.queues.state();
+            let t = jiff::Timestamp::now().as_second();
+            let mut tracker = dashboard.tracker.lock().unwrap_or_else(|e| e.into_inner());
+            tracker.sample(&queues, t, keep);
+        }
+    });
+}
