@@ -23,6 +23,7 @@ pub use scavenger_job::{
     ScavengerResources,
 };
 pub use task::{
+    HarNameValue, HarParam, HarPostData, HarRequest, HttpTls, KeyReference, WorkflowExecutor,
     ContainerExecutor, HttpExecutor, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle,
     TaskPhase, TaskSpec, TaskStatus,
 };
