@@ -92,10 +92,12 @@ async fn https_server(ca: &TestCa, client_ca: Option<&TestCa>) -> SocketAddr {
             roots
                 .add(CertificateDer::from_pem_slice(client_ca.pem.as_bytes()).expect("ca"))
                 .expect("root");
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider())
-                    .build()
-                    .expect("verifier");
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots.into(),
+                provider(),
+            )
+            .build()
+            .expect("verifier");
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -245,14 +247,14 @@ async fn https_with_the_tasks_ca_in_har_form() {
     // Without the CA, the server's certificate is refused (the system's roots do not know it).
     create_task(
         &env,
-        http_task("untrusted", json!({"request": {"url": format!("{base}/echo")}})),
+        http_task(
+            "untrusted",
+            json!({"request": {"url": format!("{base}/echo")}}),
+        ),
     )
     .await;
     let message = message_of(&env, "untrusted", TaskPhase::Failed).await;
-    assert!(
-        message.to_lowercase().contains("certificate"),
-        "{message}"
-    );
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
 
     // A kill cancels a request in flight over https.
     create_task(

@@ -38,7 +38,11 @@ async fn kill_now(env: &TestEnv, name: &str) {
 async fn wait_killed(env: &TestEnv, name: &str, reason: &str) -> Task {
     let killed = wait_phase(env, name, TaskPhase::Killed, T).await;
     let status = killed.status.clone().expect("status");
-    assert!(status.message.contains(reason), "{name}: {}", status.message);
+    assert!(
+        status.message.contains(reason),
+        "{name}: {}",
+        status.message
+    );
     killed
 }
 
@@ -110,7 +114,11 @@ async fn http_kill_and_timeout_cancel_the_request() {
     };
     let server = test_server(Duration::from_secs(300)).await;
     let base = format!("http://{}", server.addr);
-    create_task(&env, http_task("killed", &format!("{base}/slow/killed"), None)).await;
+    create_task(
+        &env,
+        http_task("killed", &format!("{base}/slow/killed"), None),
+    )
+    .await;
     create_task(
         &env,
         http_task("timed", &format!("{base}/slow/timed"), Some("2s")),
@@ -223,7 +231,8 @@ async fn pod_deleted_from_outside_ends_the_task_killed() {
 }
 
 fn container_task(name: &str, timeout: Option<&str>) -> Value {
-    let mut spec = json!({"executor": {"container": {"cluster": "pool", "command": ["sleep", "3600"]}}});
+    let mut spec =
+        json!({"executor": {"container": {"cluster": "pool", "command": ["sleep", "3600"]}}});
     if let Some(t) = timeout {
         spec["timeout"] = json!(t);
     }

@@ -16,11 +16,11 @@ mod task_support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
 };
-use kube::ResourceExt;
 use serde_json::{Value, json};
 use sluice::api::TaskPhase;
 use support::*;
@@ -29,18 +29,29 @@ use task_support::*;
 const T: Duration = Duration::from_secs(90);
 
 fn argo(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind), plural)
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind),
+        plural,
+    )
 }
 
 fn workflows(env: &TestEnv) -> Api<DynamicObject> {
-    Api::namespaced_with(env.client.clone(), &env.namespace, &argo("Workflow", "workflows"))
+    Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &argo("Workflow", "workflows"),
+    )
 }
 
 async fn require_argo(env: &TestEnv) {
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(env.client.clone());
     assert!(
-        crds.get_opt("workflows.argoproj.io").await.ok().flatten().is_some(),
+        crds.get_opt("workflows.argoproj.io")
+            .await
+            .ok()
+            .flatten()
+            .is_some(),
         "Argo Workflows is not installed on this cluster: start it with hack/cluster.sh up --with-argo (hack/test.sh does)"
     );
 }
@@ -108,7 +119,9 @@ async fn finish_step(env: &TestEnv, pod: &Pod, workflow: &str, out: &str) {
         .patch(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"sluice.dev/kwok-phase": "Succeeded"}}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"sluice.dev/kwok-phase": "Succeeded"}}}),
+            ),
         )
         .await
         .expect("end the pod");
@@ -122,7 +135,11 @@ async fn a_workflow_task_runs_through_the_gate_and_returns_its_outputs() {
     require_argo(&env).await;
     // Room for one step at a time: the second step's pod waits at the gate.
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
-    create_task(&env, workflow_task("flow", &queue, two_step_workflow(), None)).await;
+    create_task(
+        &env,
+        workflow_task("flow", &queue, two_step_workflow(), None),
+    )
+    .await;
     let wf = wait_for("the Workflow flow-wf", T, || async {
         workflows(&env).get_opt("flow-wf").await.ok().flatten()
     })
@@ -132,7 +149,10 @@ async fn a_workflow_task_runs_through_the_gate_and_returns_its_outputs() {
         let pods = workflow_pods(&env, "flow-wf").await;
         let running: Vec<Pod> = pods
             .iter()
-            .filter(|p| !is_gated(p) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter(|p| {
+                !is_gated(p)
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
             .cloned()
             .collect();
         let gated: Vec<Pod> = pods.iter().filter(|p| is_gated(p)).cloned().collect();
@@ -142,7 +162,10 @@ async fn a_workflow_task_runs_through_the_gate_and_returns_its_outputs() {
     .await;
     for pod in [&admitted, &gated] {
         assert_eq!(pod.labels().get("sluice.dev/queue"), Some(&queue));
-        assert_eq!(pod.labels().get("sluice.dev/task").map(String::as_str), Some("flow"));
+        assert_eq!(
+            pod.labels().get("sluice.dev/task").map(String::as_str),
+            Some("flow")
+        );
     }
     wait_phase(&env, "flow", TaskPhase::Running, T).await;
 
@@ -173,18 +196,23 @@ fn one_step_workflow() -> Value {
 
 async fn first_pod_running(env: &TestEnv, workflow: &str) -> Pod {
     wait_for(&format!("{workflow}'s pod to run"), T, || async {
-        workflow_pods(env, workflow).await.into_iter().find(|p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
+        workflow_pods(env, workflow)
+            .await
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
     })
     .await
 }
 
 async fn wait_workflow_and_pods_gone(env: &TestEnv, workflow: &str) {
-    wait_for(&format!("{workflow} and its pods to be gone"), T, || async {
-        let wf = workflows(env).get_opt(workflow).await.ok()?;
-        (wf.is_none() && workflow_pods(env, workflow).await.is_empty()).then_some(())
-    })
+    wait_for(
+        &format!("{workflow} and its pods to be gone"),
+        T,
+        || async {
+            let wf = workflows(env).get_opt(workflow).await.ok()?;
+            (wf.is_none() && workflow_pods(env, workflow).await.is_empty()).then_some(())
+        },
+    )
     .await;
 }
 
@@ -195,13 +223,27 @@ async fn a_workflow_task_is_killed_by_kill_timeout_and_deletion() {
     };
     require_argo(&env).await;
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
-    create_task(&env, workflow_task("killed", &queue, one_step_workflow(), None)).await;
-    create_task(&env, workflow_task("timed", &queue, one_step_workflow(), Some("4s"))).await;
-    create_task(&env, workflow_task("deleted", &queue, one_step_workflow(), None)).await;
+    create_task(
+        &env,
+        workflow_task("killed", &queue, one_step_workflow(), None),
+    )
+    .await;
+    create_task(
+        &env,
+        workflow_task("timed", &queue, one_step_workflow(), Some("4s")),
+    )
+    .await;
+    create_task(
+        &env,
+        workflow_task("deleted", &queue, one_step_workflow(), None),
+    )
+    .await;
     first_pod_running(&env, "killed-wf").await;
     first_pod_running(&env, "deleted-wf").await;
 
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     tasks(&env)
         .patch(
             "killed",
@@ -213,9 +255,19 @@ async fn a_workflow_task_is_killed_by_kill_timeout_and_deletion() {
     let killed = wait_phase(&env, "killed", TaskPhase::Killed, T).await;
     let status = killed.status.expect("status");
     assert!(status.killing_at.is_some(), "went through Killing");
-    assert!(status.message.contains("killTimestamp"), "{}", status.message);
+    assert!(
+        status.message.contains("killTimestamp"),
+        "{}",
+        status.message
+    );
     // Killed only once the Workflow and its pods were gone.
-    assert!(workflows(&env).get_opt("killed-wf").await.expect("read").is_none());
+    assert!(
+        workflows(&env)
+            .get_opt("killed-wf")
+            .await
+            .expect("read")
+            .is_none()
+    );
     assert!(workflow_pods(&env, "killed-wf").await.is_empty());
 
     let timed = wait_phase(&env, "timed", TaskPhase::Killed, T).await;
@@ -229,6 +281,9 @@ async fn a_workflow_task_is_killed_by_kill_timeout_and_deletion() {
         .expect("delete the Workflow");
     let gone = wait_phase(&env, "deleted", TaskPhase::Killed, T).await;
     let message = gone.status.expect("status").message;
-    assert!(message.contains("Workflow deleted-wf was deleted"), "{message}");
+    assert!(
+        message.contains("Workflow deleted-wf was deleted"),
+        "{message}"
+    );
     env.cleanup().await;
 }

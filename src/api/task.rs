@@ -419,7 +419,15 @@ mod tests {
     /// test `a_timeout_that_does_not_parse_is_refused_at_submit` submits the same ones.
     pub const VALID: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
     pub const INVALID: &[&str] = &[
-        "5 m", "5min", "1.5h", "3651d", "", "-1s", "1h30m", "s", "315360001s",
+        "5 m",
+        "5min",
+        "1.5h",
+        "3651d",
+        "",
+        "-1s",
+        "1h30m",
+        "s",
+        "315360001s",
     ];
 
     #[test]

@@ -214,7 +214,8 @@ impl Executor for PodExecutorImpl {
     ) -> BoxFuture<'a, Result<Progress, ExecError>> {
         async move {
             let pod = get_owned(&ctx.pods(), target(handle), ctx.task).await?;
-            let deleted = || Progress::Gone(format!("pod {} was deleted before it ended", handle.name));
+            let deleted =
+                || Progress::Gone(format!("pod {} was deleted before it ended", handle.name));
             Ok(match pod {
                 Some(pod) => match pod_progress(&pod) {
                     Progress::Running(_) if pod.metadata.deletion_timestamp.is_some() => deleted(),

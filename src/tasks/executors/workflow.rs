@@ -199,7 +199,10 @@ pub fn workflow_progress(workflow: &Value) -> Progress {
 
 /// The queue the Workflow's pods are admitted against: the executor's `queue`, else its
 /// TaskCluster's (label `sluice.dev/queue`).
-async fn queue_of(ctx: &ExecContext<'_>, spec: &WorkflowExecutor) -> Result<Option<String>, ExecError> {
+async fn queue_of(
+    ctx: &ExecContext<'_>,
+    spec: &WorkflowExecutor,
+) -> Result<Option<String>, ExecError> {
     if spec.queue.is_some() {
         return Ok(spec.queue.clone());
     }
@@ -224,7 +227,9 @@ async fn pods_left(ctx: &ExecContext<'_>, name: &str) -> Result<usize, ExecError
     let list = pods
         .list_metadata(&ListParams::default().labels(&format!("{ARGO_WORKFLOW_LABEL}={name}")))
         .await
-        .map_err(ExecError::api(format!("listing the pods of Workflow {name}")))?;
+        .map_err(ExecError::api(format!(
+            "listing the pods of Workflow {name}"
+        )))?;
     Ok(list.items.len())
 }
 
@@ -238,7 +243,14 @@ impl Executor for WorkflowExecutorImpl {
             let spec = spec(ctx)?;
             let name = workflow_name(&ctx.task_name());
             // Validate now: a template that cannot be built fails the Task before it runs.
-            build_workflow(&spec.template, &name, &ctx.task_name(), None, json!({}), ctx.vars)?;
+            build_workflow(
+                &spec.template,
+                &name,
+                &ctx.task_name(),
+                None,
+                json!({}),
+                ctx.vars,
+            )?;
             Ok(Plan::Start {
                 handle: TaskHandle {
                     api_version: "argoproj.io/v1alpha1".into(),
@@ -365,7 +377,8 @@ mod tests {
                 "templates": [{"name": "main", "container": {"image": "busybox", "args": ["echo", "${input.n}"]}}]},
         });
         let owner = json!({"kind": "Task", "name": "t1"});
-        let wf = build_workflow(&template, "t1-wf", "t1", Some("q"), owner.clone(), &vars()).unwrap();
+        let wf =
+            build_workflow(&template, "t1-wf", "t1", Some("q"), owner.clone(), &vars()).unwrap();
         assert_eq!(wf["apiVersion"], "argoproj.io/v1alpha1");
         assert_eq!(wf["kind"], "Workflow");
         assert_eq!(wf["metadata"]["name"], "t1-wf");
@@ -377,7 +390,11 @@ mod tests {
         assert_eq!(wf["spec"]["podMetadata"]["labels"]["sluice.dev/task"], "t1");
         assert_eq!(wf["spec"]["templates"][0]["container"]["args"][1], "3");
         let unqueued = build_workflow(&template, "t1-wf", "t1", None, json!({}), &vars()).unwrap();
-        assert!(unqueued["spec"]["podMetadata"]["labels"].get("sluice.dev/queue").is_none());
+        assert!(
+            unqueued["spec"]["podMetadata"]["labels"]
+                .get("sluice.dev/queue")
+                .is_none()
+        );
     }
 
     #[test]
@@ -389,8 +406,12 @@ mod tests {
         };
         assert!(bad(json!("a string")).contains("must be an object"));
         assert!(bad(json!({"metadata": {}})).contains("spec is missing"));
-        assert!(bad(json!({"spec": {}, "status": {"phase": "Succeeded"}})).contains("template.status"));
-        assert!(bad(json!({"spec": {"podMetadata": []}})).contains("podMetadata must be an object"));
+        assert!(
+            bad(json!({"spec": {}, "status": {"phase": "Succeeded"}})).contains("template.status")
+        );
+        assert!(
+            bad(json!({"spec": {"podMetadata": []}})).contains("podMetadata must be an object")
+        );
         assert!(bad(json!({"spec": {"entrypoint": "${task.nope}"}})).contains("${task.nope}"));
         assert!(workflow_name(&"x".repeat(100)).len() <= 45);
     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::api::{Task, TaskStatus, TaskHandle, TaskPhase};
+use crate::api::{Task, TaskHandle, TaskPhase, TaskStatus};
 use crate::tasks::executors::Outcome;
 
 use super::RESYNC;

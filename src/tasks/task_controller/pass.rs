@@ -11,7 +11,9 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use super::decide::{Act, Step, failure, final_phase, now, parse_time, poll_interval, rfc3339};
-use super::status::{acted_status, finished_status, killing_status, running_status, staging_status};
+use super::status::{
+    acted_status, finished_status, killing_status, running_status, staging_status,
+};
 use super::{Context, TASK_FIELD_MANAGER, TaskError};
 use crate::api::{Task, TaskHandle, TaskObject, TaskPhase, TaskStatus};
 use crate::tasks::executors::{ExecContext, ExecError, Executor, Outcome, Plan, Progress};
@@ -148,7 +150,11 @@ impl Pass<'_> {
         }
     }
 
-    pub(super) async fn drive(&self, executor: &dyn Executor, step: Step) -> Result<Action, TaskError> {
+    pub(super) async fn drive(
+        &self,
+        executor: &dyn Executor,
+        step: Step,
+    ) -> Result<Action, TaskError> {
         let kind = executor.kind();
         match step {
             Step::KillBeforeStart(reason) => {
@@ -302,7 +308,14 @@ impl Pass<'_> {
             Ok(Progress::Done(outcome)) => self.finish(kind, final_phase(&outcome), outcome).await,
             // Deleted from outside: an external kill, not a failure of the work.
             Ok(Progress::Gone(message)) => {
-                publish(self.ctx, self.task, EventType::Normal, "Killing", message.clone()).await;
+                publish(
+                    self.ctx,
+                    self.task,
+                    EventType::Normal,
+                    "Killing",
+                    message.clone(),
+                )
+                .await;
                 self.finish(kind, TaskPhase::Killed, failure(message)).await
             }
             Err(e) if e.is_transient() => Err(self.exec_err(e)),

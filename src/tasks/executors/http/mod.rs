@@ -25,7 +25,6 @@ use crate::api::{HttpExecutor, HttpTls, KeyReference, TaskHandle};
 pub use client::{Limits, TlsMaterial, send};
 pub use request::{build_request, outcome};
 
-
 /// How long a request may take in all by default: connecting, sending, and reading the whole
 /// response. A Task's endpoint that hangs must not hold a controller task (and its connection)
 /// forever.
@@ -370,7 +369,9 @@ mod tests {
             total: std::time::Duration::from_millis(300),
             ..LIMITS
         };
-        let message = send(get(&url), None, limits).await.expect_err("must time out");
+        let message = send(get(&url), None, limits)
+            .await
+            .expect_err("must time out");
         assert!(
             message.contains("no complete response within 300ms"),
             "{message}"
@@ -389,7 +390,9 @@ mod tests {
             )
         })
         .await;
-        let message = send(get(&url), None, LIMITS).await.expect_err("must be cut");
+        let message = send(get(&url), None, LIMITS)
+            .await
+            .expect_err("must be cut");
         assert!(
             message.contains(&format!("larger than {MAX_RESPONSE_BYTES} bytes")),
             "{message}"
@@ -409,7 +412,9 @@ mod tests {
             )
         })
         .await;
-        let message = send(get(&url), None, LIMITS).await.expect_err("must be refused");
+        let message = send(get(&url), None, LIMITS)
+            .await
+            .expect_err("must be refused");
         assert!(
             message.contains(&format!("larger than {MAX_RESPONSE_BYTES} bytes")),
             "{message}"

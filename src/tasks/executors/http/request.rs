@@ -210,7 +210,11 @@ pub fn build_request(
             .iter()
             .map(|c| {
                 let field = format!("http.request.cookies.{}", c.name);
-                Ok(format!("{}={}", c.name, substitute(&c.value, vars, &field)?))
+                Ok(format!(
+                    "{}={}",
+                    c.name,
+                    substitute(&c.value, vars, &field)?
+                ))
             })
             .collect::<Result<Vec<_>, ExecError>>()?;
         headers.push(("Cookie".into(), cookies.join("; ")));
@@ -398,15 +402,30 @@ mod tests {
             }),
             ..Default::default()
         };
-        let r = build_request(&spec(form("application/x-www-form-urlencoded")), &vars(), "B")
-            .unwrap();
+        let r = build_request(
+            &spec(form("application/x-www-form-urlencoded")),
+            &vars(),
+            "B",
+        )
+        .unwrap();
         assert_eq!(r.body.as_deref(), Some(&b"a=a+b%26c&f=content"[..]));
         let r = build_request(&spec(form("multipart/form-data")), &vars(), "B").unwrap();
         let body = String::from_utf8(r.body.unwrap()).unwrap();
-        assert!(body.starts_with("--B\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\na b&c\r\n"), "{body}");
-        assert!(body.contains("name=\"f\"; filename=\"x.txt\"\r\nContent-Type: text/plain\r\n\r\ncontent\r\n"), "{body}");
+        assert!(
+            body.starts_with("--B\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\na b&c\r\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "name=\"f\"; filename=\"x.txt\"\r\nContent-Type: text/plain\r\n\r\ncontent\r\n"
+            ),
+            "{body}"
+        );
         assert!(body.ends_with("--B--\r\n"));
-        assert!(r.headers.contains(&("Content-Type".into(), "multipart/form-data; boundary=B".into())));
+        assert!(r.headers.contains(&(
+            "Content-Type".into(),
+            "multipart/form-data; boundary=B".into()
+        )));
         assert!(build_request(&spec(form("application/json")), &vars(), "B").is_err());
     }
 
@@ -455,7 +474,11 @@ mod tests {
         );
         let not_ok = outcome(&spec, 200, br#"{"result": {"jobs": 3}, "ok": false}"#);
         assert!(!not_ok.success);
-        assert!(not_ok.message.contains("successCondition does not hold"), "{}", not_ok.message);
+        assert!(
+            not_ok.message.contains("successCondition does not hold"),
+            "{}",
+            not_ok.message
+        );
         spec.success_condition = Some("self.ok == true".into());
         assert!(outcome(&spec, 200, br#"{"result": {"jobs": 3}, "ok": true}"#).success);
         let failed = outcome(&spec, 500, b"boom");
@@ -465,7 +488,11 @@ mod tests {
         spec.success_condition = None;
         let missing = outcome(&spec, 200, br#"{"other": 1}"#);
         assert!(!missing.success);
-        assert!(missing.message.contains("resultJsonPath"), "{}", missing.message);
+        assert!(
+            missing.message.contains("resultJsonPath"),
+            "{}",
+            missing.message
+        );
         spec.success_codes = vec![404];
         spec.result_json_path = None;
         assert!(outcome(&spec, 404, b"").success);
