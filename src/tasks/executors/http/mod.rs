@@ -95,7 +95,7 @@ fn boundary(ctx: &ExecContext<'_>) -> String {
 
 /// One key of a ConfigMap or a labelled Secret in the Task's namespace.
 async fn read_key(
-    ctx: &ExecContext<'_>,
+    ctx: &TlsSource,
     reference: &KeyReference,
     field: &str,
 ) -> Result<Vec<u8>, ExecError> {
@@ -124,7 +124,7 @@ async fn read_key(
 }
 
 async fn secret_key(
-    ctx: &ExecContext<'_>,
+    ctx: &TlsSource,
     name: &str,
     key: &str,
     field: &str,
@@ -146,7 +146,13 @@ async fn secret_key(
         .ok_or_else(|| ExecError::Invalid(format!("{field}: Secret {name} has no key {key:?}")))
 }
 
-async fn tls_material(ctx: &ExecContext<'_>, tls: &HttpTls) -> Result<TlsMaterial, ExecError> {
+/// Where a request's TLS material is read: the Task's namespace, with sluice's client.
+struct TlsSource {
+    client: kube::Client,
+    namespace: String,
+}
+
+async fn tls_material(ctx: &TlsSource, tls: &HttpTls) -> Result<TlsMaterial, ExecError> {
     let ca_pem = match &tls.ca_bundle {
         Some(r) => Some(read_key(ctx, r, "http.tls.caBundle").await?),
         None => None,
@@ -165,6 +171,20 @@ async fn tls_material(ctx: &ExecContext<'_>, tls: &HttpTls) -> Result<TlsMateria
         client_pem,
         server_name: tls.server_name.clone(),
     })
+}
+
+/// Reads the TLS material (for https) and sends the request; an error is the failure message.
+async fn exchange(
+    spec: &HttpExecutor,
+    source: &TlsSource,
+    request: request::Request,
+    limits: Limits,
+) -> Result<(u16, bytes::Bytes), String> {
+    let tls = match (&spec.tls, request.is_https()) {
+        (Some(tls), true) => Some(tls_material(source, tls).await.map_err(|e| e.to_string())?),
+        _ => None,
+    };
+    send(request, tls, limits).await
 }
 
 impl Executor for HttpExecutorImpl {
@@ -198,10 +218,6 @@ impl Executor for HttpExecutorImpl {
             let spec = spec(ctx)?;
             let request = build_request(&spec, ctx.vars, &boundary(ctx))?;
             let limits = limits(&spec)?;
-            let tls = match (&spec.tls, request.is_https()) {
-                (Some(tls), true) => Some(tls_material(ctx, tls).await?),
-                _ => None,
-            };
             let uid = ctx.task.uid().unwrap_or_default();
             let mut map = self.runtime.lock();
             if map.contains_key(&uid) {
@@ -209,8 +225,14 @@ impl Executor for HttpExecutorImpl {
             }
             let runtime = self.runtime.clone();
             let key = uid.clone();
+            let source = TlsSource {
+                client: ctx.client.clone(),
+                namespace: ctx.namespace.clone(),
+            };
+            // Everything that can fail from here on is the request's outcome: the Task was
+            // recorded as sent, so the controller only observes it now.
             let task = tokio::spawn(async move {
-                let result = match send(request, tls, limits).await {
+                let result = match exchange(&spec, &source, request, limits).await {
                     Ok((status, body)) => outcome(&spec, status, &body),
                     Err(message) => Outcome {
                         success: false,
