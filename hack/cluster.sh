@@ -20,10 +20,10 @@ export GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build GOPATH=$CACHE/go GOFLAGS
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 
 # Every component, in start order; `down` stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay spark-operator kueue sluice containerd kubelet)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kuberay spark-operator kueue argo sluice containerd kubelet)
 
 NODES=${SLUICE_NODES:-4} NODE_CPU=32 NODE_MEMORY=128Gi NODE_PODS=110
-WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false BUILD_SLUICE=true REAL_NODE=false
+WITH_SLUICE=false WITH_KUBERAY=false WITH_SPARK=false WITH_KUEUE=false WITH_ARGO=false BUILD_SLUICE=true REAL_NODE=false
 SLUICE_PROFILE=${SLUICE_PROFILE:-debug}  # cargo profile of the sluice run on the host: debug or release
 KWOK_PARALLELISM=""                       # --kwok-parallelism: kwok's workers (its defaults when empty)
 TIMEOUT=${SLUICE_CLUSTER_TIMEOUT:-120}   # seconds to wait for each component to become ready
@@ -83,6 +83,9 @@ Flags of 'up' (and 'build'):
   --with-kueue         Kueue $KUEUE_VERSION on the host, CRDs applied, its webhooks registered by URL
                        (frameworks: batch/job, pod, ray.io/rayjob, ray.io/raycluster,
                        sparkoperator.k8s.io/sparkapplication)
+  --with-argo          the Argo Workflows controller $ARGO_WORKFLOWS_VERSION on the host (namespace argo, its
+                       CRDs applied; metrics off). kwok runs no container, so a Workflow's pods run until
+                       ended by hand (annotation sluice.dev/kwok-phase) and no argoexec reports outputs.
   --real-node          one real node beside the kwok nodes (root only; hack/realnode.sh): a kubelet
                        $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
                        runc and the CNI plugins from Debian (apt-get install when missing), and images built
@@ -183,6 +186,9 @@ build_addons() {
     install_pyspark
   fi
   if $WITH_KUEUE; then build_go kueue "$KUEUE_VERSION" kueue sigs.k8s.io/kueue/cmd/kueue; fi
+  if $WITH_ARGO; then
+    build_go argo "$ARGO_WORKFLOWS_VERSION" argo github.com/argoproj/argo-workflows/v3/cmd/workflow-controller
+  fi
   if $REAL_NODE; then realnode_build; fi
   return 0
 }
@@ -551,6 +557,37 @@ start_kuberay() {
   wait_until "$TIMEOUT" "the KubeRay operator to be ready" kuberay curl -sf --max-time 2 "http://127.0.0.1:$KUBERAY_PROBE_PORT/readyz"
 }
 
+# The Argo Workflows controller on the host, cluster-wide, in the namespace argo (its ConfigMap and
+# lease namespace). Metrics and telemetry are off (their port, 9090, is fixed in the ConfigMap's
+# default); its health endpoint is fixed at :6060, so readiness is its log line instead.
+start_argo() {
+  # The CRD files only (the folder also holds a kustomization.yaml).
+  local crds=$STATE/argo-crds
+  mkdir -p "$crds"
+  cp "$(go_module_dir argo github.com/argoproj/argo-workflows/v3)"/manifests/base/crds/minimal/argoproj.io_*.yaml "$crds/"
+  chmod u+w "$crds"/*.yaml
+  apply_crds "Argo Workflows" "$crds"
+  KUBECTL create namespace argo >/dev/null 2>&1 || true
+  KUBECTL -n argo apply -f - >"$LOGS/argo-config.log" 2>&1 <<'YAML' || fail_with_log argo-config "the Argo ConfigMap was refused"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: workflow-controller-configmap}
+data:
+  metricsConfig: |
+    enabled: false
+  telemetryConfig: |
+    enabled: false
+YAML
+  alive argo && return 0
+  local from
+  from=$(($(stat -c %s "$LOGS/argo.log" 2>/dev/null || echo 0) + 1))
+  start argo env KUBECONFIG="$STATE/kubeconfig" LEADER_ELECTION_DISABLE=true \
+    "$BIN/argo-$ARGO_WORKFLOWS_VERSION" --namespace argo --configmap workflow-controller-configmap \
+    --executor-image "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_VERSION" --workflow-workers 4 --qps 100 --burst 200
+  wait_until "$TIMEOUT" "the Argo Workflows controller to start" argo \
+    bash -c "tail -c +$from '$LOGS/argo.log' | grep -q 'Starting Workflow Controller'"
+}
+
 start_spark_operator() {
   local dir sparkhome javahome
   dir=$(go_module_dir spark-operator github.com/kubeflow/spark-operator/v2)
@@ -731,8 +768,9 @@ parse_flags() { # command flags...
       --with-kuberay) WITH_KUBERAY=true; shift ;;
       --with-spark-operator) WITH_SPARK=true; shift ;;
       --with-kueue) WITH_KUEUE=true; shift ;;
+      --with-argo) WITH_ARGO=true; shift ;;
       --real-node) REAL_NODE=true; shift ;;
-      --all) [[ $cmd == build ]] || die "--all is a flag of build"; WITH_KUBERAY=true WITH_SPARK=true WITH_KUEUE=true; shift ;;
+      --all) [[ $cmd == build ]] || die "--all is a flag of build"; WITH_KUBERAY=true WITH_SPARK=true WITH_KUEUE=true WITH_ARGO=true; shift ;;
       -h | --help) usage; exit 0 ;;
       *) die "unknown flag '$1' for $cmd (see hack/cluster.sh help)" ;;
     esac
@@ -761,6 +799,7 @@ cmd_up() {
   if $WITH_KUBERAY; then start_kuberay; fi
   if $WITH_SPARK; then start_spark_operator; fi
   if $WITH_KUEUE; then start_kueue; fi
+  if $WITH_ARGO; then start_argo; fi
   if $WITH_SLUICE; then start_sluice; fi
   if $REAL_NODE; then realnode_up; fi
   log "cluster up in $((SECONDS - t0))s: eval \"\$(hack/cluster.sh env)\" (KUBECONFIG=$STATE/kubeconfig)"
@@ -794,12 +833,12 @@ cmd_status() {
     case $c in
       etcd) port=${ETCD_PORT:-} ;; kube-apiserver) port=${API_PORT:-} ;; kube-controller-manager) port=${KCM_PORT:-} ;;
       kube-scheduler) port=${SCHED_PORT:-} ;; kwok) port=${KWOK_PORT:-} ;; kuberay) port=${KUBERAY_PROBE_PORT:-} ;;
-      spark-operator) port=${SPARK_OPERATOR_PROBE_PORT:-} ;; kueue) port=${KUEUE_WEBHOOK_PORT:-} ;;
+      spark-operator) port=${SPARK_OPERATOR_PROBE_PORT:-} ;; kueue) port=${KUEUE_WEBHOOK_PORT:-} ;; argo) port=6060 ;;
       sluice) port=${SLUICE_PORT:-} ;; kubelet) port=${KUBELET_PORT:-} ;; containerd) port=.cluster/node/containerd.sock ;;
     esac
     pid=$(pid_of "$c" || true)
     if [[ -z $pid ]]; then
-      case $c in kuberay | spark-operator | kueue | sluice | containerd | kubelet) continue ;; esac  # add-on never started
+      case $c in kuberay | spark-operator | kueue | argo | sluice | containerd | kubelet) continue ;; esac  # add-on never started
       state=stopped
     elif alive "$c"; then state=running
     else state=dead; fi

@@ -21,7 +21,7 @@
 #
 # Environment:
 #   SLUICE_TEST_CLUSTER_FLAGS  flags for 'hack/cluster.sh up' (default: --with-sluice --with-kuberay
-#                              --with-spark-operator)
+#                              --with-spark-operator --with-argo)
 #   SLUICE_TEST_REAL_NODE      0: skip the real node's phase of a full run (default 1)
 #   SLUICE_TEST_FUZZ_SECONDS   seconds each fuzz target runs in a full run (default 20; 0 skips them)
 #   SLUICE_TEST_LINT           0: skip cargo fmt --check and cargo clippy in a full run (default 1)
@@ -38,7 +38,7 @@ if [[ ${1:-} == -h || ${1:-} == --help ]]; then
 fi
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH (install Rust with rustup: ~/.cargo/bin)" >&2; exit 1; }
-read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay --with-spark-operator}"
+read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay --with-spark-operator --with-argo}"
 
 cleanup() {
   local status=$?

@@ -15,6 +15,10 @@ PYSPARK_VERSION=4.0.4          # pyspark on PyPI: spark-submit for the Spark ope
 # (config/samples/*.yaml: rayproject/ray:2.52.0, rayVersion 2.52.0).
 RAY_VERSION=2.52.0
 KUEUE_VERSION=v0.19.2          # sigs.k8s.io/kueue (hack/tools/kueue/go.mod)
+# github.com/argoproj/argo-workflows/v3 (hack/tools/argo/go.mod): the workflow executor's controller.
+# The newest v3.7 the Go module proxy serves: v3.7.10, v3.7.19-21 and v3.8.0 answer 403 "not available",
+# its version list too; v4.0.5 is served but has security flaws reported, v4.0.6 is not served.
+ARGO_WORKFLOWS_VERSION=v3.7.18
 
 # The real node (hack/realnode.sh, `hack/cluster.sh up --real-node`): Debian 12 packages, installed with
 # apt-get at exactly these versions, and the pause image built from k8s.io/kubernetes' build/pause.

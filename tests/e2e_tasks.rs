@@ -35,10 +35,11 @@ async fn http_executor_extracts_the_result_and_fails_on_500() {
             "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
             "metadata": {"name": "fetch"},
             "spec": {"executor": {"http": {
-                "method": "POST",
-                "url": format!("{base}/ok/${{task.namespace}}/${{task.name}}"),
-                "headers": {"Content-Type": "application/json"},
-                "body": "{\"from\": \"${task.name}\"}",
+                "request": {
+                    "method": "POST",
+                    "url": format!("{base}/ok/${{task.namespace}}/${{task.name}}"),
+                    "postData": {"mimeType": "application/json", "text": "{\"from\": \"${task.name}\"}"},
+                },
                 "resultJsonPath": "$.result.jobs",
             }}},
         }),
@@ -60,7 +61,7 @@ async fn http_executor_extracts_the_result_and_fails_on_500() {
         json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
             "metadata": {"name": "broken"},
-            "spec": {"executor": {"http": {"url": format!("{base}/boom")}}},
+            "spec": {"executor": {"http": {"request": {"url": format!("{base}/boom")}}}},
         }),
     )
     .await;
@@ -75,13 +76,14 @@ async fn http_executor_extracts_the_result_and_fails_on_500() {
         json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
             "metadata": {"name": "typo"},
-            "spec": {"executor": {"http": {"url": format!("{base}/ok/${{task.nmae}}")}}},
+            "spec": {"executor": {"http": {"request": {"url": format!("{base}/ok/${{task.nmae}}")}}}},
         }),
     )
     .await;
     let failed = wait_phase(&env, "typo", TaskPhase::Failed, T).await;
     let message = failed.status.expect("status").message;
     assert!(message.contains("${task.nmae}"), "{message}");
+    assert!(message.contains("http.request.url"), "{message}");
     assert_eq!(server.hits("/ok/${"), 0);
     env.cleanup().await;
 }

@@ -144,7 +144,7 @@ async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
         json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
             "metadata": {"name": "inflight"},
-            "spec": {"executor": {"http": {"url": format!("http://{}/slow/inflight", server.addr)}}},
+            "spec": {"executor": {"http": {"request": {"url": format!("http://{}/slow/inflight", server.addr)}}}},
         }),
     )
     .await;

@@ -23,8 +23,9 @@ pub use scavenger_job::{
     ScavengerResources,
 };
 pub use task::{
-    ContainerExecutor, HttpExecutor, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle,
-    TaskPhase, TaskSpec, TaskStatus,
+    ContainerExecutor, HarNameValue, HarParam, HarPostData, HarRequest, HttpExecutor, HttpTls,
+    KeyReference, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle, TaskPhase,
+    TaskSpec, TaskStatus, WorkflowExecutor,
 };
 pub use task_cluster::{TaskCluster, TaskClusterSpec, TaskClusterStatus};
 pub use task_object::{TaskObject, TaskObjectSpec};

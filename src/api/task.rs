@@ -18,6 +18,21 @@ pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
+/// The API server's check of a duration field (a Task's `timeout`): exactly what
+/// [`crate::duration::parse_duration`] accepts (a number and an optional unit ms, s, m, h or d; a bare
+/// number is seconds), up to its bound of 3650 days, so a typo is refused at submit instead of
+/// meaning "no timeout". `tests` below hold the two to the same samples.
+pub const DURATION_RULE: &str = "self.matches('^[0-9]{1,15}(ms|s|m|h|d)?$') && (\
+self.endsWith('ms') ? int(self.substring(0, self.size() - 2)) <= 315360000000 : \
+self.endsWith('d') ? int(self.substring(0, self.size() - 1)) <= 3650 : \
+self.endsWith('h') ? int(self.substring(0, self.size() - 1)) <= 87600 : \
+self.endsWith('m') ? int(self.substring(0, self.size() - 1)) <= 5256000 : \
+self.endsWith('s') ? int(self.substring(0, self.size() - 1)) <= 315360000 : \
+int(self) <= 315360000)";
+
+/// What the API server says when [`DURATION_RULE`] refuses a value.
+pub const DURATION_RULE_MESSAGE: &str = "must be a duration: a whole number and a unit, ms, s, m, h or d (500ms, 30s, 5m, 1h, 2d; a bare number is seconds), at most 3650d";
+
 /// A small unit of work, run by one executor. It may read a TaskObject as its input and create
 /// downstream Tasks.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -32,7 +47,7 @@ pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
     status = "TaskStatus",
     derive = "PartialEq",
     derive = "Default",
-    doc = "A Task is a small unit of work run by one executor (an ephemeral container in a TaskCluster worker, its own pod, an HTTP request, any object with a success condition).",
+    doc = "A Task is a small unit of work run by one executor (an ephemeral container in a TaskCluster worker, its own pod, an HTTP request, any object with a success condition, an Argo Workflow).",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Executor", type_ = "string", json_path = ".status.executor"),
     printcolumn(
@@ -64,8 +79,11 @@ pub struct TaskSpec {
     /// The Task that created this one; `${parent.result...}` reads its result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// Longest time the Task may run (500ms, 30s, 5m, 1h); then it is killed.
+    /// Longest time the Task may run (500ms, 30s, 5m, 1h, 2d; at most 3650d); then it is killed.
+    /// One that does not parse is refused when the Task is submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 24))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_RULE_MESSAGE))]
     pub timeout: Option<String>,
     /// Set (RFC 3339 time) to kill the Task: it goes Killing, then Killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,7 +93,7 @@ pub struct TaskSpec {
 /// Exactly one of the fields is set.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("[has(self.container), has(self.pod), has(self.http), has(self.resource)].filter(x, x).size() == 1").message("exactly one executor (container, pod, http or resource) must be set"))]
+#[x_kube(validation = Rule::new("[has(self.container), has(self.pod), has(self.http), has(self.resource), has(self.workflow)].filter(x, x).size() == 1").message("exactly one executor (container, pod, http, resource or workflow) must be set"))]
 pub struct TaskExecutor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerExecutor>,
@@ -85,6 +103,8 @@ pub struct TaskExecutor {
     pub http: Option<HttpExecutor>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceExecutor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowExecutor>,
 }
 
 /// The Task runs as an ephemeral container in a worker pod of a TaskCluster.
@@ -118,26 +138,160 @@ pub struct PodExecutor {
     pub template: serde_json::Value,
 }
 
-/// The controller makes an HTTP request.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// The controller makes an HTTP request, written as a HAR 1.2 request (the HTTP Archive format
+/// browsers export), over http or https.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpExecutor {
-    /// GET (default), POST, PUT, PATCH, DELETE...
+    /// The request (`${...}` substituted in the url, header and query values, postData).
+    pub request: HarRequest,
+    /// For https: the CA bundle that signs the server's certificate, and a client certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
-    /// An http:// URL.
-    pub url: String,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
+    pub tls: Option<HttpTls>,
+    /// The longest the request may take in all: connecting, sending, reading the response
+    /// (default 60s). Past it the Task fails; the Task's own `timeout` kills it instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
+    #[schemars(length(max = 24))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_RULE_MESSAGE))]
+    pub timeout: Option<String>,
     /// Status codes that mean success; default: any 2xx.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub success_codes: Vec<u16>,
-    /// A JSONPath (e.g. `$.result.jobs`) picking the result out of a JSON response; default: the
-    /// whole response (JSON when it is JSON, else text).
+    /// Also needed for success: this holds on the body (parsed as JSON). A JSONPath alone (holds
+    /// when it selects a value that is not false, null or empty) or compared with a literal:
+    /// `$.status == "done"`; or CEL with the body as `self`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_condition: Option<String>,
+    /// A JSONPath (e.g. `$.result.jobs`) picking the result out of a JSON body; default: the
+    /// whole body (JSON when it is JSON, else text), cut at 64 KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_json_path: Option<String>,
+}
+
+/// A HAR 1.2 request (<http://www.softwareishard.com/blog/har-12-spec/#request>). `cookies`,
+/// `headersSize` and `bodySize` are HAR's too: cookies become a Cookie header, sizes are ignored.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HarRequest {
+    /// GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS.
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// An absolute http:// or https:// URL; `queryString` is appended to its query.
+    pub url: String,
+    /// `HTTP/1.1` (default), `HTTP/1.0` or `HTTP/2` (over https: negotiated with ALPN; over http:
+    /// prior knowledge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HarNameValue>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_string: Vec<HarNameValue>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cookies: Vec<HarNameValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_data: Option<HarPostData>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+/// A header, query parameter or cookie.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HarNameValue {
+    pub name: String,
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// The request body: `text`, or `params` (a form: `application/x-www-form-urlencoded`, or
+/// `multipart/form-data` where a param with `fileName` is a file whose content is `value`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.text) && has(self.params) && size(self.params) > 0)").message("postData has text or params, not both"))]
+pub struct HarPostData {
+    /// The body's media type (the Content-Type header unless one is given).
+    pub mime_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<HarParam>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// A posted form parameter.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HarParam {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+/// TLS of an https request. Without `caBundle` the server must be trusted by the system's roots.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpTls {
+    /// PEM certificates the server's chain must lead to (instead of the system's roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<KeyReference>,
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) presented as the client certificate.
+    /// The Secret must be labelled `sluice.dev/task-tls: "true"`: sluice reads it with its own
+    /// rights, and only Secrets meant for Tasks may lend a Task their key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_secret: Option<String>,
+    /// The name checked against the server's certificate; default: the URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+}
+
+/// A key of a ConfigMap or of a Secret in the Task's namespace (exactly one of the two).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.configMap) != has(self.secret)").message("exactly one of configMap and secret must be set"))]
+pub struct KeyReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
+    /// A Secret labelled `sluice.dev/task-tls: "true"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Default `ca.crt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// The Task runs as an Argo Workflow (Argo Workflows must be installed), owned by the Task; its
+/// pods are governed by the sluice gate like any other pod.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowExecutor {
+    /// The CapacityQueue the Workflow's pods are admitted against (label `sluice.dev/queue` on each
+    /// pod). Without it and without `cluster`, the pods are not governed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// A TaskCluster (same namespace) whose queue (its `sluice.dev/queue` label) the pods are
+    /// admitted against, when `queue` is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The Workflow: `metadata` (labels, annotations) and `spec` (entrypoint, templates...);
+    /// `${...}` substituted. Its name is `<task>-wf`.
+    #[schemars(schema_with = "any_object")]
+    pub template: serde_json::Value,
 }
 
 /// The controller creates any object from a manifest and watches it until a condition holds.
@@ -257,4 +411,32 @@ pub struct TaskStatus {
     /// `Finished` (True once the Task ended; the reason is its phase).
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    /// Durations the API server's rule ([`super::DURATION_RULE`]) must accept and refuse; the e2e
+    /// test `a_timeout_that_does_not_parse_is_refused_at_submit` submits the same ones.
+    pub const VALID: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
+    pub const INVALID: &[&str] = &[
+        "5 m",
+        "5min",
+        "1.5h",
+        "3651d",
+        "",
+        "-1s",
+        "1h30m",
+        "s",
+        "315360001s",
+    ];
+
+    #[test]
+    fn the_duration_rule_and_the_parser_agree_on_samples() {
+        for ok in VALID {
+            assert!(crate::duration::parse_duration(ok).is_ok(), "{ok}");
+        }
+        for bad in INVALID {
+            assert!(crate::duration::parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

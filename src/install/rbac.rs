@@ -252,8 +252,18 @@ pub fn tasks_role() -> ClusterRole {
             rule("", &["pods"], &["create", "delete"]),
             // A Task's ephemeral container (a patch of the subresource).
             rule("", &["pods/ephemeralcontainers"], &["patch"]),
-            // The resource executor's objects (add the kinds your Tasks create).
+            // The resource executor's objects (add the kinds your Tasks create); the http
+            // executor's CA bundles.
             rule("", &["configmaps"], &["get", "create", "delete"]),
+            // The http executor's CA bundles and client certificates: only Secrets labelled
+            // sluice.dev/task-tls=true are used (the executor checks the label).
+            rule("", &["secrets"], &["get"]),
+            // The workflow executor's Argo Workflows (stopped with a patch, then deleted).
+            rule(
+                "argoproj.io",
+                &["workflows"],
+                &["get", "create", "patch", "delete"],
+            ),
             // What sluice creates is owned by its Task or TaskCluster with blockOwnerDeletion:
             // clusters running the OwnerReferencesPermissionEnforcement admission plugin ask for this.
             rule(

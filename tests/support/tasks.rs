@@ -51,6 +51,27 @@ pub async fn wait_phase(env: &TestEnv, name: &str, want: TaskPhase, timeout: Dur
 pub struct TestServer {
     pub addr: SocketAddr,
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// Paths of `/slow` requests whose connection the client dropped before the answer.
+    pub cancelled: Arc<Mutex<Vec<String>>>,
+}
+
+/// Records the path in `cancelled` when dropped before `answered` (hyper drops the handler's
+/// future when the client closes the connection).
+struct CancelGuard {
+    path: String,
+    answered: bool,
+    cancelled: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.cancelled
+                .lock()
+                .expect("cancelled")
+                .push(self.path.clone());
+        }
+    }
 }
 
 impl TestServer {
@@ -70,9 +91,12 @@ pub async fn test_server(slow: Duration) -> TestServer {
     use axum::extract::Request;
     use axum::http::StatusCode;
     let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+    let cancelled: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = requests.clone();
+    let dropped = cancelled.clone();
     let app = axum::Router::new().fallback(move |req: Request| {
         let seen = seen.clone();
+        let dropped = dropped.clone();
         async move {
             let path = req.uri().path().to_string();
             seen.lock().expect("requests").push(path.clone());
@@ -80,7 +104,13 @@ pub async fn test_server(slow: Duration) -> TestServer {
                 return (StatusCode::INTERNAL_SERVER_ERROR, "boom".to_string());
             }
             if path.starts_with("/slow") {
+                let mut guard = CancelGuard {
+                    path: path.clone(),
+                    answered: false,
+                    cancelled: dropped,
+                };
                 tokio::time::sleep(slow).await;
+                guard.answered = true;
             }
             let body = serde_json::json!({"result": {"jobs": 3}, "path": path});
             (StatusCode::OK, body.to_string())
@@ -93,7 +123,11 @@ pub async fn test_server(slow: Duration) -> TestServer {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    TestServer { addr, requests }
+    TestServer {
+        addr,
+        requests,
+        cancelled,
+    }
 }
 
 /// Labels as a map, for pod templates.

@@ -5,7 +5,7 @@
 //!
 //! An ephemeral container can be neither removed nor stopped: a kill deletes the worker pod (the
 //! TaskCluster controller replaces it). With `slotsPerWorker` above 1 that ends the worker's other
-//! Tasks too (they fail with "worker deleted").
+//! Tasks too (they end Killed: "worker ... was deleted").
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -280,11 +280,10 @@ impl Executor for ContainerExecutorImpl {
                 Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
                     container_progress(&pod, &container)
                 }
-                _ => Progress::Done(Outcome {
-                    success: false,
-                    result: None,
-                    message: format!("worker {} was deleted before the Task ended", handle.name),
-                }),
+                _ => Progress::Gone(format!(
+                    "worker {} was deleted before the Task ended",
+                    handle.name
+                )),
             })
         }
         .boxed()

@@ -17,11 +17,13 @@ mod http;
 pub mod owned;
 mod pod;
 mod resource;
+mod workflow;
 
 pub use container::{ContainerExecutorImpl, ephemeral_container_name};
 pub use http::{HttpExecutorImpl, HttpRuntime};
 pub use pod::{PodExecutorImpl, pod_name};
 pub use resource::ResourceExecutorImpl;
+pub use workflow::{ARGO_WORKFLOW_LABEL, WorkflowExecutorImpl, workflow_name};
 
 use std::sync::Arc;
 
@@ -129,10 +131,13 @@ pub enum Progress {
     /// Still running; the message says how far it is.
     Running(String),
     Done(Outcome),
+    /// What the Task ran as was deleted from outside before it ended: an external kill, so the
+    /// Task ends Killed (not Failed); the message says what went.
+    Gone(String),
 }
 
 pub trait Executor: Send + Sync {
-    /// `container`, `pod`, `http` or `resource`.
+    /// `container`, `pod`, `http`, `resource` or `workflow`.
     fn kind(&self) -> &'static str;
     fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>>;
     /// Returns an id of what it started (the object's uid), recorded as the handle's `uid`.
@@ -161,6 +166,7 @@ pub struct Executors {
     pub pod: Arc<PodExecutorImpl>,
     pub http: Arc<HttpExecutorImpl>,
     pub resource: Arc<ResourceExecutorImpl>,
+    pub workflow: Arc<WorkflowExecutorImpl>,
 }
 
 impl Executors {
@@ -170,6 +176,7 @@ impl Executors {
             pod: Arc::new(PodExecutorImpl),
             http: Arc::new(HttpExecutorImpl::new(http)),
             resource: Arc::new(ResourceExecutorImpl),
+            workflow: Arc::new(WorkflowExecutorImpl),
         }
     }
 
@@ -181,10 +188,12 @@ impl Executors {
             e.pod.is_some(),
             e.http.is_some(),
             e.resource.is_some(),
+            e.workflow.is_some(),
         ];
         if set.iter().filter(|s| **s).count() != 1 {
             return Err(ExecError::Invalid(
-                "exactly one executor (container, pod, http or resource) must be set".into(),
+                "exactly one executor (container, pod, http, resource or workflow) must be set"
+                    .into(),
             ));
         }
         Ok(if e.container.is_some() {
@@ -193,8 +202,10 @@ impl Executors {
             self.pod.as_ref()
         } else if e.http.is_some() {
             self.http.as_ref()
-        } else {
+        } else if e.resource.is_some() {
             self.resource.as_ref()
+        } else {
+            self.workflow.as_ref()
         })
     }
 }

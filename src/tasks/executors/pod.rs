@@ -214,13 +214,14 @@ impl Executor for PodExecutorImpl {
     ) -> BoxFuture<'a, Result<Progress, ExecError>> {
         async move {
             let pod = get_owned(&ctx.pods(), target(handle), ctx.task).await?;
+            let deleted =
+                || Progress::Gone(format!("pod {} was deleted before it ended", handle.name));
             Ok(match pod {
-                Some(pod) => pod_progress(&pod),
-                None => Progress::Done(Outcome {
-                    success: false,
-                    result: None,
-                    message: format!("pod {} was deleted before it ended", handle.name),
-                }),
+                Some(pod) => match pod_progress(&pod) {
+                    Progress::Running(_) if pod.metadata.deletion_timestamp.is_some() => deleted(),
+                    progress => progress,
+                },
+                None => deleted(),
             })
         }
         .boxed()

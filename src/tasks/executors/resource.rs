@@ -217,14 +217,10 @@ impl Executor for ResourceExecutorImpl {
                     })?;
                     resource_progress(&spec(ctx)?, &value)
                 }
-                None => Ok(Progress::Done(Outcome {
-                    success: false,
-                    result: None,
-                    message: format!(
-                        "{} {} was deleted before the Task ended",
-                        handle.kind, handle.name
-                    ),
-                })),
+                None => Ok(Progress::Gone(format!(
+                    "{} {} was deleted before the Task ended",
+                    handle.kind, handle.name
+                ))),
             }
         }
         .boxed()

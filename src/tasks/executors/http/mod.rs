@@ -1,190 +1,52 @@
-//! `http`: the controller makes the request (method, URL, headers, body; `${...}` substituted).
-//! Success on the status codes given (default any 2xx); `resultJsonPath` picks the result out of a
-//! JSON response. The request runs in the background, so a kill can abort it.
+//! `http`: the controller makes a request written in HAR 1.2 request form (method, url,
+//! httpVersion, headers, queryString, cookies, postData; `${...}` substituted: [`request`]) over
+//! http or https (a CA bundle from a ConfigMap or Secret, an optional client certificate from a
+//! Secret: [`client`]). Success: the status codes given (default any 2xx) and `successCondition`
+//! over the body; the result: `resultJsonPath` of the body, or the body (capped). The request runs
+//! in the background, so a kill aborts it (the connection is closed) and the Task ends Killed.
 //!
 //! At most once: a request is never repeated. If the controller restarts while a request is in
 //! flight, the Task fails with a message saying so (its effect is unknown).
 
+pub mod client;
+pub mod request;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
-use serde_json::Value;
+use kube::api::Api;
 
-use super::{ExecContext, ExecError, Executor, Outcome, Plan, Progress, parse_result};
-use crate::api::{HttpExecutor, TaskHandle};
-use crate::tasks::jsonpath;
-use crate::tasks::substitute::substitute;
+use super::{ExecContext, ExecError, Executor, Outcome, Plan, Progress};
+use crate::api::{HttpExecutor, HttpTls, KeyReference, TaskHandle};
+pub use client::{Limits, TlsMaterial, send};
+pub use request::{build_request, outcome};
 
-/// The request after substitution.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<String>,
-}
-
-pub fn build_request(
-    spec: &HttpExecutor,
-    vars: &crate::tasks::substitute::Variables,
-) -> Result<Request, ExecError> {
-    let method = spec
-        .method
-        .as_deref()
-        .unwrap_or("GET")
-        .trim()
-        .to_ascii_uppercase();
-    let url = substitute(&spec.url, vars, "http.url")?;
-    if !url.starts_with("http://") {
-        return Err(ExecError::Invalid(format!(
-            "http.url {url:?}: only http:// URLs are supported (https is not yet)"
-        )));
-    }
-    let headers = spec
-        .headers
-        .iter()
-        .map(|(k, v)| {
-            Ok((
-                k.clone(),
-                substitute(v, vars, &format!("http.headers.{k}"))?,
-            ))
-        })
-        .collect::<Result<Vec<_>, ExecError>>()?;
-    let body = spec
-        .body
-        .as_deref()
-        .map(|b| substitute(b, vars, "http.body"))
-        .transpose()?;
-    Ok(Request {
-        method,
-        url,
-        headers,
-        body,
-    })
-}
-
-/// The Task's outcome from the response. Pure.
-pub fn outcome(spec: &HttpExecutor, status: u16, body: &[u8]) -> Outcome {
-    let ok = if spec.success_codes.is_empty() {
-        (200..300).contains(&status)
-    } else {
-        spec.success_codes.contains(&status)
-    };
-    let text = String::from_utf8_lossy(body);
-    let parsed = parse_result(&text);
-    let mut message = format!("HTTP {status}");
-    let result = match (&spec.result_json_path, ok) {
-        (Some(path), true) => {
-            let document = parsed.clone().unwrap_or(Value::Null);
-            match jsonpath::pick(&document, path) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    return Outcome {
-                        success: false,
-                        result: parsed,
-                        message: format!("HTTP {status}, but resultJsonPath failed: {e}"),
-                    };
-                }
-            }
-        }
-        _ => parsed,
-    };
-    if !ok {
-        message = if spec.success_codes.is_empty() {
-            format!("HTTP {status}: not a 2xx status")
-        } else {
-            format!("HTTP {status}: not one of {:?}", spec.success_codes)
-        };
-    }
-    Outcome {
-        success: ok,
-        result,
-        message,
-    }
-}
-
-/// How long a request may take in all: connecting, sending, and reading the whole response. A
-/// Task's endpoint that hangs must not hold a controller task (and its connection) forever.
+/// How long a request may take in all by default: connecting, sending, and reading the whole
+/// response. A Task's endpoint that hangs must not hold a controller task (and its connection)
+/// forever.
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-/// The most of a response body read: the result lands in the Task's status (an etcd object), and
-/// the controller must never buffer an unbounded body.
+/// The most of a response body read: the controller must never buffer an unbounded body.
 pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
-
-/// The bounds of one request.
-#[derive(Clone, Copy, Debug)]
-struct Limits {
-    total: std::time::Duration,
-    max_body_bytes: usize,
-}
+/// The label a Secret needs before a Task may use it for TLS.
+pub const TASK_TLS_LABEL: &str = "sluice.dev/task-tls";
 
 const LIMITS: Limits = Limits {
     total: REQUEST_TIMEOUT,
     max_body_bytes: MAX_RESPONSE_BYTES,
 };
 
-/// Sends `request` within `limits`; an error is the Task's failure message.
-async fn send(request: Request, limits: Limits) -> Result<(u16, Bytes), String> {
-    let what = format!("{} {}", request.method, request.url);
-    tokio::time::timeout(limits.total, exchange(request, limits.max_body_bytes))
-        .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "{what}: no complete response within {:?} (the limit for connecting, sending and reading)",
-                limits.total
-            ))
-        })
-}
-
-async fn exchange(request: Request, max_body_bytes: usize) -> Result<(u16, Bytes), String> {
-    let what = format!("{} {}", request.method, request.url);
-    let client: HyperClient<_, Full<Bytes>> =
-        HyperClient::builder(TokioExecutor::new()).build_http();
-    let mut builder = hyper::Request::builder()
-        .method(request.method.as_str())
-        .uri(request.url.as_str());
-    for (k, v) in &request.headers {
-        builder = builder.header(k.as_str(), v.as_str());
-    }
-    let req = builder
-        .body(Full::new(Bytes::from(request.body.unwrap_or_default())))
-        .map_err(|e| format!("invalid request: {e}"))?;
-    let response = client
-        .request(req)
-        .await
-        .map_err(|e| format!("{what}: {e}"))?;
-    let status = response.status().as_u16();
-    let too_big = || {
-        format!("{what}: the response is larger than {max_body_bytes} bytes, the most sluice reads")
+/// The limits of this Task's request (its `timeout`, else the default).
+fn limits(spec: &HttpExecutor) -> Result<Limits, ExecError> {
+    let total = match spec.timeout.as_deref() {
+        Some(t) => crate::duration::parse_duration(t)
+            .map_err(|e| ExecError::Invalid(format!("http.timeout {e}")))?,
+        None => REQUEST_TIMEOUT,
     };
-    // A declared length over the cap fails before reading anything.
-    let declared = response
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max_body_bytes as u64) {
-        return Err(too_big());
-    }
-    // Limited stops reading at the cap, whatever the length says (chunked bodies have none).
-    let body = http_body_util::Limited::new(response.into_body(), max_body_bytes)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                too_big()
-            } else {
-                format!("{what}: reading the response: {e}")
-            }
-        })?
-        .to_bytes();
-    Ok((status, body))
+    Ok(Limits { total, ..LIMITS })
 }
 
 struct InFlight {
@@ -226,6 +88,105 @@ fn spec(ctx: &ExecContext<'_>) -> Result<HttpExecutor, ExecError> {
         .ok_or_else(|| ExecError::Invalid("not an http Task".into()))
 }
 
+/// The multipart boundary: fixed per Task, so the same Task builds the same request.
+fn boundary(ctx: &ExecContext<'_>) -> String {
+    format!("sluice-{}", ctx.task.uid().unwrap_or_default())
+}
+
+/// One key of a ConfigMap or a labelled Secret in the Task's namespace.
+async fn read_key(
+    ctx: &TlsSource,
+    reference: &KeyReference,
+    field: &str,
+) -> Result<Vec<u8>, ExecError> {
+    let key = reference.key.as_deref().unwrap_or("ca.crt");
+    match (&reference.config_map, &reference.secret) {
+        (Some(name), None) => {
+            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+            let cm = api
+                .get_opt(name)
+                .await
+                .map_err(ExecError::api(format!("reading ConfigMap {name}")))?
+                .ok_or_else(|| {
+                    ExecError::Invalid(format!("{field}: ConfigMap {name} does not exist"))
+                })?;
+            cm.data
+                .and_then(|d| d.get(key).map(|v| v.clone().into_bytes()))
+                .ok_or_else(|| {
+                    ExecError::Invalid(format!("{field}: ConfigMap {name} has no key {key:?}"))
+                })
+        }
+        (None, Some(name)) => secret_key(ctx, name, key, field).await,
+        _ => Err(ExecError::Invalid(format!(
+            "{field}: set exactly one of configMap and secret"
+        ))),
+    }
+}
+
+async fn secret_key(
+    ctx: &TlsSource,
+    name: &str,
+    key: &str,
+    field: &str,
+) -> Result<Vec<u8>, ExecError> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let secret = api
+        .get_opt(name)
+        .await
+        .map_err(ExecError::api(format!("reading Secret {name}")))?
+        .ok_or_else(|| ExecError::Invalid(format!("{field}: Secret {name} does not exist")))?;
+    if secret.labels().get(TASK_TLS_LABEL).map(String::as_str) != Some("true") {
+        return Err(ExecError::Invalid(format!(
+            "{field}: Secret {name} is not labelled {TASK_TLS_LABEL}=true (sluice lends a Task only Secrets meant for Tasks): kubectl label secret {name} {TASK_TLS_LABEL}=true"
+        )));
+    }
+    secret
+        .data
+        .and_then(|d| d.get(key).map(|v| v.0.clone()))
+        .ok_or_else(|| ExecError::Invalid(format!("{field}: Secret {name} has no key {key:?}")))
+}
+
+/// Where a request's TLS material is read: the Task's namespace, with sluice's client.
+struct TlsSource {
+    client: kube::Client,
+    namespace: String,
+}
+
+async fn tls_material(ctx: &TlsSource, tls: &HttpTls) -> Result<TlsMaterial, ExecError> {
+    let ca_pem = match &tls.ca_bundle {
+        Some(r) => Some(read_key(ctx, r, "http.tls.caBundle").await?),
+        None => None,
+    };
+    let client_pem = match &tls.client_certificate_secret {
+        Some(name) => {
+            let field = "http.tls.clientCertificateSecret";
+            let cert = secret_key(ctx, name, "tls.crt", field).await?;
+            let key = secret_key(ctx, name, "tls.key", field).await?;
+            Some((cert, key))
+        }
+        None => None,
+    };
+    Ok(TlsMaterial {
+        ca_pem,
+        client_pem,
+        server_name: tls.server_name.clone(),
+    })
+}
+
+/// Reads the TLS material (for https) and sends the request; an error is the failure message.
+async fn exchange(
+    spec: &HttpExecutor,
+    source: &TlsSource,
+    request: request::Request,
+    limits: Limits,
+) -> Result<(u16, bytes::Bytes), String> {
+    let tls = match (&spec.tls, request.is_https()) {
+        (Some(tls), true) => Some(tls_material(source, tls).await.map_err(|e| e.to_string())?),
+        _ => None,
+    };
+    send(request, tls, limits).await
+}
+
 impl Executor for HttpExecutorImpl {
     fn kind(&self) -> &'static str {
         "http"
@@ -233,7 +194,9 @@ impl Executor for HttpExecutorImpl {
 
     fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
         async move {
-            let request = build_request(&spec(ctx)?, ctx.vars)?;
+            let spec = spec(ctx)?;
+            let request = build_request(&spec, ctx.vars, &boundary(ctx))?;
+            limits(&spec)?;
             Ok(Plan::Start {
                 handle: TaskHandle {
                     kind: "HTTPRequest".into(),
@@ -253,7 +216,8 @@ impl Executor for HttpExecutorImpl {
     ) -> BoxFuture<'a, Result<String, ExecError>> {
         async move {
             let spec = spec(ctx)?;
-            let request = build_request(&spec, ctx.vars)?;
+            let request = build_request(&spec, ctx.vars, &boundary(ctx))?;
+            let limits = limits(&spec)?;
             let uid = ctx.task.uid().unwrap_or_default();
             let mut map = self.runtime.lock();
             if map.contains_key(&uid) {
@@ -261,8 +225,14 @@ impl Executor for HttpExecutorImpl {
             }
             let runtime = self.runtime.clone();
             let key = uid.clone();
+            let source = TlsSource {
+                client: ctx.client.clone(),
+                namespace: ctx.namespace.clone(),
+            };
+            // Everything that can fail from here on is the request's outcome: the Task was
+            // recorded as sent, so the controller only observes it now.
             let task = tokio::spawn(async move {
-                let result = match send(request, LIMITS).await {
+                let result = match exchange(&spec, &source, request, limits).await {
                     Ok((status, body)) => outcome(&spec, status, &body),
                     Err(message) => Outcome {
                         success: false,
@@ -335,68 +305,7 @@ impl Executor for HttpExecutorImpl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::substitute::Variables;
-    use serde_json::json;
-
-    #[test]
-    fn success_codes_and_results() {
-        let mut spec = HttpExecutor {
-            url: "http://x".into(),
-            ..Default::default()
-        };
-        let o = outcome(&spec, 200, br#"{"result": {"jobs": 3}}"#);
-        assert!(o.success);
-        assert_eq!(o.result, Some(json!({"result": {"jobs": 3}})));
-        spec.result_json_path = Some("$.result.jobs".into());
-        assert_eq!(
-            outcome(&spec, 201, br#"{"result": {"jobs": 3}}"#).result,
-            Some(json!(3))
-        );
-        let failed = outcome(&spec, 500, b"boom");
-        assert!(!failed.success);
-        assert_eq!(failed.message, "HTTP 500: not a 2xx status");
-        assert_eq!(failed.result, Some(json!("boom")));
-        let missing = outcome(&spec, 200, br#"{"other": 1}"#);
-        assert!(!missing.success);
-        assert!(
-            missing.message.contains("resultJsonPath"),
-            "{}",
-            missing.message
-        );
-        spec.success_codes = vec![404];
-        spec.result_json_path = None;
-        assert!(outcome(&spec, 404, b"").success);
-        assert!(!outcome(&spec, 200, b"").success);
-    }
-
-    #[test]
-    fn requests_are_substituted() {
-        let vars = Variables::new()
-            .with("task", json!({"name": "t1", "namespace": "ns"}))
-            .with("input", json!({"n": 2}));
-        let spec = HttpExecutor {
-            method: Some("post".into()),
-            url: "http://svc/${task.namespace}/${task.name}".into(),
-            headers: [("X-N".to_string(), "${input.n}".to_string())].into(),
-            body: Some(r#"{"n": ${input.n}}"#.into()),
-            ..Default::default()
-        };
-        let r = build_request(&spec, &vars).unwrap();
-        assert_eq!(r.method, "POST");
-        assert_eq!(r.url, "http://svc/ns/t1");
-        assert_eq!(r.headers, vec![("X-N".into(), "2".into())]);
-        assert_eq!(r.body.as_deref(), Some(r#"{"n": 2}"#));
-        let bad = HttpExecutor {
-            url: "http://svc/${task.nope}".into(),
-            ..Default::default()
-        };
-        assert!(build_request(&bad, &vars).is_err());
-        let tls = HttpExecutor {
-            url: "https://svc/".into(),
-            ..Default::default()
-        };
-        assert!(build_request(&tls, &vars).is_err());
-    }
+    use request::Request;
 
     /// A loopback HTTP server answering one connection with `respond`, which gets the socket after
     /// the request head was read.
@@ -429,6 +338,7 @@ mod tests {
         Request {
             method: "GET".into(),
             url: url.into(),
+            version: request::Version::Http11,
             headers: vec![],
             body: None,
         }
@@ -464,7 +374,7 @@ mod tests {
             )
         })
         .await;
-        let (status, body) = send(get(&url), LIMITS).await.expect("response");
+        let (status, body) = send(get(&url), None, LIMITS).await.expect("response");
         assert_eq!(status, 200);
         assert_eq!(body.len(), 64 * 1024);
     }
@@ -481,7 +391,9 @@ mod tests {
             total: std::time::Duration::from_millis(300),
             ..LIMITS
         };
-        let message = send(get(&url), limits).await.expect_err("must time out");
+        let message = send(get(&url), None, limits)
+            .await
+            .expect_err("must time out");
         assert!(
             message.contains("no complete response within 300ms"),
             "{message}"
@@ -500,7 +412,9 @@ mod tests {
             )
         })
         .await;
-        let message = send(get(&url), LIMITS).await.expect_err("must be cut");
+        let message = send(get(&url), None, LIMITS)
+            .await
+            .expect_err("must be cut");
         assert!(
             message.contains(&format!("larger than {MAX_RESPONSE_BYTES} bytes")),
             "{message}"
@@ -520,7 +434,9 @@ mod tests {
             )
         })
         .await;
-        let message = send(get(&url), LIMITS).await.expect_err("must be refused");
+        let message = send(get(&url), None, LIMITS)
+            .await
+            .expect_err("must be refused");
         assert!(
             message.contains(&format!("larger than {MAX_RESPONSE_BYTES} bytes")),
             "{message}"
