@@ -10,8 +10,6 @@
 //! The API server drops warnings over 256 characters and kubectl prints each on a line: each
 //! warning is one short sentence, at most [`WARNING_CHARS`] characters.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionResponse;
@@ -19,7 +17,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::CapacityQueue;
 use crate::integrations::{ApplicationIntegration, PodIdentity};
-use crate::queue::snapshot::selector_matches;
 use crate::resources::{ResourceList, describe_quantity, pod_requests};
 
 /// The warnings for `app`, created into `queue_name`, from the webhook's cache of queues. An
@@ -52,24 +49,23 @@ pub fn for_application(
 }
 
 /// The warnings for a governed pod created behind the gate into the queue its `identity` names:
-/// the queue unknown, not admitting `namespace` (whose labels are `namespace_labels`, None when
-/// not seen yet), or too full for the pod's gang (its minimum count times its requests).
+/// that queue as the webhook's cache holds it (None: not there), whether it admits `namespace`
+/// (its namespaceSelector, judged by the caller), or too full for the pod's gang (its minimum
+/// count times its requests).
 pub fn for_pod(
     namespace: &str,
     pod: &Pod,
     identity: &PodIdentity,
-    queues: &Store<CapacityQueue>,
-    namespace_labels: &Option<BTreeMap<String, String>>,
+    queue: Option<&CapacityQueue>,
+    admits_namespace: bool,
 ) -> Vec<String> {
     let queue_name = identity.queue.as_str();
-    let Some(queue) = queues.get(&ObjectRef::new(queue_name)) else {
+    let Some(queue) = queue else {
         return vec![cut(&format!(
             "sluice: CapacityQueue {queue_name} does not exist: this pod waits behind its gate until it does (kubectl get capacityqueues lists those there are)"
         ))];
     };
-    if let (Some(selector), Some(labels)) = (&queue.spec.namespace_selector, namespace_labels)
-        && !selector_matches(selector, labels)
-    {
+    if !admits_namespace {
         return vec![cut(&format!(
             "sluice: CapacityQueue {queue_name} does not admit namespace {namespace} (its namespaceSelector): this pod waits until it does; use a queue that admits {namespace}"
         ))];
@@ -82,7 +78,7 @@ pub fn for_pod(
     if gang.try_add_scaled(&per_pod, count).is_err() {
         return Vec::new();
     }
-    warnings(queue_name, &queue, &gang)
+    warnings(queue_name, queue, &gang)
 }
 
 /// `response` with `warnings` (none: as it was).
@@ -246,14 +242,6 @@ mod tests {
         }
     }
 
-    fn store(queues: Vec<CapacityQueue>) -> Store<CapacityQueue> {
-        let (store, mut writer) = kube::runtime::reflector::store();
-        for q in queues {
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
-        }
-        store
-    }
-
     fn identity(queue: &str, min_count: Option<u32>) -> PodIdentity {
         PodIdentity {
             queue: queue.into(),
@@ -274,39 +262,28 @@ mod tests {
 
     #[test]
     fn a_gated_pod_is_told_its_queue_is_unknown_or_does_not_admit_its_namespace() {
-        let queues = store(vec![queue(
-            json!({"quota": {"cpu": "4"}, "namespaceSelector": {"matchLabels": {"team": "a"}}}),
-            json!({}),
-        )]);
-        let w = for_pod(
-            "ns",
-            &one_cpu_pod(),
-            &identity("nope", None),
-            &queues,
-            &None,
-        );
+        let q = queue(json!({"quota": {"cpu": "4"}}), json!({}));
+        let w = for_pod("ns", &one_cpu_pod(), &identity("nope", None), None, true);
         assert!(w[0].contains("CapacityQueue nope does not exist"), "{w:?}");
-        let theirs = Some(BTreeMap::from([("team".to_string(), "b".to_string())]));
-        let w = for_pod("ns", &one_cpu_pod(), &identity("q", None), &queues, &theirs);
+        let w = for_pod("ns", &one_cpu_pod(), &identity("q", None), Some(&q), false);
         assert!(w[0].contains("does not admit namespace ns"), "{w:?}");
-        let ours = Some(BTreeMap::from([("team".to_string(), "a".to_string())]));
-        assert!(for_pod("ns", &one_cpu_pod(), &identity("q", None), &queues, &ours).is_empty());
+        assert!(for_pod("ns", &one_cpu_pod(), &identity("q", None), Some(&q), true).is_empty());
     }
 
     #[test]
     fn a_gated_pod_is_judged_by_its_whole_gang() {
-        let queues = store(vec![queue(
+        let q = queue(
             json!({"quota": {"cpu": "4"}}),
             json!({"usage": {"cpu": "2"}}),
-        )]);
-        let alone = for_pod("ns", &one_cpu_pod(), &identity("q", None), &queues, &None);
+        );
+        let alone = for_pod("ns", &one_cpu_pod(), &identity("q", None), Some(&q), true);
         assert!(alone.is_empty(), "{alone:?}");
         let gang = for_pod(
             "ns",
             &one_cpu_pod(),
             &identity("q", Some(3)),
-            &queues,
-            &None,
+            Some(&q),
+            true,
         );
         assert!(gang[0].contains("needs 3 cpu, 2 of 4 free"), "{gang:?}");
     }

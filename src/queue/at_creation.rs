@@ -817,12 +817,25 @@ impl sluice_webhooks::PodClassifier for Classifier {
         let (Some(queues), Some(identity)) = (&self.queues, self.identity_with(pod, labels)) else {
             return Vec::new();
         };
+        let queue = queues.get(&ObjectRef::new(&identity.queue));
+        // A namespace not seen yet is given the benefit of the doubt: no warning.
+        let admits_namespace = match (
+            queue
+                .as_ref()
+                .and_then(|q| q.spec.namespace_selector.as_ref()),
+            self.adapters.namespace_labels(namespace),
+        ) {
+            (Some(selector), Some(labels)) => {
+                crate::queue::snapshot::selector_matches(selector, &labels)
+            }
+            _ => true,
+        };
         crate::submit_warnings::for_pod(
             namespace,
             pod,
             &identity,
-            queues,
-            &self.adapters.namespace_labels(namespace),
+            queue.as_deref(),
+            admits_namespace,
         )
     }
 
