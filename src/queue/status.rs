@@ -201,7 +201,8 @@ fn message_of(
             }
         }
         (Some(_), _) if view.held.is_some() => view.held.unwrap_or_default().to_string(),
-        (Some(reason), _) => reason.to_string(),
+        // Never the name of another namespace's workload: its users may read this status.
+        (Some(reason), _) => crate::queue::notices::describe(reason, &view.workload.key),
         (None, WorkloadPhase::Finished) => format!("all {finished} pod(s) ended"),
         (None, WorkloadPhase::Failed) => format!("all {finished} pod(s) ended, {failed} failed"),
         (None, WorkloadPhase::Pending) => "no pods yet".to_string(),
