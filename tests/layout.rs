@@ -598,7 +598,7 @@ fn markdown_blocks(text: &str) -> Vec<(usize, String)> {
     blocks
 }
 
-/// What a page names in backticks: paths of the repository (`src/serve.rs`, `src/queue/`) and
+/// What a page names in backticks: paths of the repository (`src/serve/mod.rs`, `src/queue/`) and
 /// functions (`serve()`, `Controller::pass()`).
 fn backticked(block: &str) -> (Vec<String>, Vec<String>) {
     let (mut paths, mut functions) = (Vec::new(), Vec::new());
