@@ -59,8 +59,8 @@ async fn query(addr: &str, promql: &str) -> Vec<Value> {
 /// seconds instead of minutes, no `for`.
 fn rules_with_a_quick_copy() -> String {
     let path = repo_root().join("manifests/monitoring/sluice-alerts.rules.yaml");
-    let mut rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).expect("rules")).expect("rules YAML");
+    let mut rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(path).expect("rules")).expect("rules YAML");
     let groups = rules["groups"].as_sequence_mut().expect("groups");
     let original = groups
         .iter()
@@ -72,7 +72,7 @@ fn rules_with_a_quick_copy() -> String {
         .expect("expr")
         .replace("> 600", "> 2");
     assert!(expr.contains("> 2"), "the rule's threshold changed: {expr}");
-    let quick: serde_yaml::Value = serde_yaml::from_str(
+    let quick: serde_norway::Value = serde_norway::from_str(
         &serde_json::to_string(&json!({
             "name": "quick",
             "rules": [{"alert": "SluiceGatedWithRoomNow", "expr": expr, "labels": {"severity": "test"}}],
@@ -81,7 +81,7 @@ fn rules_with_a_quick_copy() -> String {
     )
     .expect("yaml");
     groups.push(quick);
-    serde_yaml::to_string(&rules).expect("rules YAML")
+    serde_norway::to_string(&rules).expect("rules YAML")
 }
 
 #[tokio::test]

@@ -20,17 +20,17 @@ use crate::api::FIELD_MANAGER;
 use crate::webhook_config::{self, Endpoint};
 
 /// The in-cluster webhook configurations as YAML (for `sluice manifests webhooks`).
-pub fn in_cluster_webhook_manifests() -> Result<String, serde_yaml::Error> {
+pub fn in_cluster_webhook_manifests() -> Result<String, serde_norway::Error> {
     let endpoint = Endpoint::Service {
         namespace: "sluice-system".into(),
         name: "sluice-webhook".into(),
         port: 443,
     };
-    let mutating = serde_yaml::to_string(&with_kind(
+    let mutating = serde_norway::to_string(&with_kind(
         &webhook_config::mutating(&endpoint, "sluice-system", None),
         "MutatingWebhookConfiguration",
     ))?;
-    let validating = serde_yaml::to_string(&with_kind(
+    let validating = serde_norway::to_string(&with_kind(
         &webhook_config::validating(
             &endpoint,
             "sluice-system",
