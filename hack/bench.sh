@@ -188,26 +188,12 @@ if want e2e; then
   hack/cluster.sh up --nodes "$e2e_nodes" --with-sluice $sluice_build >&2
   eval "$(hack/cluster.sh env)"
   cat "$root/.cluster/sluice.profile" > "$out/e2e-sluice-build"
-  pki="$root/.cluster/pki"
-  server="$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')"
   # shellcheck disable=SC1091  # hack/versions.sh: pinned versions (variables only)
   (source hack/versions.sh && echo "Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, Kueue $KUEUE_VERSION") > "$out/e2e-versions"
   echo "$e2e_nodes" > "$out/e2e-nodes"
-  api_metrics() { # file: apiserver_request_total, read with the admin client certificate
-    curl -sf --max-time 20 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
-      "$server/metrics" | grep '^apiserver_request_total' > "$1"
-  }
-  scope_kueue_webhooks() {
-    # Kueue's pod webhooks have no object selector: left as installed, the API server would call them
-    # for every pod of every run. Scope them to the namespaces labelled for the Kueue run, so that the
-    # no-gate and sluice runs pay for no Kueue call (and Kueue's run for no sluice call: sluice's
-    # webhooks select pods by its queue label).
-    for kind in mutatingwebhookconfigurations validatingwebhookconfigurations; do
-      for cfg in $(kubectl get "$kind" -o name | grep -i kueue); do
-        kubectl get "$cfg" -o json | python3 "$bench_py/scope_kueue_webhooks.py" | kubectl replace -f - >&2
-      done
-    done
-  }
+  # shellcheck source=hack/bench/lib.sh
+  source "$root/hack/bench/lib.sh"   # api_metrics, cpu_seconds, scope_kueue_webhooks, bench_queue
+
   # The floor of any webhook-based gate: a do-nothing mutating webhook (webhook_load --floor: sluice's
   # TLS/HTTP server stack answering every review with the request's uid and one fixed label patch,
   # never decoding the pod) called on every pod create of the run (a'), scoped to its namespace.
@@ -235,15 +221,7 @@ webhooks:
   failurePolicy: Fail
   timeoutSeconds: 10
 YAML
-  cpu_seconds() { # "<component> <user+system seconds>" for every process hack/cluster.sh started
-    local tick; tick=$(getconf CLK_TCK)
-    for f in "$root"/.cluster/pids/*.pid; do
-      local pid; pid=$(cat "$f" 2>/dev/null) || continue
-      [[ -r /proc/$pid/stat ]] || continue
-      # Fields 14 and 15 of /proc/<pid>/stat (after the command in parentheses): utime, stime.
-      awk -v n="$(basename "$f" .pid)" -v t="$tick" '{sub(/^.*\) /, ""); print n, ($12 + $13) / t}' "/proc/$pid/stat"
-    done
-  }
+
   sluice_metrics() { # sluice's own figures after a run (its /metrics on the host)
     # shellcheck disable=SC1091  # written by hack/cluster.sh: SLUICE_METRICS_ADDR
     (source "$root/.cluster/sluice.env" && curl -sf --max-time 10 "http://$SLUICE_METRICS_ADDR/metrics") |
@@ -258,46 +236,7 @@ YAML
     [[ $mode == floor ]] && { kubectl label namespace "$ns" bench.sluice.dev/floor=on >&2; mode=nogate; }
     for _ in $(seq 100); do kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.2; done
     [[ $mode == sluice-inpass ]] && { mode=sluice; admission=InPass; }
-    case $mode in
-      sluice) kubectl apply -f - >&2 <<YAML
-apiVersion: sluice.dev/v1alpha1
-kind: CapacityQueue
-metadata: {name: $ns}
-spec: {quota: {cpu: "$quota"}, admission: $admission}
-YAML
-        for _ in $(seq 100); do
-          [[ "$(kubectl get capacityqueue "$ns" -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' 2>/dev/null)" == True ]] && break
-          sleep 0.2
-        done
-        ;;
-      kueue) kubectl apply -f - >&2 <<YAML
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: $ns}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: $ns}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: $ns
-      resources:
-      - {name: cpu, nominalQuota: "$quota"}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: $ns, namespace: $ns}
-spec: {clusterQueue: $ns}
-YAML
-        for _ in $(seq 100); do
-          [[ "$(kubectl -n "$ns" get localqueue "$ns" -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' 2>/dev/null)" == True ]] && break
-          sleep 0.2
-        done
-        ;;
-    esac
+    [[ $mode == nogate ]] || bench_queue "$mode" "$ns" "$quota" "$admission"
     sleep 2
     api_metrics "$out/e2e-$name.metrics-before"
     cpu_seconds > "$out/e2e-$name.cpu-before"

@@ -20,8 +20,8 @@ if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   exit 0
 fi
 MDBOOK_VERSION=0.5.4
-CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
-export PATH=$CACHE/cargo-tools/bin:$HOME/.cargo/bin:$PATH
+# shellcheck source=hack/lib/cargo-tools.sh
+source "$ROOT/hack/lib/cargo-tools.sh"
 die() { echo "docs.sh: $*" >&2; exit 1; }
 
 OUT=$ROOT/docs/book ALLOW_MISSING=false
@@ -33,11 +33,8 @@ while (($#)); do
   esac
 done
 
-if [[ $(mdbook --version 2>/dev/null) != "mdbook v$MDBOOK_VERSION" ]]; then
-  echo "docs.sh: installing mdbook $MDBOOK_VERSION into $CACHE/cargo-tools" >&2
-  CARGO_TARGET_DIR=$CACHE/cargo-tools-build cargo install --locked --quiet mdbook \
-    --version "$MDBOOK_VERSION" --no-default-features --features search --root "$CACHE/cargo-tools"
-fi
+ensure_cargo_tool docs.sh mdbook "mdbook v$MDBOOK_VERSION" mdbook "$MDBOOK_VERSION" \
+  --no-default-features --features search
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

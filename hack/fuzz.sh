@@ -27,8 +27,8 @@ if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   exit 0
 fi
 CARGO_FUZZ_VERSION=0.13.2
-CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
-export PATH=$CACHE/cargo-tools/bin:$HOME/.cargo/bin:$PATH
+# shellcheck source=hack/lib/cargo-tools.sh
+source "$ROOT/hack/lib/cargo-tools.sh"
 export CARGO_TARGET_DIR=$CACHE/fuzz-target
 die() { echo "fuzz.sh: $*" >&2; exit 1; }
 
@@ -49,11 +49,7 @@ for t in "${TARGETS[@]}"; do [[ -f fuzz/fuzz_targets/$t.rs ]] || die "no target 
 
 rustup toolchain list 2>/dev/null | grep -q '^nightly' \
   || die "the nightly Rust toolchain is needed (libFuzzer's instrumentation): rustup toolchain install nightly --profile minimal"
-if [[ $(cargo-fuzz --version 2>/dev/null) != "cargo-fuzz $CARGO_FUZZ_VERSION" ]]; then
-  echo "fuzz.sh: installing cargo-fuzz $CARGO_FUZZ_VERSION into $CACHE/cargo-tools" >&2
-  CARGO_TARGET_DIR=$CACHE/cargo-tools-build cargo install --locked --quiet cargo-fuzz \
-    --version "$CARGO_FUZZ_VERSION" --root "$CACHE/cargo-tools"
-fi
+ensure_cargo_tool fuzz.sh cargo-fuzz "cargo-fuzz $CARGO_FUZZ_VERSION" cargo-fuzz "$CARGO_FUZZ_VERSION"
 python3 fuzz/seeds/make_seeds.py fuzz/corpus
 build_log=$CACHE/fuzz-build.log
 for t in "${TARGETS[@]}"; do

@@ -9,8 +9,8 @@
 #
 # usage: hack/test.sh [cargo test arguments...]     e.g. hack/test.sh --test cluster_smoke
 #
-# With no arguments, `cargo fmt --check` and `cargo clippy --all-targets -- -D warnings` run first
-# (SLUICE_TEST_LINT=0 skips them), then the fuzz targets (hack/fuzz.sh, 20 s each), then the book is built
+# With no arguments, `cargo fmt --check`, `cargo clippy --all-targets -- -D warnings` and
+# `hack/deny.sh` (cargo deny: licences, bans, sources) run first (SLUICE_TEST_LINT=0 skips them), then the fuzz targets (hack/fuzz.sh, 20 s each), then the book is built
 # (hack/docs.sh: mdbook, offline; its links, commands and generated reference are tests/docs.rs, run
 # with the others; its blocks marked `run` are tests/e2e_docs.rs), and a second phase follows
 # on a cluster of its own: the real node's tests
@@ -24,7 +24,7 @@
 #                              --with-spark-operator --with-argo)
 #   SLUICE_TEST_REAL_NODE      0: skip the real node's phase of a full run (default 1)
 #   SLUICE_TEST_FUZZ_SECONDS   seconds each fuzz target runs in a full run (default 20; 0 skips them)
-#   SLUICE_TEST_LINT           0: skip cargo fmt --check and cargo clippy in a full run (default 1)
+#   SLUICE_TEST_LINT           0: skip cargo fmt --check, cargo clippy and hack/deny.sh in a full run (default 1)
 #   SLUICE_TEST_DOCS           0: do not build the book in a full run (default 1)
 #   SLUICE_CACHE               where the cluster's binaries are built (default ~/.cache/sluice)
 #   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
@@ -120,6 +120,8 @@ ensure_chromium
 if (($# == 0)) && [[ ${SLUICE_TEST_LINT:-1} != 0 ]]; then
   cargo fmt --all -- --check || { echo "test.sh: run 'cargo fmt --all'" >&2; exit 1; }
   cargo clippy --workspace --all-targets -- -D warnings
+  # The dependency tree against deny.toml: licences, bans, sources (advisories: hack/deny.sh --help).
+  hack/deny.sh
 fi
 # Compile everything before the cluster is up, so the cluster runs no longer than the tests need.
 cargo test --workspace --no-run

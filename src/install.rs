@@ -20,7 +20,7 @@ const PRIORITY_CLASSES_YAML: &str = include_str!("../manifests/install/00-priori
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
     #[error("manifest is not valid YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] serde_norway::Error),
     #[error("manifest document has no apiVersion/kind/name")]
     Incomplete,
     #[error("kind {0} is not one sluice installs")]
@@ -47,12 +47,12 @@ pub fn manifests() -> Result<Vec<DynamicObject>, InstallError> {
         rbac.as_str(),
         rbac_tasks.as_str(),
     ]) {
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_yaml::Value::deserialize(doc)?;
+        for doc in serde_norway::Deserializer::from_str(text) {
+            let value = serde_norway::Value::deserialize(doc)?;
             if value.is_null() {
                 continue;
             }
-            docs.push(serde_yaml::from_value(value)?);
+            docs.push(serde_norway::from_value(value)?);
         }
     }
     Ok(docs)

@@ -91,7 +91,7 @@ enum ManifestKind {
 }
 
 /// Prints a generated manifest, or the error naming `what`.
-fn print_manifest(what: &str, rendered: Result<String, serde_yaml::Error>) -> ExitCode {
+fn print_manifest(what: &str, rendered: Result<String, serde_norway::Error>) -> ExitCode {
     match rendered {
         Ok(yaml) => {
             print!("{yaml}");

@@ -60,8 +60,8 @@ async fn query(addr: &str, promql: &str) -> Vec<Value> {
 /// `...Now`: waits of seconds instead of minutes, no `for`.
 fn rules_with_quick_copies() -> String {
     let path = repo_root().join("manifests/monitoring/sluice-alerts.rules.yaml");
-    let mut rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(path).expect("rules")).expect("rules YAML");
+    let mut rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(path).expect("rules")).expect("rules YAML");
     let groups = rules["groups"].as_sequence_mut().expect("groups");
     let expr_of = |name: &str| -> String {
         groups
@@ -81,7 +81,7 @@ fn rules_with_quick_copies() -> String {
         ungate.contains("[30s]"),
         "the rule's window changed: {ungate}"
     );
-    let quick: serde_yaml::Value = serde_yaml::from_str(
+    let quick: serde_norway::Value = serde_norway::from_str(
         &serde_json::to_string(&json!({
             "name": "quick",
             "rules": [
@@ -93,7 +93,7 @@ fn rules_with_quick_copies() -> String {
     )
     .expect("yaml");
     groups.push(quick);
-    serde_yaml::to_string(&rules).expect("rules YAML")
+    serde_norway::to_string(&rules).expect("rules YAML")
 }
 
 /// The annotation whose addition the breaking policy also refuses: a dry run adding it tells when

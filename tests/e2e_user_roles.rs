@@ -63,12 +63,12 @@ async fn apply_user_roles(client: &Client) {
     );
     use serde::Deserialize;
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value = serde_yaml::Value::deserialize(doc).expect("yaml");
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = serde_norway::Value::deserialize(doc).expect("yaml");
         if value.is_null() {
             continue;
         }
-        let object: kube::api::DynamicObject = serde_yaml::from_value(value).expect("object");
+        let object: kube::api::DynamicObject = serde_norway::from_value(value).expect("object");
         let types = object.types.clone().expect("types");
         let plural = match types.kind.as_str() {
             "ClusterRole" => "clusterroles",

@@ -78,10 +78,10 @@ fn cargo_version() -> &'static str {
 }
 
 /// The documents of a multi-document YAML stream, parsed.
-fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
+fn documents(yaml: &str) -> Vec<serde_norway::Value> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(yaml)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML"))
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|d| serde_norway::Value::deserialize(d).expect("valid YAML"))
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -187,7 +187,7 @@ fn helm_lint_passes_strict() {
 #[test]
 fn the_chart_version_is_cargos() {
     let chart = std::fs::read_to_string(root().join("charts/sluice/Chart.yaml")).expect("Chart");
-    let chart: serde_yaml::Value = serde_yaml::from_str(&chart).expect("Chart.yaml");
+    let chart: serde_norway::Value = serde_norway::from_str(&chart).expect("Chart.yaml");
     assert_eq!(chart["version"].as_str(), Some(cargo_version()));
     assert_eq!(chart["appVersion"].as_str(), Some(cargo_version()));
     let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).expect("CHANGELOG.md");
@@ -224,7 +224,7 @@ fn priority_classes_are_off_by_default_and_on_when_asked() {
     let by_default = kinds(&template(&helm, &[]));
     assert!(!by_default.iter().any(|(k, _)| k == "PriorityClass"));
     let on = template(&helm, &["priorityClasses.enabled=true"]);
-    let classes: Vec<serde_yaml::Value> = documents(&on)
+    let classes: Vec<serde_norway::Value> = documents(&on)
         .into_iter()
         .filter(|d| d["kind"] == "PriorityClass")
         .collect();

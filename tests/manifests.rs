@@ -59,7 +59,7 @@ fn the_books_table_of_integrations_is_the_registrys() {
 fn documents(path: &str) -> Vec<serde_json::Value> {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|doc| serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{path}: {e}")))
         .filter(|v: &serde_json::Value| !v.is_null())
         .collect()

@@ -200,8 +200,8 @@ fn parse(expr: &str) -> (Vec<Use>, Vec<String>) {
 }
 
 fn rules_exprs() -> Vec<(String, String)> {
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml"))
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml"))
             .expect("rules YAML");
     let mut out = Vec::new();
     for group in rules["groups"].as_sequence().expect("groups") {
@@ -325,11 +325,11 @@ fn the_check_catches_a_wrong_name_a_wrong_suffix_and_a_wrong_label() {
 
 #[test]
 fn the_prometheus_rule_carries_the_rules_file_groups() {
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml"))
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&read("manifests/monitoring/sluice-alerts.rules.yaml"))
             .expect("rules");
-    let cr: serde_yaml::Value =
-        serde_yaml::from_str(&read("manifests/monitoring/prometheusrule.yaml"))
+    let cr: serde_norway::Value =
+        serde_norway::from_str(&read("manifests/monitoring/prometheusrule.yaml"))
             .expect("PrometheusRule");
     assert_eq!(cr["kind"].as_str(), Some("PrometheusRule"));
     assert_eq!(cr["spec"]["groups"], rules["groups"]);

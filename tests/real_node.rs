@@ -399,7 +399,7 @@ fn counter_sample(namespace: &str, queue: &str) -> Vec<serde_json::Value> {
     let path = repo_root().join("manifests/samples/task-counter.yaml");
     let text = std::fs::read_to_string(&path).expect("read manifests/samples/task-counter.yaml");
     let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(&text) {
         let mut v: serde_json::Value =
             serde::Deserialize::deserialize(doc).expect("a YAML document of the sample");
         if v.is_null() {

@@ -40,40 +40,8 @@ large_run() { # mode
   echo "-- large: $mode, $pods pods on $nodes nodes" >&2
   kubectl create namespace "$ns" >&2
   kubectl label namespace "$ns" bench.sluice.dev/large=on >&2
-  case $mode in
-    sluice) kubectl apply -f - >&2 <<YAML
-apiVersion: sluice.dev/v1alpha1
-kind: CapacityQueue
-metadata: {name: $ns}
-spec: {quota: {cpu: "$quota"}}
-YAML
-      kubectl wait --for=condition=Active --timeout=120s "capacityqueue/$ns" >&2 ;;
-    kueue) kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
-      kubectl apply -f - >&2 <<YAML
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: $ns}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: $ns}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: $ns
-      resources:
-      - {name: cpu, nominalQuota: "$quota"}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: $ns, namespace: $ns}
-spec: {clusterQueue: $ns}
-YAML
-      kubectl wait --for=condition=Active --timeout=120s "clusterqueue/$ns" >&2
-      kubectl -n "$ns" wait --for=condition=Active --timeout=120s "localqueue/$ns" >&2 ;;
-  esac
+  [[ $mode == kueue ]] && kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
+  bench_queue "$mode" "$ns" "$quota"
   kubectl -n "$ns" wait --for=jsonpath='{.metadata.name}'=default --timeout=60s serviceaccount/default >&2
   measure_begin "$name"
   "$bin" --mode "$mode" --namespace "$ns" --queue "$ns" --pods "$pods" --timeout 1800 > "$out/$name.json"

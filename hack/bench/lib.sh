@@ -75,3 +75,40 @@ delete_namespaces() { # selector: delete the namespaces and wait until they are 
   echo "bench: namespaces $sel still there after 900 s" >&2
   return 1
 }
+
+bench_queue() { # mode namespace quota-cpu [admission]: the run's queue, sluice's or Kueue's, active
+  local mode=$1 ns=$2 quota=$3 admission=${4:-}
+  case $mode in
+    sluice) kubectl apply -f - >&2 <<YAML
+apiVersion: sluice.dev/v1alpha1
+kind: CapacityQueue
+metadata: {name: $ns}
+spec: {quota: {cpu: "$quota"}${admission:+, admission: $admission}}
+YAML
+      kubectl wait --for=condition=Active --timeout=120s "capacityqueue/$ns" >&2 ;;
+    kueue) kubectl apply -f - >&2 <<YAML
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: $ns}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: $ns}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: $ns
+      resources:
+      - {name: cpu, nominalQuota: "$quota"}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: $ns, namespace: $ns}
+spec: {clusterQueue: $ns}
+YAML
+      kubectl wait --for=condition=Active --timeout=120s "clusterqueue/$ns" >&2
+      kubectl -n "$ns" wait --for=condition=Active --timeout=120s "localqueue/$ns" >&2 ;;
+  esac
+}

@@ -6,6 +6,7 @@ own keys of bench/results.json (read-modify-write right before writing; the othe
 usage: peers_report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import glob, json, os, re, statistics, sys
+from runs import api_requests
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 
 def load(name):
@@ -20,20 +21,7 @@ def text(name, default="?"):
     return open(p).read().strip() if os.path.exists(p) else default
 
 def requests(name):
-    """apiserver_request_total deltas of a run: {(verb, resource): count}."""
-    tot = {}
-    for when, sign in (("before", -1), ("after", 1)):
-        p = os.path.join(out, f"{name}.metrics-{when}")
-        if not os.path.exists(p):
-            return None
-        for line in open(p):
-            m = re.match(r'apiserver_request_total\{(.*)\} (\S+)', line)
-            if not m:
-                continue
-            lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            key = (lab.get("verb", ""), lab.get("resource", "") + ("/" + lab["subresource"] if lab.get("subresource") else ""))
-            tot[key] = tot.get(key, 0) + sign * float(m.group(2))
-    return tot
+    return api_requests(out, name)
 
 def cpu(name):
     """CPU seconds each component used during a run."""

@@ -7,6 +7,7 @@ parts' sections and keys stay as they are. Prints the sections it writes.
 usage: report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import json, os, re, sys
+from runs import api_requests
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 def load(name, lines=False):
     p = os.path.join(out, name)
@@ -198,19 +199,7 @@ def e2e_part():
         return None
     import shutil
     def metrics(name):
-        tot = {}
-        for when, sign in (("before", -1), ("after", 1)):
-            p = os.path.join(out, f"e2e-{name}.metrics-{when}")
-            if not os.path.exists(p):
-                return None
-            for line in open(p):
-                m = re.match(r'apiserver_request_total\{(.*)\} (\S+)', line)
-                if not m:
-                    continue
-                lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-                key = (lab.get("verb", ""), lab.get("resource", "") + ("/" + lab["subresource"] if lab.get("subresource") else ""))
-                tot[key] = tot.get(key, 0) + sign * float(m.group(2))
-        return tot
+        return api_requests(out, f"e2e-{name}")
     def rate(r):
         return r["pods"] / r["all_running_s"] if r and r.get("complete") and r.get("all_running_s") else None
     def steady(r):

@@ -36,39 +36,7 @@ shapes_run() { # mode shape rep
   kubectl create namespace "$ns" >&2
   kubectl label namespace "$ns" bench.sluice.dev/shapes=on >&2
   [[ $mode == kueue ]] && kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
-  case $mode in
-    sluice) kubectl apply -f - >&2 <<YAML
-apiVersion: sluice.dev/v1alpha1
-kind: CapacityQueue
-metadata: {name: $ns}
-spec: {quota: {cpu: "1000"}}
-YAML
-      kubectl wait --for=condition=Active --timeout=120s "capacityqueue/$ns" >&2 ;;
-    kueue) kubectl apply -f - >&2 <<YAML
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: $ns}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: $ns}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: $ns
-      resources:
-      - {name: cpu, nominalQuota: "1000"}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: $ns, namespace: $ns}
-spec: {clusterQueue: $ns}
-YAML
-      kubectl wait --for=condition=Active --timeout=120s "clusterqueue/$ns" >&2
-      kubectl -n "$ns" wait --for=condition=Active --timeout=120s "localqueue/$ns" >&2 ;;
-  esac
+  bench_queue "$mode" "$ns" 1000
   kubectl -n "$ns" wait --for=jsonpath='{.metadata.name}'=default --timeout=60s serviceaccount/default >&2
   measure_begin "$name"
   "$bin" --mode "$mode" --shape "$shape" --namespace "$ns" --queue "$ns" --apps "$apps" > "$out/$name.json"

@@ -95,12 +95,12 @@ pub fn crds()
 }
 
 /// The CRDs as one multi-document YAML stream, as checked in under `manifests/crds/`.
-pub fn crds_yaml() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<Vec<(String, String)>, serde_norway::Error> {
     crds()
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
-            serde_yaml::to_string(&crd).map(|yaml| (name, yaml))
+            serde_norway::to_string(&crd).map(|yaml| (name, yaml))
         })
         .collect()
 }

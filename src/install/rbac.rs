@@ -303,7 +303,7 @@ fn cluster_binding(name: &str) -> ClusterRoleBinding {
 }
 
 /// `manifests/install/01-rbac.yaml`.
-pub fn rbac_yaml() -> Result<String, serde_yaml::Error> {
+pub fn rbac_yaml() -> Result<String, serde_norway::Error> {
     let namespace_binding = RoleBinding {
         metadata: metadata(NAME, Some(NAMESPACE)),
         role_ref: role_ref("Role", NAME),
@@ -311,19 +311,19 @@ pub fn rbac_yaml() -> Result<String, serde_yaml::Error> {
     };
     Ok(format!(
         "{HEADER}---\n{}---\n{}---\n{}---\n{}",
-        serde_yaml::to_string(&gate_role())?,
-        serde_yaml::to_string(&cluster_binding(NAME))?,
-        serde_yaml::to_string(&own_namespace_role())?,
-        serde_yaml::to_string(&namespace_binding)?,
+        serde_norway::to_string(&gate_role())?,
+        serde_norway::to_string(&cluster_binding(NAME))?,
+        serde_norway::to_string(&own_namespace_role())?,
+        serde_norway::to_string(&namespace_binding)?,
     ))
 }
 
 /// `manifests/install/01-rbac-tasks.yaml`.
-pub fn rbac_tasks_yaml() -> Result<String, serde_yaml::Error> {
+pub fn rbac_tasks_yaml() -> Result<String, serde_norway::Error> {
     Ok(format!(
         "{TASKS_HEADER}---\n{}---\n{}",
-        serde_yaml::to_string(&tasks_role())?,
-        serde_yaml::to_string(&cluster_binding(TASKS_NAME))?,
+        serde_norway::to_string(&tasks_role())?,
+        serde_norway::to_string(&cluster_binding(TASKS_NAME))?,
     ))
 }
 

@@ -292,7 +292,7 @@ pub async fn queue(
             Ok(out)
         }
         Output::Json => Ok(serde_json::to_string_pretty(&views).context("encoding")? + "\n"),
-        Output::Yaml => serde_yaml::to_string(&views).context("encoding"),
+        Output::Yaml => serde_norway::to_string(&views).context("encoding"),
     }
 }
 

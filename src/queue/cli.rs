@@ -271,9 +271,9 @@ pub async fn run(args: QueueArgs) -> anyhow::Result<String> {
         }
         Output::Yaml => {
             let text = if args.all_queues {
-                serde_yaml::to_string(&views)
+                serde_norway::to_string(&views)
             } else {
-                serde_yaml::to_string(&views.first())
+                serde_norway::to_string(&views.first())
             };
             text.context("encoding the queues")
         }

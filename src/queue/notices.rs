@@ -154,6 +154,18 @@ pub struct Notice {
     pub on_gated_pod: bool,
 }
 
+impl Notice {
+    /// A notice on the workload's object only (not on its gated pod).
+    fn on_workload(reason: &'static str, warning: bool, note: String) -> Notice {
+        Notice {
+            reason,
+            warning,
+            note: clean(&note),
+            on_gated_pod: false,
+        }
+    }
+}
+
 /// Whether a wait moved materially from `old` to `new`: to the front, at least halved, or at
 /// least doubled and five places back.
 pub fn position_moved(old: Option<u32>, new: Option<u32>) -> bool {
@@ -295,54 +307,50 @@ fn waiting(seen: &Observed, first: bool) -> Notice {
 }
 
 fn admitted(seen: &Observed) -> Notice {
-    Notice {
-        reason: "Admitted",
-        warning: false,
-        note: clean(&format!(
+    Notice::on_workload(
+        "Admitted",
+        false,
+        format!(
             "admitted: DynamicWorkload {} holds quota in queue {} ({} pod(s) admitted)",
             seen.key, seen.queue, seen.admitted_pods
-        )),
-        on_gated_pod: false,
-    }
+        ),
+    )
 }
 
 fn preempted(seen: &Observed) -> Notice {
-    Notice {
-        reason: "Preempted",
-        warning: true,
-        note: clean(&format!(
+    Notice::on_workload(
+        "Preempted",
+        true,
+        format!(
             "preempted: pods of DynamicWorkload {} were evicted in queue {} to make room for {} (interruption {}); it waits again",
             seen.key,
             seen.queue,
             preemptor(seen.last_preempted_by, seen.key),
             seen.interrupted_count
-        )),
-        on_gated_pod: false,
-    }
+        ),
+    )
 }
 
 fn requeued(seen: &Observed) -> Notice {
-    Notice {
-        reason: "Requeued",
-        warning: true,
-        note: clean(&format!(
+    Notice::on_workload(
+        "Requeued",
+        true,
+        format!(
             "requeued: admitted pods of DynamicWorkload {} did not all run within queue {}'s podsReadyTimeout and were evicted (requeue {}); it waits again at the back of its priority",
             seen.key, seen.queue, seen.requeue_count
-        )),
-        on_gated_pod: false,
-    }
+        ),
+    )
 }
 
 fn requeue_limit(seen: &Observed) -> Notice {
-    Notice {
-        reason: "RequeueLimitExceeded",
-        warning: true,
-        note: clean(&format!(
+    Notice::on_workload(
+        "RequeueLimitExceeded",
+        true,
+        format!(
             "failed: DynamicWorkload {} was requeued by queue {}'s podsReadyTimeout more often than its requeueLimit allows; its waiting pods will not be admitted",
             seen.key, seen.queue
-        )),
-        on_gated_pod: false,
-    }
+        ),
+    )
 }
 
 /// Another workload, named only when it is of the same namespace.

@@ -9,6 +9,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../tree/mod.rs"]
+mod tree;
+
 use std::path::{Path, PathBuf};
 
 /// One fenced block of commands.
@@ -38,21 +41,7 @@ pub fn repo_root() -> PathBuf {
 pub fn markdown_files() -> Vec<PathBuf> {
     let root = repo_root();
     let mut files = vec![root.join("README.md"), root.join("BENCHMARKS.md")];
-    let mut dirs = vec![root.join("docs/src")];
-    while let Some(dir) = dirs.pop() {
-        let entries =
-            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
-        for entry in entries {
-            let path = entry
-                .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-                .path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|x| x == "md") {
-                files.push(path);
-            }
-        }
-    }
+    files.extend(tree::files_with_extension(&root.join("docs/src"), "md"));
     files.sort();
     files
 }
