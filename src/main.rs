@@ -165,23 +165,13 @@ fn main() -> ExitCode {
         Command::Queue(args) => sluice::report::print_report(sluice::queue::cli::run(args)),
         Command::Uninstall(args) => sluice::report::print_report(uninstall(args)),
         Command::Task(command) => {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: could not start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            match runtime.block_on(sluice::tasks::client::run(command)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
+            match sluice::report::block_on(sluice::tasks::client::run(command)) {
+                Ok(Ok(())) => ExitCode::SUCCESS,
+                Ok(Err(e)) => {
                     eprintln!("error: {e}");
                     ExitCode::FAILURE
                 }
+                Err(code) => code,
             }
         }
         Command::Serve(args) => {

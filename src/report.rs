@@ -5,6 +5,22 @@ use std::process::ExitCode;
 
 /// Runs a command that reads the cluster and prints a report (`sluice scavengers`, `sluice queue`).
 pub fn print_report(report: impl std::future::Future<Output = anyhow::Result<String>>) -> ExitCode {
+    match block_on(report) {
+        Ok(Ok(text)) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+        Err(code) => code,
+    }
+}
+
+/// Runs `command` to its end on a single-threaded runtime with the TLS provider installed; Err
+/// (after saying why) when the runtime cannot start.
+pub fn block_on<T>(command: impl std::future::Future<Output = T>) -> Result<T, ExitCode> {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -12,18 +28,9 @@ pub fn print_report(report: impl std::future::Future<Output = anyhow::Result<Str
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: could not start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
-    match runtime.block_on(report) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    Ok(runtime.block_on(command))
 }
