@@ -52,12 +52,20 @@ pub const PROTECTED_LABEL_PREFIX: &str = "sluice.dev/";
 pub const MIN_COUNT_ANNOTATION: &str = "sluice.dev/min-count";
 /// Annotation sluice writes when it admits a pod (RFC 3339 time), for latency accounting.
 pub const ADMITTED_AT_ANNOTATION: &str = "sluice.dev/admitted-at";
+/// Annotation sluice writes beside [`ADMITTED_AT_ANNOTATION`]: the replica and the leadership term
+/// that admitted the pod (`<identity>@<leaseTransitions>`), so an auditor can check that each
+/// admission happened inside its term and that no two terms admitted at once.
+pub const ADMITTED_BY_ANNOTATION: &str = "sluice.dev/admitted-by";
 /// Annotation on a pod admitted at creation (`src/queue/at_creation.rs`): the token of the room
 /// held for it, until a pass sees the pod.
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// The annotations that record a pod's admission: only sluice sets them (the validating webhook
 /// refuses a user's change; a pod gated at creation loses any it carries).
-pub const ADMISSION_ANNOTATIONS: [&str; 2] = [AT_CREATION_ANNOTATION, ADMITTED_AT_ANNOTATION];
+pub const ADMISSION_ANNOTATIONS: [&str; 3] = [
+    AT_CREATION_ANNOTATION,
+    ADMITTED_AT_ANNOTATION,
+    ADMITTED_BY_ANNOTATION,
+];
 /// In a governed Job's pod template (so on its pods): the gang fixed at submission.
 pub const JOB_GANG_ANNOTATION: &str = "sluice.dev/job-gang";
 /// The annotations a pod's identity is read from (its gang): fixed once the pod exists, like the

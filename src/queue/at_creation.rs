@@ -28,8 +28,8 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::{
-    ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, CapacityQueue, MIN_COUNT_ANNOTATION,
-    QUEUE_LABEL, WORKLOAD_LABEL,
+    ADMITTED_AT_ANNOTATION, ADMITTED_BY_ANNOTATION, AT_CREATION_ANNOTATION, CapacityQueue,
+    MIN_COUNT_ANNOTATION, QUEUE_LABEL, WORKLOAD_LABEL,
 };
 use crate::integrations::{Adapters, PodIdentity, workload_object_name};
 use crate::metrics::QueueLabels;
@@ -56,6 +56,12 @@ pub struct AdmitAtCreation {
     admitted: Option<Family<QueueLabels, Counter>>,
 }
 
+/// A pod admitted at creation: the token of the room held for it, and the term that admitted it.
+pub struct AdmittedAtCreation {
+    pub token: String,
+    pub by: String,
+}
+
 #[derive(Default)]
 struct State {
     /// The controller runs here and has published a pass.
@@ -63,6 +69,8 @@ struct State {
     /// The leadership term's deadline when the last pass published: nothing is admitted at
     /// creation from then on, whether or not the term's end has been noticed yet (None: no term).
     admit_until: Option<Instant>,
+    /// `<identity>@<term generation>` of the term publishing here, written on each pod admitted.
+    admitted_by: String,
     queues: HashMap<String, QueueRoom>,
     /// Workloads the last pass saw holding quota (and not ended), with their queue.
     started: HashMap<WorkloadKey, String>,
@@ -213,6 +221,23 @@ impl AdmitAtCreation {
         identity: &PodIdentity,
         requests: &ResourceList,
     ) -> Option<String> {
+        self.try_admit_by(pod, identity, requests)
+            .map(|admitted| admitted.token)
+    }
+
+    /// A new leadership term starts publishing here: the name written on the pods it admits.
+    pub fn begin_term(&self, admitted_by: String) {
+        self.lock().admitted_by = admitted_by;
+    }
+
+    /// As [`AdmitAtCreation::try_admit`], with the term that admitted the pod (read under the
+    /// same lock, so the name matches the room it was admitted from).
+    pub fn try_admit_by(
+        &self,
+        pod: &PodBinding,
+        identity: &PodIdentity,
+        requests: &ResourceList,
+    ) -> Option<AdmittedAtCreation> {
         let mut state = self.lock();
         let seq = state.next_seq;
         let token = self.token(seq);
@@ -242,7 +267,10 @@ impl AdmitAtCreation {
                     at: Instant::now(),
                 },
             );
-            token
+            AdmittedAtCreation {
+                token,
+                by: state.admitted_by.clone(),
+            }
         })
     }
 
@@ -873,10 +901,11 @@ impl sluice_webhooks::PodClassifier for Classifier {
                 Reinvocation::Unknown => {}
             }
         }
-        let token = at_creation.try_admit(&binding, &identity, &requests)?;
+        let admitted = at_creation.try_admit_by(&binding, &identity, &requests)?;
         let mut annotations = BTreeMap::new();
-        annotations.insert(AT_CREATION_ANNOTATION.to_string(), token);
+        annotations.insert(AT_CREATION_ANNOTATION.to_string(), admitted.token);
         annotations.insert(ADMITTED_AT_ANNOTATION.to_string(), now_rfc3339());
+        annotations.insert(ADMITTED_BY_ANNOTATION.to_string(), admitted.by);
         Some(annotations)
     }
 }

@@ -617,7 +617,7 @@ impl World {
         let Some(current) = self.stored.get_mut(uid) else {
             return;
         };
-        let Ok(patch) = ungate_patch(decided, "2026-01-01T00:00:00Z") else {
+        let Ok(patch) = ungate_patch(decided, "2026-01-01T00:00:00Z", "model@1") else {
             return;
         };
         let mut value = serde_json::to_value(&*current).expect("pod");

@@ -256,6 +256,7 @@ impl Settings {
                 args.scavenger_threshold
             );
         }
+        let controller_identity = lease.identity.clone();
         Ok(Settings {
             impersonate: args
                 .impersonate
@@ -286,6 +287,7 @@ impl Settings {
                 full_passes: args.full_passes,
                 eviction_grace_period: args.eviction_grace_period,
                 events_per_second: args.events_per_second,
+                identity: controller_identity,
                 ..ControllerSettings::default()
             },
             scavenger: ScavengerSettings {

@@ -77,6 +77,22 @@ fn pods_take_room_until_none_is_left_then_the_queue_waits() {
 }
 
 #[test]
+fn a_pod_admitted_at_creation_names_the_term_that_admitted_it() {
+    let a = open_with_room(3);
+    a.begin_term("replica-1@4".to_string());
+    let admitted = a
+        .try_admit_by(&pod_at("ns"), &identity("q", None, None), &list(1))
+        .expect("room for it");
+    assert_eq!(admitted.by, "replica-1@4");
+    // The next term's name from its start on.
+    a.begin_term("replica-2@5".to_string());
+    let admitted = a
+        .try_admit_by(&pod_at("ns"), &identity("q", None, None), &list(1))
+        .expect("room for it");
+    assert_eq!(admitted.by, "replica-2@5");
+}
+
+#[test]
 fn tokens_differ_and_are_known_until_a_pass_sees_their_pods() {
     let a = open_with_room(10);
     let one = identity("q", None, None);

@@ -74,6 +74,9 @@ pub struct ControllerSettings {
     /// Events posted on users' objects per second at most, after a burst of five seconds' worth
     /// (0: none are posted).
     pub events_per_second: f64,
+    /// This replica's name in the Lease: with the term's generation it is written on every pod
+    /// admitted (`sluice.dev/admitted-by`).
+    pub identity: String,
 }
 
 impl ControllerSettings {
@@ -98,6 +101,7 @@ impl Default for ControllerSettings {
             full_passes: false,
             eviction_grace_period: Duration::from_secs(120),
             events_per_second: crate::queue::announcer::EVENTS_PER_SECOND,
+            identity: "sluice".to_string(),
         }
     }
 }
@@ -244,7 +248,12 @@ impl Controller {
             settings.api_timeout,
             settings.events_per_second,
         ));
+        let admitted_by = format!("{}@{}", settings.identity, term.generation());
+        if let Some(at_creation) = &at_creation {
+            at_creation.begin_term(admitted_by.clone());
+        }
         let ungater = Arc::new(Ungater {
+            admitted_by,
             client,
             metrics: metrics.clone(),
             in_flight: Mutex::new(InFlightPods::default()),

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::Controller;
-use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION};
+use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ADMITTED_BY_ANNOTATION};
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, WorkloadKey};
@@ -46,6 +46,8 @@ pub(super) struct Ungater {
     pub(super) term: Arc<Term>,
     pub(super) api_timeout: Duration,
     pub(super) in_flight_max_age: Duration,
+    /// `<identity>@<term generation>`, written on each pod this term admits.
+    pub(super) admitted_by: String,
 }
 
 /// Pods this controller ungated, or is about to, that the pod watch has not yet shown without
@@ -109,6 +111,7 @@ enum UngateOutcome {
 pub fn ungate_patch(
     pod: &CachedPod,
     admitted_at: &str,
+    admitted_by: &str,
 ) -> Result<json_patch::Patch, UngatePatchError> {
     let name = format!(
         "{}/{}",
@@ -130,8 +133,14 @@ pub fn ungate_patch(
     ];
     if pod.has_annotations {
         ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": admitted_at}));
+        ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-by", "value": admitted_by}));
     } else {
-        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: admitted_at}}));
+        ops.push(
+            json!({"op": "add", "path": "/metadata/annotations", "value": {
+                ADMITTED_AT_ANNOTATION: admitted_at,
+                ADMITTED_BY_ANNOTATION: admitted_by,
+            }}),
+        );
     }
     serde_json::from_value(serde_json::Value::Array(ops)).map_err(|e| UngatePatchError::Build {
         pod: name,
@@ -288,7 +297,7 @@ impl Ungater {
         };
         let forget = |entry: &mut Option<InFlight>| *entry = None;
         let name = pod.name_any();
-        let patch = match ungate_patch(pod, now) {
+        let patch = match ungate_patch(pod, now, &self.admitted_by) {
             Ok(patch) => patch,
             Err(e) => {
                 warn!(%e, "no ungate patch");
@@ -413,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_ungate_patch_applies_only_to_the_pod_it_was_decided_for() {
-        let patch = ungate_patch(&gated_pod(true), "2026-01-01T00:00:00Z").expect("patch");
+        let patch = ungate_patch(&gated_pod(true), "2026-01-01T00:00:00Z", "r1@3").expect("patch");
         assert_eq!(
             ops(&patch),
             vec![
@@ -421,17 +430,21 @@ mod tests {
                 json!({"op": "test", "path": "/spec/schedulingGates/1/name", "value": ADMISSION_GATE}),
                 json!({"op": "remove", "path": "/spec/schedulingGates/1"}),
                 json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": "2026-01-01T00:00:00Z"}),
+                json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-by", "value": "r1@3"}),
             ]
         );
     }
 
     #[test]
     fn the_ungate_patch_of_a_recreated_pod_fails_its_uid_test() {
-        let patch = ungate_patch(&gated_pod(false), "2026-01-01T00:00:00Z").expect("patch");
+        let patch = ungate_patch(&gated_pod(false), "2026-01-01T00:00:00Z", "r1@3").expect("patch");
         assert_eq!(
             ops(&patch).last(),
             Some(
-                &json!({"op": "add", "path": "/metadata/annotations", "value": {ADMITTED_AT_ANNOTATION: "2026-01-01T00:00:00Z"}})
+                &json!({"op": "add", "path": "/metadata/annotations", "value": {
+                    ADMITTED_AT_ANNOTATION: "2026-01-01T00:00:00Z",
+                    ADMITTED_BY_ANNOTATION: "r1@3",
+                }})
             )
         );
         // The same name, gated alike, but another uid: the patch must not apply.
@@ -452,13 +465,13 @@ mod tests {
         let mut pod = gated_pod(false);
         pod.metadata.uid = None;
         assert!(matches!(
-            ungate_patch(&pod, "t"),
+            ungate_patch(&pod, "t", "r1@3"),
             Err(UngatePatchError::NoUid(_))
         ));
         let mut pod = gated_pod(false);
         pod.admission_gate = None;
         assert!(matches!(
-            ungate_patch(&pod, "t"),
+            ungate_patch(&pod, "t", "r1@3"),
             Err(UngatePatchError::NotGated { .. })
         ));
     }
@@ -526,6 +539,7 @@ mod tests {
             term,
             api_timeout,
             in_flight_max_age: api_timeout * 3,
+            admitted_by: "test@0".to_string(),
         };
         (ungater, server)
     }
