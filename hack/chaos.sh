@@ -13,20 +13,30 @@ of SLUICE_CLUSTER_STATE), two sluice replicas sharing one Lease: replica 1 is th
 served by replica 1 (restarted when killed), leadership of the controller moves between the two.
 
 Load: N pods (default 10000) in Q queues (default 4; cpu 4 each, BestEffortFIFO and StrictFIFO
-alternating, one in four with admission InPass), created by tools' e2e_load (single pods, gangs of
-4-8, groups of 32, 100m cpu each, 32 creates in flight per queue, each pod ended 1 s after it runs),
-and, with every chaos event, one high-priority 1-cpu pod in a random queue (preemption of the
-load's pods, the queues' default withinQueue LowerPriority).
+alternating, one in four with admission InPass; in two cohorts, even queues with borrowingLimit 2
+cpu, one in four with lendingLimit 2 cpu), created by tools' e2e_load (single pods, gangs of 4-8,
+groups of 32, 100m cpu each, 32 creates in flight per queue, each pod ended 1 s after it runs).
+With every chaos event: one high-priority 1-cpu pod in a random queue (preemption of the load's
+pods, the queues' default withinQueue LowerPriority); a batch/v1 Job of 6 pods of 1 cpu (a gang of
+6 above its queue's quota of 4: it runs on what its cohort lends, and the Job controller recreates
+what sluice evicts); and a round of the hostile tenant's moves (hack/chaos_hostile.py: a pod naming
+another queue's ledger, a relabel, a gate removed by hand, a replayed admission token, an absurd
+minimum, a negative request, forged admission annotations), each refused or defused, or counted as
+escaped (the run then fails).
 
 Chaos, every 5-15 s until the load is done: SIGKILL of the Lease's holder right after a pod
 creation was answered by the webhook (then that replica is started again), a webhook restart
 (SIGTERM of replica 1, started again), and once, half way, a kube-apiserver restart.
 
-The auditor (hack/chaos_audit.py, no sluice code) samples every second and checks per queue:
-admitted unended pods' requests <= quota, every pod and workload counted once, no pod gated over
-10 s while it computes room for it under a renewing leader. It prints and writes into
-bench/results.json (other keys kept): churn_samples, churn_kills, churn_max_usage_ratio,
-churn_longest_stranded_s. Exit status 1 if any sample broke the promise.
+The auditor (hack/chaos_audit.py, no sluice code) keeps pods, queues and the Lease from watches
+and checks every second: per queue admitted unended pods' requests <= quota (+ borrowingLimit),
+per cohort the lending pool never overdrawn, every pod and workload counted once, every admission
+inside the term that made it (sluice.dev/admitted-by against the Lease's history: never two
+leaders), no pod gated over 10 s while it computes room for it under a renewing leader; it times
+its own lag behind the API server with a probe pod. It prints and writes into bench/results.json
+(other keys kept): churn_samples, churn_kills, churn_max_usage_ratio, churn_longest_stranded_s,
+churn_auditor_lag_*, churn_hostile_*. Exit status 1 if any sample broke the promise or a hostile
+move escaped.
 
 With --in-cluster, sluice runs as manifests/ installs it: the CRDs and manifests/install applied
 (kubectl apply), its Deployment's two replicas pinned to the real node (hack/cluster.sh up
@@ -149,7 +159,7 @@ else
   eval "$env_text"
   # Later 'hack/cluster.sh up' calls must see the SLUICE_* environment of the first (or they restart sluice).
   webhook_addr=$SLUICE_WEBHOOK_ADDR
-  unset SLUICE_WEBHOOK_ADDR SLUICE_METRICS_ADDR
+  unset SLUICE_WEBHOOK_ADDR SLUICE_METRICS_ADDR SLUICE_DASHBOARD_ADDR
 fi
 kubectl_bin=$(command -v kubectl)
 log "run $run: $PODS pods in $QUEUES queues$( ((IN_CLUSTER)) && echo ', sluice in-cluster'); output in $out"
@@ -158,13 +168,16 @@ queues=()
 for ((i = 0; i < QUEUES; i++)); do
   strategy=BestEffortFIFO; ((i % 2)) && strategy=StrictFIFO
   admission=AtCreation; ((i % 4 == 3)) && admission=InPass
+  limits=""
+  ((i % 2 == 0)) && limits+=", borrowingLimit: {cpu: \"2\"}"
+  ((i % 4 == 1)) && limits+=", lendingLimit: {cpu: \"2\"}"
   queues+=("$run-q$i")
   kubectl create namespace "$run-$i" >/dev/null
   kubectl apply --server-side -f - >/dev/null <<EOF
 apiVersion: sluice.dev/v1alpha1
 kind: CapacityQueue
 metadata: {name: $run-q$i}
-spec: {quota: {cpu: "4"}, queueingStrategy: $strategy, admission: $admission}
+spec: {quota: {cpu: "4"}, queueingStrategy: $strategy, admission: $admission, cohort: $run-c$((i % 2))$limits}
 EOF
 done
 kubectl apply --server-side -f - >/dev/null <<EOF
@@ -224,6 +237,35 @@ done
 # ---- chaos ------------------------------------------------------------------------------------
 kills=0 webhook_restarts=0 apiserver_restarts=0 preemptors=0 events=0
 holder() { kubectl -n sluice-system get lease sluice-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true; }
+jobs=0
+job_in_a_cohort() { # a Job whose gang (6 x 1 cpu) exceeds its queue's quota (4): its cohort lends
+  local i=$((RANDOM % QUEUES))
+  jobs=$((jobs + 1))
+  kubectl -n "$run-$i" create -f - >/dev/null 2>>"$out/chaos.log" <<EOF || log "job-$jobs refused (see chaos.log)"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: job-$jobs
+  labels: {sluice.dev/queue: $run-q$i}
+spec:
+  parallelism: 6
+  completions: 6
+  backoffLimit: 20
+  template:
+    metadata:
+      annotations: {sluice.dev/kwok-phase: Succeeded}
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 0
+      containers: [{name: c, image: busybox, resources: {requests: {cpu: "1"}}}]
+EOF
+}
+hostile_rounds=0
+hostile() {
+  hostile_rounds=$((hostile_rounds + 1))
+  python3 hack/chaos_hostile.py --kubectl "$kubectl_bin" --queues "${queues[@]}" --namespace-prefix "$run-" \
+    --tag "$hostile_rounds" --log "$out/hostile.jsonl" 2>>"$out/chaos.log" || log "hostile round $hostile_rounds failed (chaos.log)"
+}
 preemptor() { # a high-priority pod in a random queue; returns once the webhook answered
   local i=$((RANDOM % QUEUES))
   preemptors=$((preemptors + 1))
@@ -377,6 +419,8 @@ while loads_running && ! settled && ! over_time; do
   sleep $((5 + RANDOM % 11))
   loads_running && ! settled || break
   janitor
+  job_in_a_cohort
+  hostile
   events=$((events + 1))
   if ((apiserver_restarts == 0)) && [[ $(python3 -c "import json;print(json.load(open('$out/status.json'))['pods'])" 2>/dev/null || echo 0) -ge $((PODS / 2)) ]]; then
     restart_apiserver
@@ -394,10 +438,11 @@ wait "$auditor" || audit_rc=$?
 if ((IN_CLUSTER)); then in_cluster_down; else stop_replica2; fi
 trap - EXIT
 
-summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" <<'PY'
-import json, sys, glob
-out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster = sys.argv[1:]
+summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" "$jobs" <<'PY'
+import json, sys, glob, os
+out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster, jobs = sys.argv[1:]
 audit = json.load(open(f"{out}/audit.json"))
+moves = [json.loads(l) for l in open(f"{out}/hostile.jsonl")] if os.path.exists(f"{out}/hostile.jsonl") else []
 loads = []
 for f in sorted(glob.glob(f"{out}/load-*.json")):
     try:
@@ -417,6 +462,15 @@ print(json.dumps({
     "churn_create_retries": sum(l.get("create_retries", 0) for l in loads),
     "churn_creates_given_up": sum(open(f).read().count("(giving up)") for f in glob.glob(f"{out}/load-*.log")),
     "churn_in_cluster": in_cluster == "1",
+    "churn_jobs": int(jobs),
+    **{k: audit.get(k) for k in ("churn_samples_per_second", "churn_auditor_lag_p50_s", "churn_auditor_lag_p99_s",
+                                 "churn_auditor_lag_max_s", "terms_seen", "admissions_checked", "max_usage_ratio_by_queue")},
+    "churn_hostile_tried": len(moves),
+    "churn_hostile_refused": sum(1 for m in moves if m["outcome"] == "refused"),
+    "churn_hostile_defused": sum(1 for m in moves if m["outcome"] == "defused"),
+    "churn_hostile_escaped": sum(1 for m in moves if m["outcome"] == "escaped"),
+    "churn_hostile_by_move": {mv: {o: sum(1 for m in moves if m["move"] == mv and m["outcome"] == o)
+                                   for o in ("refused", "defused", "escaped")} for mv in sorted({m["move"] for m in moves})},
 }))
 PY
 )
@@ -438,6 +492,11 @@ with open(path, "w") as f:
     json.dump(data, f, indent=2)
     f.write("\n")
 PY
+fi
+escaped=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["churn_hostile_escaped"])' "$summary")
+if ((escaped > 0)); then
+  log "FAILED: $escaped hostile move(s) escaped ($out/hostile.jsonl)"
+  exit 1
 fi
 if ((audit_rc != 0)); then
   log "FAILED: the auditor saw the promise broken ($out/audit.json, $out/audit.log)"
