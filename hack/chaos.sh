@@ -468,9 +468,10 @@ print(json.dumps({
     "churn_hostile_tried": len(moves),
     "churn_hostile_refused": sum(1 for m in moves if m["outcome"] == "refused"),
     "churn_hostile_defused": sum(1 for m in moves if m["outcome"] == "defused"),
+    "churn_hostile_admitted": sum(1 for m in moves if m["outcome"] == "admitted"),
     "churn_hostile_escaped": sum(1 for m in moves if m["outcome"] == "escaped"),
     "churn_hostile_by_move": {mv: {o: sum(1 for m in moves if m["move"] == mv and m["outcome"] == o)
-                                   for o in ("refused", "defused", "escaped")} for mv in sorted({m["move"] for m in moves})},
+                                   for o in ("refused", "defused", "admitted", "escaped")} for mv in sorted({m["move"] for m in moves})},
 }))
 PY
 )

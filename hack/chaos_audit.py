@@ -23,9 +23,11 @@ seconds:
             (admitted-at has whole seconds: the checks round in sluice's favour, never against.)
   stranded  no gated pod waits more than --stranded-limit seconds while the auditor computes room
             for it. Room within the queue's own quota: what the quota leaves after usage and gang
-            places (a gang, pods annotated sluice.dev/min-count M of one sluice.dev/workload, that
-            holds an admitted, unended pod keeps M places until its last admitted pod ends; its
-            gated pods take those places first), walking the gated demand by priority then age: a
+            places (a gang, pods annotated sluice.dev/min-count M, or a Job's pods annotated
+            sluice.dev/job-gang M, of one sluice.dev/workload, that
+            holds an admitted, unended pod not being deleted keeps M places until its last
+            admitted pod ends; its gated pods take those places first; a gang whose admitted pods
+            are all being evicted has stopped), walking the gated demand by priority then age: a
             gang that has not started needs its whole minimum, any other gated pod its own
             requests; a StrictFIFO queue stops at the first that does not fit, and so does any queue
             at one that may preempt. In a cohort the queue's own quota is its guaranteed room
@@ -59,6 +61,7 @@ GATE = "sluice.dev/admission"
 QUEUE_LABEL = "sluice.dev/queue"
 WORKLOAD_LABEL = "sluice.dev/workload"
 MIN_COUNT = "sluice.dev/min-count"
+JOB_GANG = "sluice.dev/job-gang"  # a governed Job's gang (its parallelism at submission), on its pods
 ADMITTED_AT = "sluice.dev/admitted-at"
 ADMITTED_BY = "sluice.dev/admitted-by"
 PROBE_GATE = "chaos-audit.sluice.dev/never"
@@ -101,10 +104,12 @@ def slim_pod(obj):
         cpu = pod_cpu(spec)
     except ValueError:
         cpu = None  # a quantity the auditor cannot read: reported, not guessed
-    try:
-        min_count = max(1, int(ann.get(MIN_COUNT, "1")))
-    except ValueError:
-        min_count = 1
+    min_count = 1
+    for key in (MIN_COUNT, JOB_GANG):
+        try:
+            min_count = max(min_count, int(ann.get(key, "1")))
+        except ValueError:
+            pass
     gates = [g.get("name") for g in spec.get("schedulingGates", []) or []]
     return {
         "uid": md["uid"], "ns": md["namespace"], "name": md["name"],
@@ -431,9 +436,11 @@ class Auditor:
             if p["phase"] in ("Succeeded", "Failed"):
                 continue
             if not p["gated"]:
-                usage += p["cpu"]
+                usage += p["cpu"]  # a terminating pod holds its room until it ends
                 admitted_priorities.append(p["priority"])
-                wl["admitted"] += 1
+                # A gang whose admitted pods are all being evicted (preemption, reclaim) has
+                # stopped: its recreated pods wait for the whole minimum again.
+                wl["admitted"] += 0 if p["deleting"] else 1
             elif not p["deleting"]:
                 wl["gated"].append(p)
         reserved, demand, fills = 0, [], set()

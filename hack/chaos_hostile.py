@@ -3,7 +3,9 @@
 made with kubectl as a namespace user would, each judged by what the cluster then holds. No sluice
 code: a move is "refused" when the API server answers with an error, "defused" when the object
 exists but holds nothing (its pod waits behind sluice's gate, the copy removed), and "escaped" when
-it got quota it should not have (the auditor's quota check is the second judge of that).
+it got quota it should not have (the auditor's quota check is the second judge of that). A pod sluice
+admitted at creation in the queue its own label names, with room there, is "admitted": charged
+where its label says, which the auditor checks.
 
 Moves, in the namespace of queue A (its pods labelled for queue A), with queue B another queue:
   other-ledger   a pod labelled for queue B naming a workload (sluice.dev/workload) that runs in A
@@ -70,9 +72,14 @@ def create(args, ns, doc, forged=None):
     if gated(pod):
         return "defused", "created, waiting behind sluice's gate"
     annotations = pod["metadata"].get("annotations") or {}
+    sluice_own = {k: v for k, v in annotations.items() if k.startswith("sluice.dev/admitted")}
     if forged is not None and all(annotations.get(k) != v for k, v in forged.items()):
         return "defused", "admitted by sluice on its own (the forged annotations replaced)"
-    return "escaped", "created without sluice's gate: " + json.dumps({k: annotations.get(k) for k in (forged or {})})
+    if forged is None and sluice_own.get("sluice.dev/admitted-by"):
+        # Sluice admitted it at creation, charged to the queue its own label names (the auditor
+        # judges that queue's quota and that its workload holds quota in one queue only).
+        return "admitted", "admitted at creation in its own queue: " + json.dumps(sluice_own)
+    return "escaped", "created without sluice's gate: " + json.dumps(sluice_own)
 
 
 def round_of_moves(args, tag):
