@@ -19,7 +19,9 @@ groups of 32, 100m cpu each, 32 creates in flight per queue, each pod ended 1 s 
 With every chaos event: one high-priority 1-cpu pod in a random queue (preemption of the load's
 pods, the queues' default withinQueue LowerPriority); a batch/v1 Job of 6 pods of 1 cpu (a gang of
 6 above its queue's quota of 4: it runs on what its cohort lends, and the Job controller recreates
-what sluice evicts); and a round of the hostile tenant's moves (hack/chaos_hostile.py: a pod naming
+what sluice evicts); every fourth event a ScavengerJob of 2 pods of 500m on queue 0's
+scavengerQuota (2 cpu; evicted when ordinary work needs the room); and a round of the hostile
+tenant's moves (hack/chaos_hostile.py: a pod naming
 another queue's ledger, a relabel, a gate removed by hand, a replayed admission token, an absurd
 minimum, a negative request, forged admission annotations), each refused or defused, or counted as
 escaped (the run then fails).
@@ -171,6 +173,7 @@ for ((i = 0; i < QUEUES; i++)); do
   limits=""
   ((i % 2 == 0)) && limits+=", borrowingLimit: {cpu: \"2\"}"
   ((i % 4 == 1)) && limits+=", lendingLimit: {cpu: \"2\"}"
+  ((i == 0)) && limits+=", scavengerQuota: {cpu: \"2\"}"
   queues+=("$run-q$i")
   kubectl create namespace "$run-$i" >/dev/null
   kubectl apply --server-side -f - >/dev/null <<EOF
@@ -258,6 +261,22 @@ spec:
       restartPolicy: Never
       terminationGracePeriodSeconds: 0
       containers: [{name: c, image: busybox, resources: {requests: {cpu: "1"}}}]
+EOF
+}
+scavengers=0
+scavenger() { # a ScavengerJob on idle capacity, charged to queue 0's scavengerQuota (2 cpu)
+  scavengers=$((scavengers + 1))
+  kubectl -n "$run-0" create -f - >/dev/null 2>>"$out/chaos.log" <<EOF || log "scavenger-$scavengers refused (see chaos.log)"
+apiVersion: sluice.dev/v1alpha1
+kind: ScavengerJob
+metadata: {name: scavenger-$scavengers}
+spec:
+  image: busybox
+  command: [sleep, "3600"]
+  resources: {requests: {cpu: 500m, memory: 64Mi}}
+  parallelism: 2
+  duration: 2m
+  queueName: $run-q0
 EOF
 }
 hostile_rounds=0
@@ -421,6 +440,7 @@ while loads_running && ! settled && ! over_time; do
   janitor
   job_in_a_cohort
   hostile
+  ((events % 4 == 0)) && scavenger
   events=$((events + 1))
   if ((apiserver_restarts == 0)) && [[ $(python3 -c "import json;print(json.load(open('$out/status.json'))['pods'])" 2>/dev/null || echo 0) -ge $((PODS / 2)) ]]; then
     restart_apiserver
@@ -438,9 +458,9 @@ wait "$auditor" || audit_rc=$?
 if ((IN_CLUSTER)); then in_cluster_down; else stop_replica2; fi
 trap - EXIT
 
-summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" "$jobs" <<'PY'
+summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" "$jobs" "$scavengers" <<'PY'
 import json, sys, glob, os
-out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster, jobs = sys.argv[1:]
+out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster, jobs, scavengers = sys.argv[1:]
 audit = json.load(open(f"{out}/audit.json"))
 moves = [json.loads(l) for l in open(f"{out}/hostile.jsonl")] if os.path.exists(f"{out}/hostile.jsonl") else []
 loads = []
@@ -462,7 +482,7 @@ print(json.dumps({
     "churn_create_retries": sum(l.get("create_retries", 0) for l in loads),
     "churn_creates_given_up": sum(open(f).read().count("(giving up)") for f in glob.glob(f"{out}/load-*.log")),
     "churn_in_cluster": in_cluster == "1",
-    "churn_jobs": int(jobs),
+    "churn_jobs": int(jobs), "churn_scavenger_jobs": int(scavengers),
     **{k: audit.get(k) for k in ("churn_samples_per_second", "churn_auditor_lag_p50_s", "churn_auditor_lag_p99_s",
                                  "churn_auditor_lag_max_s", "terms_seen", "admissions_checked", "max_usage_ratio_by_queue")},
     "churn_hostile_tried": len(moves),

@@ -31,7 +31,8 @@ seconds:
             gang that has not started needs its whole minimum, any other gated pod its own
             requests; a StrictFIFO queue stops at the first that does not fit, and so does any queue
             at one that may preempt. In a cohort the queue's own quota is its guaranteed room
-            (reclaim takes back what others borrowed); borrowed room is judged only when the whole
+            (reclaim takes back what others borrowed: while an admitted pod of the cohort is being
+            deleted, room the pool does not have yet is not counted, the victims still hold it); borrowed room is judged only when the whole
             cohort's waiting demand fits at once (then every waiting pod of the cohort has room,
             in any order). A wait counts only while the Lease is renewed by one holder.
   lag       the auditor's own lag behind the API server: every second it writes a probe pod's
@@ -406,6 +407,8 @@ class Auditor:
         self.check_terms(now, pods)
         state = {q: self.queue_state(queues[q], qpods) for q, qpods in by_queue.items()}
         with_room = {}
+        pools = {c: self.pool_of([q for q in queues.values() if q["cohort"] == c], state)
+                 for c in {q["cohort"] for q in queues.values() if q["cohort"]}}
         for name, st in state.items():
             q = queues[name]
             limit = q["quota"] + (UNLIMITED if q["borrowing"] is None else q["borrowing"]) if q["cohort"] else q["quota"]
@@ -414,7 +417,8 @@ class Auditor:
                 self.violation(now, f"queue {name}: admitted pods hold {st['usage']}m cpu, over its quota {q['quota']}m"
                                     + (f" + borrowingLimit {q['borrowing']}m" if q["cohort"] and q["borrowing"] is not None else ""))
             free = q["quota"] - st["usage"] - st["reserved"]
-            with_room.update((uid, name) for uid in st["fills"] | self.with_room(q, free, st["demand"], st["admitted_priorities"]))
+            room = self.with_room(q, free, st["demand"], st["admitted_priorities"], pools.get(q["cohort"]))
+            with_room.update((uid, name) for uid in st["fills"] | room)
         for cohort in sorted({q["cohort"] for q in queues.values() if q["cohort"]}):
             members = [q for q in queues.values() if q["cohort"] == cohort]
             with_room.update(self.check_cohort(now, cohort, members, state))
@@ -429,7 +433,7 @@ class Auditor:
 
     def queue_state(self, queue, pods):
         """Usage, gang places and the gated demand of one queue (see the module's doc)."""
-        usage, admitted_priorities, workloads = 0, [], {}
+        usage, admitted_priorities, workloads, terminating = 0, [], {}, 0
         for p in pods:
             wl = workloads.setdefault((p["ns"], p["workload"] or "pod/" + p["name"]), {"all": [], "admitted": 0, "gated": []})
             wl["all"].append(p)
@@ -441,6 +445,7 @@ class Auditor:
                 # A gang whose admitted pods are all being evicted (preemption, reclaim) has
                 # stopped: its recreated pods wait for the whole minimum again.
                 wl["admitted"] += 0 if p["deleting"] else 1
+                terminating += 1 if p["deleting"] else 0
             elif not p["deleting"]:
                 wl["gated"].append(p)
         reserved, demand, fills = 0, [], set()
@@ -456,7 +461,7 @@ class Auditor:
             elif gated:
                 head = gated[:m]
                 demand.append((key, head, sum(p["cpu"] for p in head) + max(0, m - len(head)) * size))
-        return {"usage": usage, "reserved": reserved, "demand": demand, "fills": fills,
+        return {"usage": usage, "reserved": reserved, "terminating": terminating, "demand": demand, "fills": fills,
                 "admitted_priorities": admitted_priorities, "gated": sum(len(w["gated"]) for w in workloads.values())}
 
     def check_cohort(self, now, cohort, members, state):
@@ -486,9 +491,22 @@ class Auditor:
             room.update((p["uid"], q["name"]) for _, pods, _ in st["demand"] for p in pods)
         return room
 
-    def with_room(self, queue, free, demand, admitted_priorities):
+    @staticmethod
+    def pool_of(members, state):
+        """A cohort's pool now: what is free of it (load, usage and reservations, beyond what each
+        queue keeps) and whether a reclaim is under way (an admitted pod of the cohort is being
+        deleted: room that needs it is room only once it is gone)."""
+        lends = {q["name"]: min(q["quota"], q["quota"] if q["lending"] is None else q["lending"]) for q in members}
+        drawn = sum(max(0, state[q["name"]]["usage"] + state[q["name"]]["reserved"] - (q["quota"] - lends[q["name"]]))
+                    for q in members)
+        return {"free": sum(lends.values()) - drawn,
+                "reclaiming": any(state[q["name"]]["terminating"] for q in members)}
+
+    def with_room(self, queue, free, demand, admitted_priorities, pool=None):
         """The uids of the gated pods with room in the queue's own quota (see the module's doc).
-        demand: (workload, pods, cpu needed) per item: a gang that has not started, or one pod."""
+        demand: (workload, pods, cpu needed) per item: a gang that has not started, or one pod.
+        pool: the queue's cohort's (see pool_of): an item the pool has no room for needs a
+        reclaim; while one is under way its room is not counted (the victims still hold it)."""
         def order(item):
             pods = item[1]
             return (-max(p["priority"] for p in pods), min(p["created"] for p in pods), item[0])
@@ -503,8 +521,10 @@ class Auditor:
         for (neg_priority, _), step in steps.items():
             fits, blocked = [], False
             for _, pods, need in step:
-                if need <= free:
+                if need <= free and (pool is None or need <= pool["free"] or not pool["reclaiming"]):
                     free -= need
+                    if pool is not None:
+                        pool["free"] -= min(need, max(0, pool["free"]))
                     fits.append(pods)
                 else:
                     blocked = True
