@@ -69,6 +69,39 @@ pub fn cluster_state() -> PathBuf {
         .unwrap_or_else(|| repo_root().join(".cluster"))
 }
 
+/// The pid of the sluice process `hack/cluster.sh` started.
+pub fn sluice_pid() -> i32 {
+    let path = cluster_state().join("pids/sluice.pid");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)",
+            path.display()
+        )
+    });
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Kills sluice with SIGKILL: no shutdown of its own, as a crash or an OOM kill ends it. Only in a
+/// test binary of its own (the other tests of a binary share that process).
+pub fn kill_sluice() {
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &sluice_pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+}
+
+/// Starts sluice again with the binary already built.
+pub fn restart_sluice() {
+    let status = std::process::Command::new(repo_root().join("hack/cluster.sh"))
+        .args(["up", "--with-sluice", "--no-build"])
+        .status()
+        .expect("run hack/cluster.sh up --with-sluice --no-build");
+    assert!(status.success(), "hack/cluster.sh up --with-sluice failed");
+}
+
 /// A short random suffix for names, so tests never collide on the shared cluster.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()

@@ -36,7 +36,7 @@ use crate::queue::status::Preemption;
 
 mod orders;
 
-pub(crate) use orders::{Order, Plan, Victim, held_message, plan};
+pub(crate) use orders::{Order, Victim, held_message, plan};
 
 /// How long a pod whose eviction a PodDisruptionBudget refused is left alone before it may be
 /// chosen again.

@@ -1,6 +1,7 @@
 //! The evictor's unit tests: which evictions are sent, their bodies, outcomes and timeouts, and
 //! what the next passes learn from them.
 
+use super::orders::Plan;
 use super::*;
 use serde_json::json;
 
