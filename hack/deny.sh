@@ -13,13 +13,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-  exit 0
-fi
-CARGO_DENY_VERSION=0.20.2
 # shellcheck source=hack/lib/cargo-tools.sh
 source "$ROOT/hack/lib/cargo-tools.sh"
+usage_if_asked "$0" "$@"
+CARGO_DENY_VERSION=0.20.2
 ensure_cargo_tool deny.sh cargo-deny "cargo-deny $CARGO_DENY_VERSION" cargo-deny "$CARGO_DENY_VERSION"
 if (($#)); then checks=("$@")
 elif [[ ${SLUICE_DENY_ADVISORIES:-0} == 1 ]]; then checks=(advisories licenses bans sources)

@@ -15,13 +15,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-  exit 0
-fi
-MDBOOK_VERSION=0.5.4
 # shellcheck source=hack/lib/cargo-tools.sh
 source "$ROOT/hack/lib/cargo-tools.sh"
+usage_if_asked "$0" "$@"
+MDBOOK_VERSION=0.5.4
 die() { echo "docs.sh: $*" >&2; exit 1; }
 
 OUT=$ROOT/docs/book ALLOW_MISSING=false

@@ -22,13 +22,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-  exit 0
-fi
-CARGO_FUZZ_VERSION=0.13.2
 # shellcheck source=hack/lib/cargo-tools.sh
 source "$ROOT/hack/lib/cargo-tools.sh"
+usage_if_asked "$0" "$@"
+CARGO_FUZZ_VERSION=0.13.2
 export CARGO_TARGET_DIR=$CACHE/fuzz-target
 die() { echo "fuzz.sh: $*" >&2; exit 1; }
 

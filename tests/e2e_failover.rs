@@ -47,18 +47,7 @@ struct Sample {
 
 /// Scrapes one replica's metrics endpoint (None while it is down).
 async fn scrape(addr: &str) -> Option<ReplicaSample> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let read = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: sluice\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = String::new();
-        stream.read_to_string(&mut body).await.ok()?;
-        Some(body)
-    };
-    let body = tokio::time::timeout(Duration::from_secs(2), read)
+    let body = tokio::time::timeout(Duration::from_secs(2), metrics_text(addr))
         .await
         .ok()??;
     let mut values: HashMap<&str, f64> = HashMap::new();

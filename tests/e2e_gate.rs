@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use sluice::api::WorkloadPhase;
 use support::*;
@@ -199,15 +199,8 @@ async fn a_higher_priority_workload_goes_first() {
                    "preemption": {"withinQueue": "Never"}}),
         )
         .await;
-    let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
-        kube::Api::all(env.client.clone());
-    let high = format!("{}-high", env.namespace);
-    let pc =
-        serde_json::from_value(json!({"metadata": {"name": high}, "value": 1000})).expect("pc");
-    classes
-        .create(&PostParams::default(), &pc)
-        .await
-        .expect("priority class");
+    let classes = Priorities::create(&env, &[("high", 1000)]).await;
+    let high = classes.name("high");
 
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -231,7 +224,7 @@ async fn a_higher_priority_workload_goes_first() {
         is_gated(&env.pods().get("early-low").await.expect("pod")),
         "the earlier low-priority pod still waits"
     );
-    let _ = classes.delete(&high, &DeleteParams::default()).await;
+    drop(classes);
     env.cleanup().await;
 }
 

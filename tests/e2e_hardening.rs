@@ -48,8 +48,12 @@ mod leader_and_ungate {
         let first = env.pods().get("a").await.expect("pod a");
         assert!(is_gated(&first), "the queue is full: a waits");
         // What the controller would send to admit the first pod.
-        let patch = ungate_patch(&CachedPod::from_pod(first.clone()), "2026-01-01T00:00:00Z")
-            .expect("ungate patch");
+        let patch = ungate_patch(
+            &CachedPod::from_pod(first.clone()),
+            "2026-01-01T00:00:00Z",
+            "e2e@1",
+        )
+        .expect("ungate patch");
 
         env.pods()
             .delete("a", &DeleteParams::default())
@@ -77,8 +81,12 @@ mod leader_and_ungate {
         }
         // The same patch for the pod as it is now (its uid the only difference) would apply: the
         // uid test alone refused the first (a dry run, so the second pod stays gated).
-        let fresh = ungate_patch(&CachedPod::from_pod(second.clone()), "2026-01-01T00:00:00Z")
-            .expect("ungate patch");
+        let fresh = ungate_patch(
+            &CachedPod::from_pod(second.clone()),
+            "2026-01-01T00:00:00Z",
+            "e2e@1",
+        )
+        .expect("ungate patch");
         as_sluice
             .patch(
                 "a",

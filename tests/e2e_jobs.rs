@@ -454,22 +454,8 @@ async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
     let Some(mut env) = TestEnv::new_or_skip("jobs-preempt").await else {
         return;
     };
-    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
-        Api::all(env.client.clone());
-    let (low, high) = (
-        format!("{}-low", env.namespace),
-        format!("{}-high", env.namespace),
-    );
-    for (name, value) in [(&low, 100), (&high, 1000)] {
-        let class = serde_json::from_value(
-            json!({"metadata": {"name": name, "labels": {"sluice-e2e": "true"}}, "value": value}),
-        )
-        .expect("class");
-        classes
-            .create(&PostParams::default(), &class)
-            .await
-            .expect("create PriorityClass");
-    }
+    let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
+    let (low, high) = (classes.name("low"), classes.name("high"));
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     let with_class = |mut job: Job, class: &str| {
         if let Some(spec) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
@@ -549,8 +535,6 @@ async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
         )
         .await;
     assert!(status.interrupted_count >= 1);
-    for name in [&low, &high] {
-        let _ = classes.delete(name, &Default::default()).await;
-    }
+    drop(classes);
     env.cleanup().await;
 }

@@ -20,11 +20,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use sluice::api::{ConditionStatus, DynamicWorkload, DynamicWorkloadStatus};
 use support::*;
@@ -36,69 +35,6 @@ const PREEMPTION_TIMEOUT: Duration = Duration::from_secs(60);
 const QUIET_WINDOW: Duration = Duration::from_secs(8);
 /// The queue sampler's period.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-
-// ---------------------------------------------------------------------------------------------
-// PriorityClasses: cluster-scoped, created per test, deleted when the test ends (even failing).
-
-struct Priorities {
-    prefix: String,
-    names: Vec<String>,
-}
-
-impl Priorities {
-    /// Creates one PriorityClass `<namespace>-<short>` per `(short, value)`.
-    async fn create(env: &TestEnv, classes: &[(&str, i32)]) -> Priorities {
-        let api: Api<PriorityClass> = Api::all(env.client.clone());
-        let mut created = Priorities {
-            prefix: env.namespace.clone(),
-            names: Vec::new(),
-        };
-        for (short, value) in classes {
-            let name = created.name(short);
-            let class: PriorityClass = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {"sluice-e2e": "true"}},
-                "value": value,
-                "description": "sluice e2e_preemption",
-            }))
-            .expect("priority class");
-            api.create(&PostParams::default(), &class)
-                .await
-                .unwrap_or_else(|e| panic!("create PriorityClass {name}: {e}"));
-            created.names.push(name);
-        }
-        created
-    }
-
-    fn name(&self, short: &str) -> String {
-        format!("{}-{short}", self.prefix)
-    }
-}
-
-impl Drop for Priorities {
-    fn drop(&mut self) {
-        let names = std::mem::take(&mut self.names);
-        // The test's runtime may be going down (a failed assertion unwinds through here): delete
-        // from a thread with a runtime and a client of its own.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(client) = Client::try_default().await else {
-                    return;
-                };
-                let api: Api<PriorityClass> = Api::all(client);
-                for name in names {
-                    let _ = api.delete(&name, &DeleteParams::default()).await;
-                }
-            });
-        })
-        .join();
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Pods.

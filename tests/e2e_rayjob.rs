@@ -265,22 +265,8 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
     let Some(mut env) = TestEnv::new_or_skip("rayjob-preempt").await else {
         return;
     };
-    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
-        Api::all(env.client.clone());
-    let (low, high) = (
-        format!("{}-low", env.namespace),
-        format!("{}-high", env.namespace),
-    );
-    for (name, value) in [(&low, 100), (&high, 1000)] {
-        let class = serde_json::from_value(
-            json!({"metadata": {"name": name, "labels": {"sluice-e2e": "true"}}, "value": value}),
-        )
-        .expect("class");
-        classes
-            .create(&PostParams::default(), &class)
-            .await
-            .expect("create PriorityClass");
-    }
+    let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
+    let (low, high) = (classes.name("low"), classes.name("high"));
     // Head 1 + 2 workers (minimum 1) + submitter 500m = 3.5 of 4 cpu.
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let mut cluster = cluster_spec(1);
@@ -355,8 +341,6 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
         head_now.metadata.deletion_timestamp.is_none(),
         "the head stays"
     );
-    for name in [&low, &high] {
-        let _ = classes.delete(name, &Default::default()).await;
-    }
+    drop(classes);
     env.cleanup().await;
 }

@@ -11,27 +11,6 @@ use kube::ResourceExt;
 use serde_json::json;
 use support::*;
 
-fn sluice_pid() -> i32 {
-    let path = cluster_state().join("pids/sluice.pid");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)",
-            path.display()
-        )
-    });
-    text.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn restart_sluice() {
-    let status = std::process::Command::new(repo_root().join("hack/cluster.sh"))
-        .args(["up", "--with-sluice", "--no-build"])
-        .status()
-        .expect("run hack/cluster.sh up --with-sluice --no-build");
-    assert!(status.success(), "hack/cluster.sh up --with-sluice failed");
-}
-
 #[tokio::test]
 async fn killed_controller_never_over_admits_and_admits_everyone_after_restart() {
     let Some(mut env) = TestEnv::new_or_skip("restart").await else {
@@ -49,12 +28,7 @@ async fn killed_controller_never_over_admits_and_admits_everyone_after_restart()
     // End one admitted pod and kill the controller at once: its pass may be half done.
     let first = holding(&env.list_pods().await)[0].name_any();
     end_pod(&env.pods(), &first, "Succeeded").await;
-    let pid = sluice_pid();
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
+    kill_sluice();
 
     // While it is down, more admitted pods end: nobody admits their successors yet.
     let ended_while_down: Vec<String> = holding(&env.list_pods().await)

@@ -264,19 +264,13 @@ async fn task_cluster_admits_only_what_the_queue_allows_and_runs_every_task_in_o
     };
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let clusters: Api<TaskCluster> = Api::namespaced(env.client.clone(), &env.namespace);
-    let cluster: TaskCluster = serde_json::from_value(json!({
-        "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
-        "metadata": {"name": "pool", "labels": {"sluice.dev/queue": queue}},
-        "spec": {"minWorkers": 1, "maxWorkers": 5, "slotsPerWorker": 1, "maxTasksPerWorker": 2,
-            "idleTimeout": "1s",
-            "template": {"spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "worker", "image": "busybox",
-                "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}}},
-    }))
-    .expect("cluster");
-    clusters
-        .create(&Default::default(), &cluster)
-        .await
-        .expect("create TaskCluster");
+    create_pool(
+        &env,
+        &queue,
+        json!({"minWorkers": 1, "maxWorkers": 5, "slotsPerWorker": 1, "maxTasksPerWorker": 2,
+            "idleTimeout": "1s"}),
+    )
+    .await;
 
     // Follow the workers: never more than 2 admitted and running at once.
     let peak = Arc::new(Mutex::new(0usize));

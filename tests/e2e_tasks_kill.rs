@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sluice::api::{Task, TaskCluster, TaskPhase};
+use sluice::api::{Task, TaskPhase};
 use support::*;
 use task_support::*;
 
@@ -262,19 +262,12 @@ async fn container_kill_timeout_and_worker_deletion() {
         return;
     };
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
-    let clusters: Api<TaskCluster> = Api::namespaced(env.client.clone(), &env.namespace);
-    let cluster: TaskCluster = serde_json::from_value(json!({
-        "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
-        "metadata": {"name": "pool", "labels": {"sluice.dev/queue": queue}},
-        "spec": {"minWorkers": 1, "maxWorkers": 3, "slotsPerWorker": 1, "idleTimeout": "30s",
-            "template": {"spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "worker", "image": "busybox",
-                "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}}},
-    }))
-    .expect("cluster");
-    clusters
-        .create(&Default::default(), &cluster)
-        .await
-        .expect("create TaskCluster");
+    create_pool(
+        &env,
+        &queue,
+        json!({"minWorkers": 1, "maxWorkers": 3, "slotsPerWorker": 1, "idleTimeout": "30s"}),
+    )
+    .await;
     for (name, timeout) in [("killed", None), ("timed", Some("3s")), ("orphan", None)] {
         create_task(&env, container_task(name, timeout)).await;
     }

@@ -20,31 +20,6 @@ use sluice::api::TaskPhase;
 use support::*;
 use task_support::*;
 
-fn sluice_pid() -> i32 {
-    let path = cluster_state().join("pids/sluice.pid");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (is sluice running?)", path.display()));
-    text.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn kill_sluice() {
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &sluice_pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-}
-
-fn restart_sluice() {
-    let status = std::process::Command::new(repo_root().join("hack/cluster.sh"))
-        .args(["up", "--with-sluice", "--no-build"])
-        .status()
-        .expect("run hack/cluster.sh up --with-sluice --no-build");
-    assert!(status.success(), "hack/cluster.sh up --with-sluice failed");
-}
-
 #[tokio::test]
 async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
     let Some(mut env) = TestEnv::new_or_skip("task-restart").await else {

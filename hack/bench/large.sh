@@ -15,21 +15,14 @@ out="$root/target/bench"
 mkdir -p "$out"
 # shellcheck source=hack/bench/lib.sh
 source "$root/hack/bench/lib.sh"
-quick="${QUICK:-0}"
 pods="${LARGE_PODS:-20000}" nodes="${LARGE_NODES:-500}"
 [[ $quick == 1 ]] && { pods="${LARGE_PODS:-1000}"; nodes="${LARGE_NODES:-50}"; }
 modes="${LARGE_MODES:-nogate sluice kueue}"
 kwok_parallelism="${LARGE_KWOK_PARALLELISM:-16}"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-rm -f "$out"/large-*
-mkdir -p "$out"
-printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only large LARGE_PODS=$pods LARGE_NODES=$nodes LARGE_KWOK_PARALLELISM=$kwok_parallelism" \
-  "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-large"
+bench_begin large "hack/bench.sh --only large LARGE_PODS=$pods LARGE_NODES=$nodes LARGE_KWOK_PARALLELISM=$kwok_parallelism"
 echo "$pods" > "$out/large-pods"; echo "$nodes" > "$out/large-nodes"
-no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)
-[[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin e2e_load >&2
-bin="$target_dir/release/e2e_load"
-[[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+bin="$(tool_binary e2e_load)"
+down_on_exit
 hack/cluster.sh down >&2   # kwok reads its parallelism when it starts
 hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" --timeout 600 --kwok-parallelism "$kwok_parallelism" >&2
 eval "$(hack/cluster.sh env)"

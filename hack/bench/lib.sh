@@ -1,9 +1,28 @@
 # shellcheck shell=bash
 # Helpers of the end-to-end parts run by their own scripts (hack/bench/peer.sh, shapes.sh, large.sh):
-# sourced, with $root (the repository), $out (target/bench) and the cluster's environment set.
+# sourced, with $root (the repository) and $out (target/bench) set; the cluster's environment is
+# set by the time a run starts.
 # The cluster's state directory: SLUICE_CLUSTER_STATE (a second cluster beside the lead's) or .cluster/.
 state="${SLUICE_CLUSTER_STATE:-$root/.cluster}"
 bench_py="$root/hack/bench"
+quick="${QUICK:-0}"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
+
+bench_begin() { # part what: $out/run-<part> says when, what ran, the load and which sluice; the part's old results go
+  rm -f "$out/$1"-*
+  printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$2" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-$1"
+}
+
+tool_binary() { # tool: sluice-tools' binary, built unless NO_BUILD=1 (TOOLS_PROFILE=debug with NO_BUILD=1: a debug build)
+  [[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin "$1" >&2
+  echo "$target_dir/${TOOLS_PROFILE:-release}/$1"
+}
+
+down_on_exit() { # the cluster goes down when the script ends, unless KEEP_CLUSTER=1
+  [[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+}
 
 api_metrics() { # file: apiserver_request_total, read with the admin client certificate
   local server

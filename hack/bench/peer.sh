@@ -15,19 +15,13 @@ out="$root/target/bench"
 mkdir -p "$out"
 # shellcheck source=hack/bench/lib.sh
 source "$root/hack/bench/lib.sh"
-quick="${QUICK:-0}"
 reps="${PEER_REPS:-3}" scale="${PEER_SCALE:-1}"
 [[ $quick == 1 ]] && { reps="${PEER_REPS:-1}"; scale="${PEER_SCALE:-0.05}"; }
 nodes="${E2E_NODES:-100}"
 modes="${PEER_MODES:-sluice kueue}" timeout="${PEER_TIMEOUT:-1800}"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-rm -f "$out"/peer-*
-printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only peer${QUICK:+ (QUICK=$quick)} PEER_REPS=$reps PEER_SCALE=$scale PEER_MODES='$modes' PEER_TIMEOUT=$timeout" \
-  "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-peer"
-no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
-[[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin peer_suite >&2
-bin="$target_dir/${TOOLS_PROFILE:-release}/peer_suite"   # TOOLS_PROFILE=debug with NO_BUILD=1: a debug build
-[[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+bench_begin peer "hack/bench.sh --only peer${QUICK:+ (QUICK=$quick)} PEER_REPS=$reps PEER_SCALE=$scale PEER_MODES='$modes' PEER_TIMEOUT=$timeout"
+bin="$(tool_binary peer_suite)"
+down_on_exit
 hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" >&2
 eval "$(hack/cluster.sh env)"
 

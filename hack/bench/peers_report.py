@@ -5,8 +5,8 @@ own keys of bench/results.json (read-modify-write right before writing; the othe
 
 usage: peers_report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
-import glob, json, os, re, statistics, sys
-from runs import api_requests
+import glob, json, os, statistics, sys
+from runs import api_requests, put_sections
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 
 def load(name):
@@ -196,16 +196,7 @@ def header(part):
             f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB (load average {' / '.join(r['load'])} "
             f"when this part started; other work on the machine, if any, is said beside the table).")
 bm = os.path.join(root, "BENCHMARKS.md")
-doc = open(bm).read()
-for part, (heading, body) in sections.items():
-    tag = f"bench.sh:{part}"
-    section = "\n".join([f"<!-- {tag}:begin -->", heading, "", header(part), ""] + body + [f"<!-- {tag}:end -->"])
-    print(section)
-    pattern = re.compile(rf"<!-- {re.escape(tag)}:begin -->.*?<!-- {re.escape(tag)}:end -->", re.S)
-    if pattern.search(doc):
-        doc = pattern.sub(lambda _: section, doc, count=1)
-    else:
-        doc = doc.rstrip() + f"\n\n## {titles[part]}\n\n" + section + "\n"
+doc = put_sections(open(bm).read(), sections, titles, header)
 print(json.dumps(results, indent=2))
 if not write:
     sys.exit(0)

@@ -7,7 +7,7 @@ parts' sections and keys stay as they are. Prints the sections it writes.
 usage: report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import json, os, re, sys
-from runs import api_requests
+from runs import api_requests, put_sections
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 def load(name, lines=False):
     p = os.path.join(out, name)
@@ -390,16 +390,7 @@ def header(part):
             f"machine: {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, "
             f"shared with other work (load average {' / '.join(r['load'])} when this part started).")
 bm = os.path.join(root, "BENCHMARKS.md")
-text = open(bm).read() if os.path.exists(bm) else "# Benchmarks\n"
-for part, (heading, body) in sections.items():
-    tag = f"bench.sh:{part}"
-    section = "\n".join([f"<!-- {tag}:begin -->", heading, "", header(part), ""] + body + [f"<!-- {tag}:end -->"])
-    print(section)
-    pattern = re.compile(rf"<!-- {re.escape(tag)}:begin -->.*?<!-- {re.escape(tag)}:end -->", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text, count=1)
-    else:
-        text = text.rstrip() + f"\n\n## {titles[part]}\n\n" + section + "\n"
+text = put_sections(open(bm).read() if os.path.exists(bm) else "# Benchmarks\n", sections, titles, header)
 if not write:
     sys.exit(0)
 open(bm, "w").write(text)

@@ -15,18 +15,12 @@ out="$root/target/bench"
 mkdir -p "$out"
 # shellcheck source=hack/bench/lib.sh
 source "$root/hack/bench/lib.sh"
-quick="${QUICK:-0}"
 reps="${SHAPES_REPS:-3}" apps="${SHAPES_APPS:-40}"
 [[ $quick == 1 ]] && { reps="${SHAPES_REPS:-1}"; apps="${SHAPES_APPS:-5}"; }
 nodes="${E2E_NODES:-100}"
-target_dir="${CARGO_TARGET_DIR:-$root/target}"
-rm -f "$out"/shapes-*
-printf '%s\n%s\n%s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "hack/bench.sh --only shapes SHAPES_REPS=$reps SHAPES_APPS=$apps" \
-  "$(cut -d' ' -f1-3 /proc/loadavg)" "sluice $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')" > "$out/run-shapes"
-no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
-[[ ${NO_BUILD:-0} == 1 ]] || cargo build --release -p sluice-tools --bin shapes_load >&2
-bin="$target_dir/${TOOLS_PROFILE:-release}/shapes_load"   # TOOLS_PROFILE=debug with NO_BUILD=1: a debug build
-[[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+bench_begin shapes "hack/bench.sh --only shapes SHAPES_REPS=$reps SHAPES_APPS=$apps"
+bin="$(tool_binary shapes_load)"
+down_on_exit
 hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kuberay "${no_build[@]}" >&2
 eval "$(hack/cluster.sh env)"
 

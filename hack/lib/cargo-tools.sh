@@ -1,6 +1,7 @@
-# Sourced by hack/docs.sh, hack/fuzz.sh and hack/deny.sh: the one way a pinned cargo tool (mdbook,
-# cargo-fuzz, cargo-deny) is installed, the first time, into $SLUICE_CACHE/cargo-tools (default
-# ~/.cache/sluice/cargo-tools; its build in $SLUICE_CACHE/cargo-tools-build). That needs crates.io once.
+# Sourced by hack/docs.sh, hack/fuzz.sh and hack/deny.sh: their --help, and the one way a pinned
+# cargo tool (mdbook, cargo-fuzz, cargo-deny) is installed, the first time, into
+# $SLUICE_CACHE/cargo-tools (default ~/.cache/sluice/cargo-tools; its build in
+# $SLUICE_CACHE/cargo-tools-build). That needs crates.io once.
 CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
 export PATH=$CACHE/cargo-tools/bin:$HOME/.cargo/bin:$PATH
 
@@ -13,5 +14,16 @@ ensure_cargo_tool() {
     echo "$caller: installing $crate $version into $CACHE/cargo-tools" >&2
     CARGO_TARGET_DIR=$CACHE/cargo-tools-build cargo install --locked --quiet "$crate" \
       --version "$version" --root "$CACHE/cargo-tools" "$@"
+  fi
+}
+
+# usage_if_asked SCRIPT [ARGS...]: with -h or --help first in ARGS, prints SCRIPT's header comment
+# (its lines after the shebang up to the first line of code) and exits.
+usage_if_asked() {
+  local script=$1
+  shift
+  if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$script"
+    exit 0
   fi
 }

@@ -1,3 +1,6 @@
+//! Long: the reference model is one straightforward pass read top to bottom, kept whole and
+//! independent of the optimised pass it checks (it is the oracle: sharing code would blind it).
+//!
 //! The admission pass as it was before the flat-arena rewrite (commit 24a0e80), kept as the
 //! reference: a property test checks that `admission::decide` gives exactly the same decisions as
 //! this straightforward version on random snapshots, and `cargo bench --bench admission` measures

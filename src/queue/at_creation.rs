@@ -17,6 +17,7 @@
 //! reserves as for any workload that has started. Pods of workloads recorded from an application
 //! object wait for their DynamicWorkload as before.
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -39,6 +40,7 @@ use crate::queue::snapshot::Built;
 use crate::resources::{ResourceList, describe_quantity, pod_requests};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use sluice_webhooks::{Classified, RequestFacts};
 
 /// How long room held for a pod that has not appeared in the controller's cache stays held. Short:
 /// a forged review (or a creation that failed after the webhook) blocks room no longer than this;
@@ -695,6 +697,20 @@ impl Classifier {
             .filter(|i| &i.queue == queue)
     }
 
+    /// The identity [`Classifier::classify_request`] worked out for this request, or (called
+    /// without it) [`Classifier::identity_with`] now.
+    fn identity_of<'f>(
+        &self,
+        facts: &'f RequestFacts,
+        pod: &Pod,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<Cow<'f, PodIdentity>> {
+        match facts.get::<PodIdentity>() {
+            Some(identity) => Some(Cow::Borrowed(identity)),
+            None => self.identity_with(pod, labels).map(Cow::Owned),
+        }
+    }
+
     /// Refuses a pod whose queue is not the queue its workload is charged to: every pod counts in
     /// the queue its own label names, so a workload's pods all run in one queue (a pod joining
     /// another queue's workload would otherwise be accounted nowhere or twice). Known from the
@@ -704,12 +720,9 @@ impl Classifier {
         &self,
         namespace: &str,
         pod: &Pod,
-        labels: &BTreeMap<String, String>,
+        identity: &PodIdentity,
     ) -> Result<(), String> {
         let Some(at_creation) = &self.at_creation else {
-            return Ok(());
-        };
-        let Some(identity) = self.identity_with(pod, labels) else {
             return Ok(());
         };
         // A pod that is its own workload (no workload of its own named): a pod of that name in
@@ -745,9 +758,9 @@ impl Classifier {
         &self,
         namespace: &str,
         pod: &Pod,
-        labels: &BTreeMap<String, String>,
+        identity: &PodIdentity,
     ) -> Result<(), String> {
-        let (Some(queues), Some(identity)) = (&self.queues, self.identity_with(pod, labels)) else {
+        let Some(queues) = &self.queues else {
             return Ok(());
         };
         let Some(queue) = queues.get(&ObjectRef::new(&identity.queue)) else {
@@ -788,13 +801,21 @@ impl sluice_webhooks::PodClassifier for Classifier {
         namespace: &str,
         pod: &Pod,
     ) -> Result<Option<BTreeMap<String, String>>, String> {
+        Ok(self
+            .classify_request(namespace, pod)?
+            .map(|classified| classified.labels))
+    }
+
+    fn classify_request(&self, namespace: &str, pod: &Pod) -> Result<Option<Classified>, String> {
         let labels = self.adapters.classify_in(namespace, pod)?;
         if let Some(queue) = labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)) {
             self.refuse_above_max_priority(namespace, pod, queue)?;
         }
-        if let Some(labels) = &labels {
-            self.refuse_other_queue(namespace, pod, labels)?;
-            self.refuse_never_fits(namespace, pod, labels)?;
+        // Worked out once for the request (it copies the pod), kept for the calls after this one.
+        let identity = labels.as_ref().and_then(|l| self.identity_with(pod, l));
+        if let Some(identity) = &identity {
+            self.refuse_other_queue(namespace, pod, identity)?;
+            self.refuse_never_fits(namespace, pod, identity)?;
         }
         // The API server validates the pod only after this webhook: a governed pod's requests are
         // judged here, or a negative request would count as room.
@@ -825,7 +846,8 @@ impl sluice_webhooks::PodClassifier for Classifier {
                     .unwrap_or(""),
             ));
         }
-        Ok(labels)
+        let facts = identity.map(RequestFacts::new).unwrap_or_default();
+        Ok(labels.map(|labels| Classified { labels, facts }))
     }
 
     fn judge_resize(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
@@ -841,8 +863,10 @@ impl sluice_webhooks::PodClassifier for Classifier {
         namespace: &str,
         pod: &Pod,
         labels: &BTreeMap<String, String>,
+        facts: &RequestFacts,
     ) -> Vec<String> {
-        let (Some(queues), Some(identity)) = (&self.queues, self.identity_with(pod, labels)) else {
+        let (Some(queues), Some(identity)) = (&self.queues, self.identity_of(facts, pod, labels))
+        else {
             return Vec::new();
         };
         let queue = queues.get(&ObjectRef::new(&identity.queue));
@@ -872,9 +896,10 @@ impl sluice_webhooks::PodClassifier for Classifier {
         namespace: &str,
         pod: &Pod,
         labels: &BTreeMap<String, String>,
+        facts: &RequestFacts,
     ) -> Option<BTreeMap<String, String>> {
         let at_creation = self.at_creation.as_ref().filter(|a| a.is_active())?;
-        let identity = self.identity_with(pod, labels);
+        let identity = self.identity_of(facts, pod, labels);
         let requests = pod.spec.as_ref().map(pod_requests);
         let (Some(identity), Some(Ok(requests))) = (identity, requests) else {
             return None; // the controller will say what is wrong

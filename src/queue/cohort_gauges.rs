@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use crate::metrics::{CohortGauges, CohortLabels, CohortResourceLabels};
 use crate::queue::admission::{QueueSnapshot, QueueTally};
+use crate::queue::series::{remove_resources_gone, resources_of, set_per_resource, set_timestamp};
 use crate::resources::ResourceList;
 
 /// One queue's share of its cohort's figures, as its last decided pass left them.
@@ -42,10 +43,6 @@ type State = (BTreeMap<String, Share>, BTreeMap<String, BTreeSet<String>>);
 #[derive(Default)]
 pub(crate) struct CohortSeries {
     state: Mutex<State>,
-}
-
-fn base(milli: i64) -> f64 {
-    milli as f64 / 1000.0
 }
 
 impl CohortSeries {
@@ -124,35 +121,17 @@ fn sum_by_cohort<'a>(shares: impl IntoIterator<Item = &'a Share>) -> BTreeMap<St
 
 /// Sets one cohort's series; returns the resources it has series for.
 fn set(gauges: &CohortGauges, cohort: &str, sums: &Sums) -> BTreeSet<String> {
-    let resources: BTreeSet<String> = sums
-        .quota
-        .0
-        .keys()
-        .chain(sums.used.0.keys())
-        .cloned()
-        .collect();
-    for resource in &resources {
-        let l = CohortResourceLabels {
-            cohort: cohort.to_string(),
-            resource: resource.clone(),
-        };
-        gauges
-            .quota
-            .get_or_create(&l)
-            .set(base(sums.quota.get(resource)));
-        gauges
-            .used
-            .get_or_create(&l)
-            .set(base(sums.used.get(resource)));
-        gauges
-            .reserved
-            .get_or_create(&l)
-            .set(base(sums.reserved.get(resource)));
-        gauges
-            .borrowed
-            .get_or_create(&l)
-            .set(base(sums.borrowed.get(resource)));
-    }
+    let resources = resources_of(&sums.quota, &sums.used);
+    set_per_resource(
+        &resources,
+        |resource| resource_labels(cohort, resource),
+        &[
+            (&gauges.quota, &sums.quota),
+            (&gauges.used, &sums.used),
+            (&gauges.reserved, &sums.reserved),
+            (&gauges.borrowed, &sums.borrowed),
+        ],
+    );
     let l = CohortLabels {
         cohort: cohort.to_string(),
     };
@@ -161,18 +140,15 @@ fn set(gauges: &CohortGauges, cohort: &str, sums: &Sums) -> BTreeSet<String> {
         .get_or_create(&l)
         .set(sums.pending_workloads);
     gauges.pending_pods.get_or_create(&l).set(sums.pending_pods);
-    match sums.oldest {
-        Some(at) => {
-            gauges
-                .oldest_pending_timestamp
-                .get_or_create(&l)
-                .set(at as f64 / 1000.0);
-        }
-        None => {
-            gauges.oldest_pending_timestamp.remove(&l);
-        }
-    }
+    set_timestamp(&gauges.oldest_pending_timestamp, &l, sums.oldest);
     resources
+}
+
+fn resource_labels(cohort: &str, resource: &str) -> CohortResourceLabels {
+    CohortResourceLabels {
+        cohort: cohort.to_string(),
+        resource: resource.to_string(),
+    }
 }
 
 fn remove_gone(
@@ -182,23 +158,17 @@ fn remove_gone(
 ) {
     for (cohort, resources) in known {
         let now = now_known.get(cohort);
-        for resource in resources {
-            if now.is_some_and(|r| r.contains(resource)) {
-                continue;
-            }
-            let l = CohortResourceLabels {
-                cohort: cohort.clone(),
-                resource: resource.clone(),
-            };
-            for family in [
+        remove_resources_gone(
+            resources,
+            now,
+            |resource| resource_labels(cohort, resource),
+            &[
                 &gauges.quota,
                 &gauges.used,
                 &gauges.reserved,
                 &gauges.borrowed,
-            ] {
-                family.remove(&l);
-            }
-        }
+            ],
+        );
         if now.is_none() {
             let l = CohortLabels {
                 cohort: cohort.clone(),

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use crate::metrics::{QueueGauges, QueueInfoLabels, QueueLabels, QueueResourceLabels};
 use crate::queue::admission::{Decisions, PodState, QueueSnapshot, QueueTally};
+use crate::queue::series::{remove_resources_gone, resources_of, set_per_resource, set_timestamp};
 use crate::queue::snapshot::Built;
 
 /// The series each queue had at the last pass, to remove those of queues (or resources) gone.
@@ -18,11 +19,6 @@ pub(crate) struct Series {
 
 /// Per queue: the resources it has series for, and its info labels.
 type Known = BTreeMap<String, (BTreeSet<String>, QueueInfoLabels)>;
-
-/// Per queue: milli-units to base units.
-fn base(milli: i64) -> f64 {
-    milli as f64 / 1000.0
-}
 
 /// Per queue, the creation time (ms since the epoch) of its longest-waiting pod still behind the
 /// gate. A pod this pass admits counts until its gate is off: a pod the controller "admits" pass
@@ -63,13 +59,7 @@ impl Series {
             let labels = QueueLabels {
                 queue: queue.name.clone(),
             };
-            let resources: BTreeSet<String> = queue
-                .quota
-                .0
-                .keys()
-                .chain(tally.usage.0.keys())
-                .cloned()
-                .collect();
+            let resources = resources_of(&queue.quota, &tally.usage);
             set_resources(gauges, queue, tally, &resources);
             gauges
                 .admitted_workloads
@@ -79,17 +69,11 @@ impl Series {
                 .admitted_pods
                 .get_or_create(&labels)
                 .set(i64::from(tally.admitted_pods));
-            match oldest.get(&queue.name) {
-                Some(at) => {
-                    gauges
-                        .oldest_pending_timestamp
-                        .get_or_create(&labels)
-                        .set(*at as f64 / 1000.0);
-                }
-                None => {
-                    gauges.oldest_pending_timestamp.remove(&labels);
-                }
-            }
+            set_timestamp(
+                &gauges.oldest_pending_timestamp,
+                &labels,
+                oldest.get(&queue.name).copied(),
+            );
             let info = QueueInfoLabels {
                 queue: queue.name.clone(),
                 cohort: queue
@@ -120,31 +104,23 @@ fn set_resources(
     tally: &QueueTally,
     resources: &BTreeSet<String>,
 ) {
-    for resource in resources {
-        let l = QueueResourceLabels {
-            queue: queue.name.clone(),
-            resource: resource.clone(),
-        };
-        gauges
-            .quota
-            .get_or_create(&l)
-            .set(base(queue.quota.get(resource)));
-        gauges
-            .used
-            .get_or_create(&l)
-            .set(base(tally.usage.get(resource)));
-        gauges
-            .reserved
-            .get_or_create(&l)
-            .set(base(tally.reserved.get(resource)));
-        gauges
-            .borrowed
-            .get_or_create(&l)
-            .set(base(tally.borrowed.get(resource)));
-        gauges
-            .lent
-            .get_or_create(&l)
-            .set(base(tally.lent.get(resource)));
+    set_per_resource(
+        resources,
+        |resource| resource_labels(&queue.name, resource),
+        &[
+            (&gauges.quota, &queue.quota),
+            (&gauges.used, &tally.usage),
+            (&gauges.reserved, &tally.reserved),
+            (&gauges.borrowed, &tally.borrowed),
+            (&gauges.lent, &tally.lent),
+        ],
+    );
+}
+
+fn resource_labels(queue: &str, resource: &str) -> QueueResourceLabels {
+    QueueResourceLabels {
+        queue: queue.to_string(),
+        resource: resource.to_string(),
     }
 }
 
@@ -152,24 +128,18 @@ fn set_resources(
 fn remove_gone(gauges: &QueueGauges, known: &Known, now_known: &Known) {
     for (queue, (resources, info)) in known.iter() {
         let now = now_known.get(queue);
-        for resource in resources {
-            if now.is_some_and(|(r, _)| r.contains(resource)) {
-                continue;
-            }
-            let l = QueueResourceLabels {
-                queue: queue.clone(),
-                resource: resource.clone(),
-            };
-            for family in [
+        remove_resources_gone(
+            resources,
+            now.map(|(r, _)| r),
+            |resource| resource_labels(queue, resource),
+            &[
                 &gauges.quota,
                 &gauges.used,
                 &gauges.reserved,
                 &gauges.borrowed,
                 &gauges.lent,
-            ] {
-                family.remove(&l);
-            }
-        }
+            ],
+        );
         if now.is_none_or(|(_, i)| i != info) {
             gauges.info.remove(info);
         }
@@ -214,7 +184,7 @@ mod tests {
                 queue: queue.into(),
                 resource: resource.into(),
             };
-            gauges.used.get_or_create(&l).set(base(1500));
+            gauges.used.get_or_create(&l).set(1.5);
         }
         for q in ["a", "b"] {
             gauges

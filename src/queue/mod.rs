@@ -15,6 +15,7 @@ pub mod notices;
 pub mod pod_cache;
 pub mod preemption;
 pub mod ready;
+mod series;
 pub mod snapshot;
 pub mod status;
 mod writer;

@@ -1,3 +1,6 @@
+//! Long: one model-based test read as a whole: the cluster kept in memory, the operations on it
+//! and the invariants checked after each step mean little apart.
+//!
 //! A model-based property test of the quota promise: admission at creation (the real pod webhook,
 //! [`sluice_webhooks::mutate_pod`] with the real [`Classifier`]) and admission passes (the controller's own glue, [`plan_pass`], then
 //! [`AdmitAtCreation::publish`], the ungates and the eviction orders it decided), driven by random

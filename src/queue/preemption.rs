@@ -1,6 +1,6 @@
 //! In-queue preemption: which admitted pods a waiting item takes quota back from. A pure function
 //! of projected resource vectors (the admission pass's dimensions), beside the admission function
-//! that calls it (`admission.rs` builds the [`Holder`]s and applies the [`Plan`]); it knows nothing
+//! that calls it (`admission/preempt.rs` builds the [`Holder`]s and applies the [`Plan`]); it knows nothing
 //! of snapshots, so it imports none of the queue's modules.
 //!
 //! The rules (issue 18; Kueue's classical preemption is the reference semantics):

@@ -15,6 +15,11 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload, DynamicWorkloadStatus};
 
+mod priorities;
+// Each test binary compiles this module; not every one uses every helper.
+#[allow(unused_imports)]
+pub use priorities::Priorities;
+
 /// Set to 1 by `hack/test.sh`: a test that finds no cluster then fails instead of being skipped.
 pub const REQUIRE_CLUSTER: &str = "SLUICE_REQUIRE_CLUSTER";
 
@@ -67,6 +72,39 @@ pub fn cluster_state() -> PathBuf {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".cluster"))
+}
+
+/// The pid of the sluice process `hack/cluster.sh` started.
+pub fn sluice_pid() -> i32 {
+    let path = cluster_state().join("pids/sluice.pid");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (is sluice running? hack/cluster.sh up --with-sluice)",
+            path.display()
+        )
+    });
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Kills sluice with SIGKILL: no shutdown of its own, as a crash or an OOM kill ends it. Only in a
+/// test binary of its own (the other tests of a binary share that process).
+pub fn kill_sluice() {
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &sluice_pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+}
+
+/// Starts sluice again with the binary already built.
+pub fn restart_sluice() {
+    let status = std::process::Command::new(repo_root().join("hack/cluster.sh"))
+        .args(["up", "--with-sluice", "--no-build"])
+        .status()
+        .expect("run hack/cluster.sh up --with-sluice --no-build");
+    assert!(status.success(), "hack/cluster.sh up --with-sluice failed");
 }
 
 /// A short random suffix for names, so tests never collide on the shared cluster.
@@ -368,8 +406,17 @@ pub const KWOK_PHASE_ANNOTATION: &str = "sluice.dev/kwok-phase";
 /// The value of sluice's metric `name` (a series without labels) from its metrics endpoint
 /// (`SLUICE_METRICS_ADDR`, set by `hack/cluster.sh env`); None if it cannot be read.
 pub async fn sluice_metric(name: &str) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = std::env::var("SLUICE_METRICS_ADDR").ok()?;
+    let body = metrics_text(&addr).await?;
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// What the metrics endpoint at `addr` (`host:port`, plain HTTP) answers to `GET /metrics`, the
+/// response's head included; None if it cannot be read.
+pub async fn metrics_text(addr: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     stream
         .write_all(b"GET /metrics HTTP/1.0\r\nHost: sluice\r\n\r\n")
@@ -377,9 +424,7 @@ pub async fn sluice_metric(name: &str) -> Option<f64> {
         .ok()?;
     let mut body = String::new();
     stream.read_to_string(&mut body).await.ok()?;
-    body.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
+    Some(body)
 }
 
 /// Follows every pod of the namespace and records the largest cpu ever held by admitted pods.

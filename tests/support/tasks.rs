@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use sluice::api::{Task, TaskPhase};
+use sluice::api::{Task, TaskCluster, TaskPhase};
 
 use crate::support::{TestEnv, wait_for};
 
@@ -24,6 +24,24 @@ pub async fn create_task(env: &TestEnv, task: Value) -> Task {
         .create(&PostParams::default(), &t)
         .await
         .unwrap_or_else(|e| panic!("create task: {e}"))
+}
+
+/// Creates the TaskCluster `pool` of `queue` with `spec` (workers, slots, idle timeout...) and its
+/// worker template: busybox asking 1 cpu and 64Mi, gone at once when deleted.
+pub async fn create_pool(env: &TestEnv, queue: &str, mut spec: Value) -> TaskCluster {
+    spec["template"] = json!({"spec": {"terminationGracePeriodSeconds": 0, "containers": [{
+        "name": "worker", "image": "busybox",
+        "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}});
+    let cluster: TaskCluster = serde_json::from_value(json!({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "TaskCluster",
+        "metadata": {"name": "pool", "labels": {"sluice.dev/queue": queue}},
+        "spec": spec,
+    }))
+    .expect("cluster");
+    Api::<TaskCluster>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .expect("create TaskCluster")
 }
 
 pub fn phase(t: &Task) -> TaskPhase {

@@ -14,7 +14,8 @@ mod server;
 pub use handler::{AdmissionHandler, ApplicationHandler};
 pub use metrics::{OperationLabels, Outcome, OutcomeLabels, WebhookMetrics};
 pub use pods::{
-    GateSettings, PodClassifier, mutate_pod, mutation_patch, validate_identity, validate_pod,
+    Classified, GateSettings, PodClassifier, RequestFacts, mutate_pod, mutation_patch,
+    validate_identity, validate_pod,
 };
 pub use server::{
     DEFAULT_MAX_BODY_BYTES, DEFAULT_SHUTDOWN_GRACE, WebhookError, WebhookServer,

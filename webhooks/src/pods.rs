@@ -1,6 +1,7 @@
 //! The pod webhooks' decisions, as pure functions: gate and label governed pods on CREATE, and
 //! refuse anyone but sluice's controller removing the gate or editing sluice's labels.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -31,29 +32,42 @@ pub trait PodClassifier: Send + Sync + 'static {
         Ok(self.classify(pod))
     }
 
-    /// Whether the governed `pod` (to be labelled `labels`) is admitted as it is created, without
-    /// the gate: the annotations to add when it is, None when it waits behind the gate. Called
-    /// once per creation of a governed pod; by default every pod waits.
+    /// [`PodClassifier::classify_in`] for one CREATE request, with what the classifier worked out
+    /// on the way ([`RequestFacts`]), handed back to [`PodClassifier::admit_at_creation`] and
+    /// [`PodClassifier::gated_warnings`] for the same request. By default no facts.
+    fn classify_request(&self, namespace: &str, pod: &Pod) -> Result<Option<Classified>, String> {
+        Ok(self.classify_in(namespace, pod)?.map(|labels| Classified {
+            labels,
+            facts: RequestFacts::default(),
+        }))
+    }
+
+    /// Whether the governed `pod` (to be labelled `labels`; `facts` from
+    /// [`PodClassifier::classify_request`]) is admitted as it is created, without the gate: the
+    /// annotations to add when it is, None when it waits behind the gate. Called once per creation
+    /// of a governed pod; by default every pod waits.
     fn admit_at_creation(
         &self,
         namespace: &str,
         pod: &Pod,
         labels: &BTreeMap<String, String>,
+        facts: &RequestFacts,
     ) -> Option<BTreeMap<String, String>> {
-        let _ = (namespace, pod, labels);
+        let _ = (namespace, pod, labels, facts);
         None
     }
 
-    /// What `kubectl` prints when the governed `pod` (labelled `labels`) is created behind the gate:
-    /// why it will wait (its queue full, unknown, or not admitting the namespace). Never refuses;
-    /// by default nothing is said.
+    /// What `kubectl` prints when the governed `pod` (labelled `labels`; `facts` from
+    /// [`PodClassifier::classify_request`]) is created behind the gate: why it will wait (its queue
+    /// full, unknown, or not admitting the namespace). Never refuses; by default nothing is said.
     fn gated_warnings(
         &self,
         namespace: &str,
         pod: &Pod,
         labels: &BTreeMap<String, String>,
+        facts: &RequestFacts,
     ) -> Vec<String> {
-        let _ = (namespace, pod, labels);
+        let _ = (namespace, pod, labels, facts);
         Vec::new()
     }
 
@@ -70,6 +84,31 @@ pub trait PodClassifier: Send + Sync + 'static {
     fn judge_resize(&self, namespace: &str, old: &Pod, new: &Pod) -> Result<(), String> {
         let _ = (namespace, old, new);
         Ok(())
+    }
+}
+
+/// A governed pod as [`PodClassifier::classify_request`] classified it for one request.
+pub struct Classified {
+    /// The labels sluice keeps on the pod.
+    pub labels: BTreeMap<String, String>,
+    /// What the classifier worked out on the way, for its later calls in the same request.
+    pub facts: RequestFacts,
+}
+
+/// What a classifier worked out about a pod during one request (sluice's: the pod's identity, which
+/// costs a copy of the pod), kept for its later calls in the same request so that it is worked out
+/// once. The webhook only carries it.
+#[derive(Default)]
+pub struct RequestFacts(Option<Box<dyn Any + Send + Sync>>);
+
+impl RequestFacts {
+    pub fn new<T: Any + Send + Sync>(facts: T) -> Self {
+        RequestFacts(Some(Box::new(facts)))
+    }
+
+    /// The facts kept, when they are a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_deref().and_then(|facts| facts.downcast_ref())
     }
 }
 
@@ -266,8 +305,8 @@ pub fn mutate_pod(
         .as_deref()
         .or(pod.metadata.namespace.as_deref())
         .unwrap_or("default");
-    let labels = match classifier.classify_in(namespace, pod) {
-        Ok(Some(labels)) => labels,
+    let Classified { labels, facts } = match classifier.classify_request(namespace, pod) {
+        Ok(Some(classified)) => classified,
         Ok(None) => return allowed,
         Err(message) => return allowed.deny(message),
     };
@@ -275,13 +314,13 @@ pub fn mutate_pod(
     let at_creation = if request.dry_run {
         None
     } else {
-        classifier.admit_at_creation(namespace, pod, &labels)
+        classifier.admit_at_creation(namespace, pod, &labels, &facts)
     };
     let mut warnings = Vec::new();
     let patch = match at_creation {
         Some(annotations) => admission_at_creation_patch(pod, &labels, &annotations),
         None => {
-            warnings = classifier.gated_warnings(namespace, pod, &labels);
+            warnings = classifier.gated_warnings(namespace, pod, &labels, &facts);
             let mut patch = mutation_patch(pod, &labels, &gate.gate_name);
             patch
                 .0

@@ -252,7 +252,7 @@ mod token_replay {
 
     /// Admits `pod` at creation in "ns": the token it was given, or None (gated).
     fn admit(c: &Classifier, pod: &Pod) -> Option<String> {
-        c.admit_at_creation("ns", pod, &labels())
+        c.admit_at_creation("ns", pod, &labels(), &RequestFacts::default())
             .map(|a| a[AT_CREATION_ANNOTATION].clone())
     }
 
@@ -311,7 +311,7 @@ mod token_replay {
         let token = admit(&c, &pod("a", "1", None)).expect("admitted");
         let copied = pod("a", "1", Some(&token));
         assert_eq!(
-            c.admit_at_creation("other-ns", &copied, &labels()),
+            c.admit_at_creation("other-ns", &copied, &labels(), &RequestFacts::default()),
             None,
             "same name in another namespace: no room left, gated"
         );

@@ -466,10 +466,17 @@ impl PodClassifier for Warns {
         _: &str,
         _: &Pod,
         _: &BTreeMap<String, String>,
+        _: &RequestFacts,
     ) -> Option<BTreeMap<String, String>> {
         self.admit.then(BTreeMap::new)
     }
-    fn gated_warnings(&self, _: &str, _: &Pod, _: &BTreeMap<String, String>) -> Vec<String> {
+    fn gated_warnings(
+        &self,
+        _: &str,
+        _: &Pod,
+        _: &BTreeMap<String, String>,
+        _: &RequestFacts,
+    ) -> Vec<String> {
         vec!["sluice: CapacityQueue research is full".into()]
     }
 }
@@ -494,4 +501,75 @@ fn a_pod_created_behind_the_gate_carries_the_classifiers_warnings_and_an_admitte
     let answer = mutate_pod(&r, &Warns { admit: false }, &settings());
     assert!(answer.allowed && answer.patch.is_none());
     assert_eq!(answer.warnings.map(|w| w.len()), Some(1));
+}
+
+/// Classifies once per request, handing out facts (a number), and records what the later calls of
+/// the request are given back.
+#[derive(Default)]
+struct RemembersFacts {
+    classified: std::sync::atomic::AtomicUsize,
+    given_back: std::sync::Mutex<Vec<Option<u32>>>,
+}
+impl RemembersFacts {
+    fn note(&self, facts: &RequestFacts) {
+        if let Ok(mut given) = self.given_back.lock() {
+            given.push(facts.get::<u32>().copied());
+        }
+    }
+}
+impl PodClassifier for RemembersFacts {
+    fn classify(&self, _: &Pod) -> Option<BTreeMap<String, String>> {
+        Some(wanted())
+    }
+    fn classify_request(&self, _: &str, _: &Pod) -> Result<Option<Classified>, String> {
+        self.classified
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Some(Classified {
+            labels: wanted(),
+            facts: RequestFacts::new(7u32),
+        }))
+    }
+    fn admit_at_creation(
+        &self,
+        _: &str,
+        _: &Pod,
+        _: &BTreeMap<String, String>,
+        facts: &RequestFacts,
+    ) -> Option<BTreeMap<String, String>> {
+        self.note(facts);
+        None
+    }
+    fn gated_warnings(
+        &self,
+        _: &str,
+        _: &Pod,
+        _: &BTreeMap<String, String>,
+        facts: &RequestFacts,
+    ) -> Vec<String> {
+        self.note(facts);
+        Vec::new()
+    }
+}
+
+#[test]
+fn a_creation_is_classified_once_and_what_was_worked_out_reaches_the_later_calls() {
+    let fresh = json!({"metadata": {"name": "etl-8"}, "spec": {"containers": []}});
+    let r = request("CREATE", "alice", Some(fresh), None, false);
+    let classifier = RemembersFacts::default();
+    let gated = mutate_pod(&r, &classifier, &settings());
+    assert!(gated.allowed && gated.patch.is_some());
+    assert_eq!(
+        classifier
+            .classified
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert_eq!(
+        *classifier.given_back.lock().expect("lock"),
+        vec![Some(7), Some(7)],
+        "admit_at_creation, then gated_warnings, given the facts of the one classification"
+    );
+    // Facts of another type are not taken for these.
+    assert_eq!(RequestFacts::new("seven").get::<u32>(), None);
+    assert_eq!(RequestFacts::default().get::<u32>(), None);
 }

@@ -1,0 +1,271 @@
+//! Gathering a queue's demand, member by member: what each workload holds, the reservations of
+//! its started gangs, and one item per gang of a workload that has not started, per fill and
+//! per elastic pod.
+
+use super::arena::{Item, ItemKind, NONE, add_into, to_u32};
+use super::fit::{add_scaled, split_two};
+use super::*;
+
+impl<'a> QueuePass<'a> {
+    pub(super) fn new(
+        snapshot: &'a Snapshot,
+        queue: &'a QueueSnapshot,
+        members: &'a [usize],
+        scratch: &'a mut Scratch,
+    ) -> Self {
+        let dims = Dimensions::new(&queue.quota);
+        let width = dims.width();
+        let Scratch {
+            arena,
+            items,
+            slots,
+            gated,
+        } = scratch;
+        arena.values.clear();
+        arena.pods.clear();
+        items.clear();
+        slots.clear();
+        let usage_at = arena.push_zeroed(width);
+        let reserved_at = arena.push_zeroed(width);
+        let reserve_at = arena.push_zeroed(width);
+        QueuePass {
+            snapshot,
+            queue,
+            members,
+            dims,
+            width,
+            arena,
+            items,
+            slots,
+            gated,
+            states: vec![MemberState::default(); members.len()],
+            member_used: vec![0i64; members.len() * width],
+            member_reserved: vec![0i64; members.len() * width],
+            usage_at,
+            reserved_at,
+            reserve_at,
+        }
+    }
+
+    /// Gathers one member's demand: counts its admitted and gated pods; for a workload that has
+    /// started, reserves its missing gang members and queues each gated pod; for one that has not,
+    /// queues its minimum gang as one item. What it holds joins the queue's usage and reservations.
+    pub(super) fn gather_member(&mut self, m: usize) {
+        let snapshot = self.snapshot;
+        let w = self.members[m];
+        let workload = &snapshot.workloads[w];
+        let started = workload
+            .pod_sets
+            .iter()
+            .any(|s| s.pods.iter().any(|p| p.state == PodState::Admitted));
+        let mut gang = Gang {
+            start: to_u32(self.arena.pods.len()),
+            usage: NONE,
+            reserve: NONE,
+            earliest: None,
+        };
+        for (s, set) in workload.pod_sets.iter().enumerate() {
+            let admitted_in_set = self.count_set(m, set);
+            if !workload.namespace_allowed {
+                continue;
+            }
+            sort_gated(self.gated, set, started);
+            if started {
+                self.queue_started_set(m, w, s, admitted_in_set);
+            } else {
+                self.add_set_to_gang(&mut gang, w, s);
+            }
+        }
+        if workload.namespace_allowed && !started && self.states[m].gated > 0 && gang.usage != NONE
+        {
+            self.push_gang(m, w, gang);
+        }
+        let width = self.width;
+        let (usage, reserved) = split_two(
+            &mut self.arena.values,
+            self.usage_at,
+            self.reserved_at,
+            width,
+        );
+        add_into(usage, &self.member_used[m * width..(m + 1) * width]);
+        add_into(reserved, &self.member_reserved[m * width..(m + 1) * width]);
+    }
+
+    /// Counts a pod set's pods: the admitted ones into the member's usage, the gated ones into
+    /// `gated`. Returns how many are admitted.
+    pub(super) fn count_set(&mut self, m: usize, set: &PodSetSnapshot) -> u32 {
+        let width = self.width;
+        let used = &mut self.member_used[m * width..(m + 1) * width];
+        self.gated.clear();
+        let (mut admitted, mut terminating) = (0u32, 0u32);
+        for (p, pod) in set.pods.iter().enumerate() {
+            match pod.state {
+                PodState::Admitted => {
+                    admitted += 1;
+                    terminating += u32::from(pod.terminating);
+                    self.dims.add_projected(&pod.requests, used);
+                }
+                PodState::Gated => self.gated.push(p),
+                PodState::Ended => {}
+            }
+        }
+        let state = &mut self.states[m];
+        state.gated += to_u32(self.gated.len());
+        state.admitted_before += admitted;
+        state.terminating += terminating;
+        admitted
+    }
+
+    /// A pod set of a started workload: quota reserved for its gang members not admitted yet (a
+    /// slot), and one item per gated pod, oldest first. The first ones up to the reservation fill
+    /// it (already paid for, they go first); the others are elastic.
+    pub(super) fn queue_started_set(&mut self, m: usize, w: usize, s: usize, admitted_in_set: u32) {
+        let snapshot = self.snapshot;
+        let workload = &snapshot.workloads[w];
+        let set = &workload.pod_sets[s];
+        let width = self.width;
+        let missing = set.min_count.saturating_sub(admitted_in_set);
+        let mut slot = NONE;
+        if missing > 0 {
+            let per_pod = self.arena.push_zeroed(width);
+            self.dims
+                .add_projected(&set.per_pod, self.arena.slice_mut(per_pod, width));
+            let held = &mut self.member_reserved[m * width..(m + 1) * width];
+            add_scaled(held, self.arena.slice(per_pod, width), i64::from(missing));
+            slot = to_u32(self.slots.len());
+            self.slots.push(Slot {
+                left: missing,
+                per_pod,
+            });
+        }
+        for (rank, &p) in self.gated.iter().enumerate() {
+            let pod = &set.pods[p];
+            let usage = self.arena.push_zeroed(width);
+            self.dims
+                .add_projected(&pod.requests, self.arena.slice_mut(usage, width));
+            let pods_start = to_u32(self.arena.pods.len());
+            self.arena.pods.push(PodRef {
+                workload: w,
+                pod_set: s,
+                pod: p,
+            });
+            let kind = if (rank as u32) < missing {
+                ItemKind::Fill
+            } else {
+                ItemKind::Ordered
+            };
+            self.items.push(Item {
+                kind,
+                priority: workload.priority,
+                interrupted_count: workload.interrupted_count,
+                queued_at: pod.created_at,
+                pod_rank: to_u32(rank),
+                member: to_u32(m),
+                pod_set: to_u32(s),
+                pods_start,
+                pods_len: 1,
+                usage,
+                reserve: NONE,
+                slot,
+            });
+        }
+    }
+
+    /// A pod set of a workload that has not started, into its gang: the set's first gated pods up
+    /// to its minimum, plus a reservation for the members not created yet.
+    pub(super) fn add_set_to_gang(&mut self, gang: &mut Gang, w: usize, s: usize) {
+        let set = &self.snapshot.workloads[w].pod_sets[s];
+        let width = self.width;
+        if gang.usage == NONE {
+            gang.usage = self.arena.push_zeroed(width);
+            gang.reserve = self.arena.push_zeroed(width);
+        }
+        let at = |p: usize| PodRef {
+            workload: w,
+            pod_set: s,
+            pod: p,
+        };
+        if let Some(&first) = self.gated.first() {
+            let candidate = (set.pods[first].created_at, at(first));
+            if gang.earliest.as_ref().is_none_or(|e| candidate.0 < e.0) {
+                gang.earliest = Some(candidate);
+            }
+        }
+        let take = (set.min_count as usize).min(self.gated.len());
+        for &p in &self.gated[..take] {
+            self.arena.pods.push(at(p));
+            self.dims.add_projected(
+                &set.pods[p].requests,
+                self.arena.slice_mut(gang.usage, width),
+            );
+        }
+        let missing = set.min_count.saturating_sub(take as u32);
+        if missing > 0 {
+            // The member's size in a vector of its own, scaled into the gang's reservation, then
+            // dropped: the arena ends with the gang's vectors again.
+            let per_pod = self.arena.push_zeroed(width);
+            self.dims
+                .add_projected(&set.per_pod, self.arena.slice_mut(per_pod, width));
+            let (head, tail) = self.arena.values.split_at_mut(per_pod as usize);
+            add_scaled(
+                &mut head[gang.reserve as usize..gang.reserve as usize + width],
+                &tail[..width],
+                i64::from(missing),
+            );
+            self.arena.values.truncate(per_pod as usize);
+        }
+    }
+
+    /// Queues the gang of a member that has not started as one item. A workload whose sets all
+    /// have a minimum of zero starts with its oldest gated pod.
+    pub(super) fn push_gang(&mut self, m: usize, w: usize, gang: Gang) {
+        let workload = &self.snapshot.workloads[w];
+        let mut pods_len = to_u32(self.arena.pods.len()) - gang.start;
+        if pods_len == 0
+            && let Some((_, pod)) = gang.earliest
+        {
+            let set = &workload.pod_sets[pod.pod_set];
+            self.dims.add_projected(
+                &set.pods[pod.pod].requests,
+                self.arena.slice_mut(gang.usage, self.width),
+            );
+            self.arena.pods.push(pod);
+            pods_len = 1;
+        }
+        self.items.push(Item {
+            kind: ItemKind::Ordered,
+            priority: workload.priority,
+            interrupted_count: workload.interrupted_count,
+            queued_at: workload.queued_at,
+            pod_rank: 0,
+            member: to_u32(m),
+            pod_set: 0,
+            pods_start: gang.start,
+            pods_len,
+            usage: gang.usage,
+            reserve: gang.reserve,
+            slot: NONE,
+        });
+    }
+}
+
+/// Sorts a pod set's gated pods (positions in `gated`) oldest first. Of a workload that has not
+/// started only the gang's pods (its minimum, at least one) matter: those are selected first, and
+/// only they are sorted.
+pub(super) fn sort_gated(gated: &mut Vec<usize>, set: &PodSetSnapshot, started: bool) {
+    let by_age = |a: &usize, b: &usize| {
+        let (pa, pb) = (&set.pods[*a], &set.pods[*b]);
+        pa.created_at
+            .cmp(&pb.created_at)
+            .then_with(|| pa.name.cmp(&pb.name))
+            .then_with(|| a.cmp(b))
+    };
+    if !started {
+        let needed = (set.min_count as usize).max(1);
+        if needed < gated.len() {
+            gated.select_nth_unstable_by(needed, by_age);
+            gated.truncate(needed);
+        }
+    }
+    gated.sort_unstable_by(by_age);
+}

@@ -1,0 +1,74 @@
+//! A CapacityQueue's status after a pass: its usage, reservations and pending demand from the
+//! pass's tally, and the one-line summary of its usage.
+
+use super::*;
+
+/// The status a CapacityQueue should have after this pass: its tally, or (no tally: its quota
+/// could not be read, so the pass skipped it) inactive. `old`: the newest status known.
+pub fn queue_status(
+    tally: Option<&QueueTally>,
+    old: Option<&CapacityQueueStatus>,
+    generation: Option<i64>,
+    now: &str,
+) -> CapacityQueueStatus {
+    let previous = old.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Active"));
+    match tally {
+        Some(t) => CapacityQueueStatus {
+            usage: t.usage.to_quantities(),
+            reserved: t.reserved.to_quantities(),
+            pending_workloads: t.pending_workloads as i32,
+            admitted_workloads: t.admitted_workloads as i32,
+            pending_pods: t.pending_pods as i32,
+            admitted_pods: t.admitted_pods as i32,
+            borrowed: t.borrowed.to_quantities(),
+            lent: t.lent.to_quantities(),
+            conditions: vec![Condition::updated(
+                previous,
+                "Active",
+                ConditionStatus::True,
+                "QuotaValid",
+                "the queue admits pods".into(),
+                now,
+            )],
+            observed_generation: generation,
+            usage_summary: String::new(),
+        },
+        None => CapacityQueueStatus {
+            conditions: vec![Condition::updated(
+                previous,
+                "Active",
+                ConditionStatus::False,
+                "InvalidQuota",
+                "spec.quota (or spec.borrowingLimit, spec.lendingLimit, spec.fairSharing.weight) holds a quantity sluice cannot read: nothing is admitted".into(),
+                now,
+            )],
+            observed_generation: generation,
+            ..CapacityQueueStatus::default()
+        },
+    }
+}
+
+/// `kubectl get cq`'s `Used/Quota`: per resource the quota names, what is used and reserved
+/// (from the status's quantities) over the quota, e.g. `cpu=3/4 memory=1Gi/8Gi`.
+pub fn usage_summary(
+    quota: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
+    status: &CapacityQueueStatus,
+) -> String {
+    use crate::resources::{ResourceList, format_quantity};
+    let held = |m: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >| { ResourceList::from_quantities(m).unwrap_or_default() };
+    let (usage, reserved) = (held(&status.usage), held(&status.reserved));
+    quota
+        .iter()
+        .map(|(name, q)| {
+            let used = usage.get(name).saturating_add(reserved.get(name));
+            format!("{name}={}/{}", format_quantity(name, used), q.0)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
