@@ -345,8 +345,9 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         .screenshot(&image("dashboard-preemptions.png"))
         .await;
 
-    // The preemptor's page: its Kubernetes Events (sluice's Admitted and Preempting). An event
-    // written in namespace B about it is not its own and is not shown, not even to an operator.
+    // The preemptor's page: its Kubernetes Events (sluice's Waiting and Admitted, told on its
+    // pod). An event written in namespace B about it is not its own and is not shown, not even
+    // to an operator.
     let mut forged: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
         "metadata": {"name": "forged-about-a"},
         "involvedObject": {"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload",
@@ -367,9 +368,9 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
     show(&mut operator, &format!("#workload/{ns_a}/urgent")).await;
     operator
         .wait_for(
-            "the preemptor's Preempting event",
+            "the preemptor's Admitted event",
             SLOW,
-            r#"document.querySelector('[data-testid=events] tr[data-reason="Preempting"]') !== null"#,
+            r#"document.querySelector('[data-testid=events] tr[data-reason="Admitted"]') !== null"#,
         )
         .await;
     let text = operator
@@ -444,7 +445,7 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         .wait_for(
             "its workload's events",
             SLOW,
-            r#"document.querySelector('[data-testid=events] tr[data-reason="Preempting"]') !== null"#,
+            r#"document.querySelector('[data-testid=events] tr[data-reason="Admitted"]') !== null"#,
         )
         .await;
     let text = viewer

@@ -1,8 +1,10 @@
-//! The Kubernetes Events of DynamicWorkloads, for the workload page: one watch with a field
-//! selector (`involvedObject.kind=DynamicWorkload`), never every event of the cluster, and the
-//! last [`EVENTS_PER_WORKLOAD`] of each workload kept. An event counts only when it lives in its
-//! workload's namespace and names a `sluice.dev` object (anyone who may create events in one
-//! namespace could otherwise write onto another namespace's page).
+//! The Kubernetes Events of a workload, for its page, never from a watch of every event of the
+//! cluster: the DynamicWorkloads' own (one watch with the field selector
+//! `involvedObject.kind=DynamicWorkload`, the last [`EVENTS_PER_WORKLOAD`] of each kept), and its
+//! application's (sluice tells the application object, or the pod of a bare pod, that it waits, is
+//! admitted, preempts): listed when its page asks, with a field selector on that one object, and
+//! cached a few seconds. An event counts only when it lives in its object's namespace (anyone who
+//! may create events in namespace B may write one that names an object of namespace A).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -31,6 +33,8 @@ pub struct EventRow {
     pub count: i32,
     /// Who reported it (`sluice`).
     pub from: String,
+    /// The object it is about, e.g. `DynamicWorkload w` or `Job w`.
+    pub object: String,
     #[serde(skip)]
     uid: String,
 }
@@ -49,15 +53,22 @@ pub struct Events {
 /// workload's own namespace.
 fn row_of(event: &Event) -> Option<(Key, EventRow)> {
     let about = &event.involved_object;
-    let namespace = about.namespace.clone()?;
     let sluice_object = about
         .api_version
         .as_deref()
         .is_some_and(|v| v.starts_with(&format!("{}/", crate::api::GROUP)));
-    if about.kind.as_deref() != Some("DynamicWorkload")
-        || !sluice_object
-        || event.metadata.namespace.as_deref() != Some(namespace.as_str())
-    {
+    if about.kind.as_deref() != Some("DynamicWorkload") || !sluice_object {
+        return None;
+    }
+    let namespace = about.namespace.clone()?;
+    Some(((namespace, about.name.clone()?), own_row(event)?))
+}
+
+/// The row of `event` if it lives in the namespace of the object it names.
+pub fn own_row(event: &Event) -> Option<EventRow> {
+    let about = &event.involved_object;
+    let namespace = about.namespace.as_deref()?;
+    if event.metadata.namespace.as_deref() != Some(namespace) {
         return None;
     }
     let series = event.series.as_ref();
@@ -83,16 +94,46 @@ fn row_of(event: &Event) -> Option<(Key, EventRow)> {
         .filter(|c| !c.is_empty())
         .or_else(|| event.source.as_ref().and_then(|s| s.component.clone()))
         .unwrap_or_default();
-    let row = EventRow {
+    Some(EventRow {
         at,
         type_: event.type_.clone().unwrap_or_default(),
         reason: event.reason.clone().unwrap_or_default(),
         message: event.message.clone().unwrap_or_default(),
         count,
         from,
+        object: format!(
+            "{} {}",
+            about.kind.as_deref().unwrap_or_default(),
+            about.name.as_deref().unwrap_or_default()
+        ),
         uid: event.metadata.uid.clone().unwrap_or_default(),
+    })
+}
+
+/// The field selector of the events of one object, if its kind and name are plain names (they
+/// come from a workload's spec: nothing that could widen the selector).
+pub fn selector_of(kind: &str, name: &str) -> Option<String> {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
     };
-    Some(((namespace, about.name.clone()?), row))
+    (plain(kind) && plain(name))
+        .then(|| format!("involvedObject.kind={kind},involvedObject.name={name}"))
+}
+
+/// `rows` redacted for `scope`, oldest first, the newest [`EVENTS_PER_WORKLOAD`] of them.
+pub fn newest(mut rows: Vec<EventRow>, scope: &Scope) -> Vec<EventRow> {
+    rows.sort_by(|a, b| a.at.cmp(&b.at));
+    let skip = rows.len().saturating_sub(EVENTS_PER_WORKLOAD);
+    rows.into_iter()
+        .skip(skip)
+        .map(|r| EventRow {
+            message: redact(&r.message, scope),
+            ..r
+        })
+        .collect()
 }
 
 fn keep(map: &mut HashMap<Key, VecDeque<EventRow>>, key: Key, row: EventRow) {
@@ -144,16 +185,11 @@ impl Events {
         self.by_workload.retain(|(ns, name), _| exists(ns, name));
     }
 
-    /// The events of one workload, oldest first, their messages redacted for `scope` (the caller
-    /// has checked that it sees the workload's namespace).
-    pub fn of(&self, namespace: &str, name: &str, scope: &Scope) -> Vec<EventRow> {
+    /// The events kept of one workload's DynamicWorkload (not redacted).
+    pub fn of(&self, namespace: &str, name: &str) -> Vec<EventRow> {
         let key = (namespace.to_string(), name.to_string());
         let rows = self.by_workload.get(&key).into_iter().flatten();
-        rows.map(|r| EventRow {
-            message: redact(&r.message, scope),
-            ..r.clone()
-        })
-        .collect()
+        rows.cloned().collect()
     }
 
     /// How many workloads have events kept.
@@ -201,7 +237,7 @@ mod tests {
             "forged",
         )));
         let only_a = Scope::Namespaces(["a".to_string()].into());
-        let rows = events.of("a", "w", &only_a);
+        let rows = newest(events.of("a", "w"), &only_a);
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(
             rows[0].message,
@@ -212,10 +248,22 @@ mod tests {
             let at = format!("2026-11-27T10:01:{i:02}.000000Z");
             events.apply(&E::Apply(event("a", "a", "w", &format!("u{i}"), &at, "n")));
         }
-        let rows = events.of("a", "w", &Scope::All);
+        let rows = events.of("a", "w");
         assert_eq!(rows.len(), EVENTS_PER_WORKLOAD);
         assert!(rows.windows(2).all(|p| p[0].at <= p[1].at));
         events.prune(|_, _| false);
         assert_eq!(events.workloads(), 0);
+    }
+
+    #[test]
+    fn an_application_selector_takes_plain_names_only() {
+        assert_eq!(
+            selector_of("Job", "etl-1").as_deref(),
+            Some("involvedObject.kind=Job,involvedObject.name=etl-1")
+        );
+        assert_eq!(selector_of("Job", "x,involvedObject.namespace=b"), None);
+        assert_eq!(selector_of("Job", ""), None);
+        let forged = event("b", "a", "w", "f", "2026-11-27T10:00:00.000000Z", "n");
+        assert_eq!(own_row(&forged), None);
     }
 }

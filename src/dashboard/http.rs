@@ -227,7 +227,7 @@ async fn workload(
         Ok(v) => v,
         Err(e) => return refused(e),
     };
-    match d.workload(&v.scope, &namespace, &name) {
+    match d.workload(&v.scope, &namespace, &name).await {
         Some(detail) => Json(detail).into_response(),
         // The same answer whether it does not exist or is not the viewer's to see.
         None => (

@@ -60,6 +60,10 @@ pub struct Dashboard {
     tracker: Mutex<Tracker>,
     /// The Events of DynamicWorkloads (the workload page).
     events: Mutex<events::Events>,
+    /// The events of applications listed for workload pages lately: (namespace, field selector)
+    /// to when and what.
+    app_events: Mutex<HashMap<(String, String), (std::time::Instant, Vec<events::EventRow>)>>,
+    client: Client,
     /// Bumped on every change of a queue or workload: the live streams wait on it.
     version: watch::Sender<u64>,
     pub access: access::Access,
@@ -70,6 +74,10 @@ pub struct Dashboard {
 
 /// Views cached at most (one per distinct scope).
 const CACHED_VIEWS: usize = 256;
+/// How long the events of an application listed for a workload page are reused.
+const APP_EVENTS_FRESH: Duration = Duration::from_secs(5);
+/// Applications whose events are cached at most.
+const APP_EVENTS_CACHED: usize = 1024;
 
 impl Dashboard {
     fn bump(&self) {
@@ -157,7 +165,7 @@ impl Dashboard {
     }
 
     /// One workload, if `scope` sees its namespace (else None, as if it did not exist).
-    pub fn workload(
+    pub async fn workload(
         &self,
         scope: &Scope,
         namespace: &str,
@@ -174,10 +182,17 @@ impl Dashboard {
             let evictions = tracker.evictions(namespace, name);
             (tracker.states(namespace, name), evictions)
         };
-        let events = {
+        let mut rows = {
             let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            events.of(namespace, name, scope)
+            events.of(namespace, name)
         };
+        // Its application's events (a bare pod's: its pod's), where sluice tells it what it does.
+        let (kind, object) = match &w.spec.source {
+            Some(s) => (s.kind.as_str(), s.name.as_str()),
+            None => ("Pod", name),
+        };
+        rows.extend(self.application_events(namespace, kind, object).await);
+        let events = events::newest(rows, scope);
         let mut detail = detail::workload_detail(&w, states, scope);
         detail.evictions = evictions
             .iter()
@@ -185,6 +200,47 @@ impl Dashboard {
             .collect();
         detail.events = events;
         Some(detail)
+    }
+
+    /// The events of one object of `namespace`, listed with a field selector (at most every
+    /// [`APP_EVENTS_FRESH`] per object); none when they cannot be listed.
+    async fn application_events(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Vec<events::EventRow> {
+        let Some(selector) = events::selector_of(kind, name) else {
+            return Vec::new();
+        };
+        let key = (namespace.to_string(), selector);
+        {
+            let cache = self.app_events.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((at, rows)) = cache.get(&key)
+                && at.elapsed() < APP_EVENTS_FRESH
+            {
+                return rows.clone();
+            }
+        }
+        let api: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.client.clone(), namespace);
+        let params = kube::api::ListParams::default().fields(&key.1).limit(100);
+        let rows: Vec<events::EventRow> = match api.list(&params).await {
+            Ok(list) => list.items.iter().filter_map(events::own_row).collect(),
+            Err(e) => {
+                warn!(%e, namespace, kind, name, "the events of a workload's application could not be listed");
+                return Vec::new();
+            }
+        };
+        let mut cache = self.app_events.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= APP_EVENTS_CACHED {
+            cache.retain(|_, (at, _)| at.elapsed() < APP_EVENTS_FRESH);
+            if cache.len() >= APP_EVENTS_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (std::time::Instant::now(), rows.clone()));
+        rows
     }
 
     /// An Event of a DynamicWorkload was seen (or went).
@@ -231,6 +287,8 @@ impl Dashboard {
             namespaces,
             tracker: Mutex::new(Tracker::default()),
             events: Mutex::new(events::Events::default()),
+            app_events: Mutex::new(HashMap::new()),
+            client: client.clone(),
             version: watch::Sender::new(0),
             access: access::Access::new(client),
             cache: Mutex::new(HashMap::new()),

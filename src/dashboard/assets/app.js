@@ -249,9 +249,9 @@ function drawWorkload(root) {
       table(["When", "Kind", "Queue", "To make room for", "Why", "Interruption"], d.evictions.map((p) => evictionRow(p, false)), "evictions"),
     el("h2", {}, "Events"),
     d.events.length === 0 ? el("p", { class: "empty" }, "No event kept (Kubernetes keeps events for an hour).") :
-      table(["When", "Type", "Reason", "Message", "Count", "From"],
-        d.events.map((e) => el("tr", { "data-reason": e.reason }, el("td", {}, e.at), el("td", {}, e.type), el("td", {}, e.reason),
-          el("td", { class: "message" }, e.message), el("td", {}, e.count), el("td", {}, e.from))), "events"),
+      table(["When", "Object", "Type", "Reason", "Message", "Count", "From"],
+        d.events.map((e) => el("tr", { "data-reason": e.reason }, el("td", {}, e.at), el("td", {}, e.object), el("td", {}, e.type),
+          el("td", {}, e.reason), el("td", { class: "message" }, e.message), el("td", {}, e.count), el("td", {}, e.from))), "events"),
     el("h2", {}, "Conditions"),
     table(["Type", "Status", "Reason", "Message", "Since"],
       d.conditions.map((c) => el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason), el("td", {}, c.message), el("td", {}, c.since))), "conditions"),
