@@ -62,15 +62,20 @@ pub struct Dashboard {
     events: Mutex<events::Events>,
     /// The events of applications listed for workload pages lately: (namespace, field selector)
     /// to when and what.
-    app_events: Mutex<HashMap<(String, String), (std::time::Instant, Vec<events::EventRow>)>>,
+    app_events: Mutex<HashMap<(String, String), AppEvents>>,
     client: Client,
     /// Bumped on every change of a queue or workload: the live streams wait on it.
     version: watch::Sender<u64>,
     pub access: access::Access,
     /// The last state built per scope and the version it was built at (all viewers of one scope
     /// share it; the cell is filled by the first of them).
-    cache: Mutex<HashMap<Scope, (u64, Arc<tokio::sync::OnceCell<Arc<String>>>)>>,
+    cache: Mutex<HashMap<Scope, (u64, SharedView)>>,
 }
+
+/// A view as JSON, built by the first viewer who asks for it.
+type SharedView = Arc<tokio::sync::OnceCell<Arc<String>>>;
+/// The events of one application and when they were listed.
+type AppEvents = (std::time::Instant, Vec<events::EventRow>);
 
 /// Views cached at most (one per distinct scope).
 const CACHED_VIEWS: usize = 256;
