@@ -248,13 +248,11 @@ impl Dashboard {
         rows
     }
 
-    /// An Event of a DynamicWorkload was seen (or went).
+    /// An Event of a DynamicWorkload was seen (or went). No view is rebuilt for it: events are
+    /// only on workload pages, which the page reloads on the next change of the state.
     pub fn apply_event(&self, event: &watcher::Event<k8s_openapi::api::core::v1::Event>) {
-        {
-            let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            events.apply(event);
-        }
-        self.bump();
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        events.apply(event);
     }
 }
 
