@@ -5,7 +5,9 @@
 //!
 //! It checks that the queue bars match the CapacityQueue statuses, that a pod created into a full
 //! queue appears in waiting work with its reason within a second (the DOM polled), that a
-//! preemption appears in recent preemptions, and that the namespace user's page and API answers
+//! preemption appears in recent preemptions and a cohort reclaim as a reclaim, that a workload's
+//! page shows its Kubernetes Events (and not an event written about it from another namespace),
+//! that every resource of a queue is charted, and that the namespace user's page and API answers
 //! hold nothing of another namespace. It writes the screenshots of docs/src/images/dashboard-*.png.
 //! Run with `hack/test.sh --test e2e_dashboard`.
 
@@ -289,7 +291,6 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
             "document.querySelector('[data-testid=podsets] tbody tr') !== null",
         )
         .await;
-    operator.screenshot(&image("dashboard-workload.png")).await;
 
     // A preemption: a high-priority pod takes a low one's place.
     show(&mut operator, "#preemptions").await;
@@ -307,9 +308,79 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         victim == format!("{ns_a}/low-1") || victim == format!("{ns_a}/low-2"),
         "a low-priority pod was the victim: {victim}"
     );
+    let kind = format!(
+        r#"document.querySelector('[data-testid=preemptions] tr[data-workload="{victim}"]').dataset.kind"#
+    );
+    let (kind, _) = operator.wait_for("the victim's kind", SLOW, &kind).await;
+    assert_eq!(kind, json!("preemption"), "a preemption within the queue");
+
+    // A cohort reclaim: a borrower runs on its lender's idle quota, the lender takes it back.
+    let cohort = format!("{ns_a}-pool");
+    let in_cohort = |cpu: &str| {
+        json!({
+            "quota": {"cpu": cpu, "memory": "8Gi"}, "cohort": cohort,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns_a}},
+        })
+    };
+    let lender = a.queue_with_spec("lender", in_cohort("1")).await;
+    let borrower = a.queue_with_spec("borrower", in_cohort("1")).await;
+    a.create_pod(pod("borrow-1", &borrower, "1")).await;
+    a.wait_queue_counts(&borrower, 0, 1).await;
+    a.create_pod(pod("borrow-2", &borrower, "1")).await;
+    a.wait_queue_counts(&borrower, 0, 2).await;
+    a.create_pod(pod("reclaimer", &lender, "1")).await;
+    let reclaimed = r#"(() => { const r = document.querySelector('[data-testid=preemptions] tr[data-kind="reclaim"]');
+            return r ? [r.dataset.workload, r.querySelector('.by').textContent, r.querySelector('.kind').textContent].join(" ") : null; })()"#;
+    let (row, _) = operator
+        .wait_for("the cohort reclaim", SLOW, reclaimed)
+        .await;
+    assert_eq!(
+        row,
+        json!(format!("{ns_a}/borrow-2 {ns_a}/reclaimer cohort reclaim")),
+        "the borrowing pod reclaimed, by the lender's, shown as a reclaim"
+    );
     operator
         .screenshot(&image("dashboard-preemptions.png"))
         .await;
+
+    // The preemptor's page: its Kubernetes Events (sluice's Waiting and Admitted, told on its
+    // pod). An event written in namespace B about it is not its own and is not shown, not even
+    // to an operator.
+    let mut forged: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "forged-about-a"},
+        "involvedObject": {"apiVersion": "sluice.dev/v1alpha1", "kind": "DynamicWorkload",
+            "namespace": ns_a, "name": "urgent"},
+        "reason": "Forged", "message": "secret-b was here", "type": "Warning",
+        "action": "Forge", "reportingComponent": "forger", "reportingInstance": "forger-1",
+    }))
+    .expect("event");
+    // A new-style event (eventTime set): the API server lets its namespace differ from the
+    // object's.
+    forged.event_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        jiff::Timestamp::now(),
+    ));
+    Api::<k8s_openapi::api::core::v1::Event>::namespaced(b.client.clone(), &ns_b)
+        .create(&PostParams::default(), &forged)
+        .await
+        .expect("create an event in namespace B");
+    show(&mut operator, &format!("#workload/{ns_a}/urgent")).await;
+    operator
+        .wait_for(
+            "the preemptor's Admitted event",
+            SLOW,
+            r#"document.querySelector('[data-testid=events] tr[data-reason="Admitted"]') !== null"#,
+        )
+        .await;
+    let text = operator
+        .eval("document.getElementById('view-workload').innerText")
+        .await
+        .unwrap_or_default();
+    let text = text.as_str().unwrap_or_default();
+    assert!(
+        !text.contains("Forged") && !text.contains("secret-b"),
+        "an event of another namespace about the workload is shown:\n{text}"
+    );
+    operator.screenshot(&image("dashboard-workload.png")).await;
 
     // History: the queue's usage samples (every 5 s in the local cluster; the page reloads them).
     show(&mut operator, "#history").await;
@@ -321,6 +392,14 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
                 r#"(() => {{ const p = document.querySelector('[data-history="{qa}"] path.line');
                  return p !== null && (p.getAttribute('d').match(/L/g) || []).length >= 2; }})()"#
             ),
+        )
+        .await;
+    // Every resource of the queue's quota is charted, not only the first.
+    operator
+        .wait_for(
+            "queue A's memory chart",
+            SLOW,
+            &format!(r#"document.querySelector('[data-history="{qa}"] svg[data-resource="memory"] path.line') !== null"#),
         )
         .await;
     operator.screenshot(&image("dashboard-history.png")).await;
@@ -359,7 +438,25 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
                 .await;
         }
     }
-    for path in ["/api/state", "/api/history", "/api/me"] {
+    show(&mut viewer, &format!("#workload/{ns_a}/urgent")).await;
+    viewer
+        .wait_for(
+            "its workload's events",
+            SLOW,
+            r#"document.querySelector('[data-testid=events] tr[data-reason="Admitted"]') !== null"#,
+        )
+        .await;
+    let text = viewer
+        .eval("document.body.innerText")
+        .await
+        .unwrap_or_default();
+    let text = text.as_str().unwrap_or_default();
+    assert!(
+        !text.contains(&ns_b) && !text.contains("secret-b"),
+        "its workload page shows namespace B:\n{text}"
+    );
+    let urgent = format!("/api/workload/{ns_a}/urgent");
+    for path in ["/api/state", "/api/history", "/api/me", urgent.as_str()] {
         let (body, _) = viewer
             .wait_for(path, SLOW, &format!("fetch('{path}').then(r => r.text())"))
             .await;

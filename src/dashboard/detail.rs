@@ -1,6 +1,6 @@
-//! One workload's page: its pod sets (pods admitted, running, gated), what it holds, its conditions
-//! and the states the dashboard saw it in. Pure; the caller has checked the viewer sees its
-//! namespace, and messages are redacted for the viewer.
+//! One workload's page: its pod sets (pods admitted, running, gated), what it holds, its
+//! conditions, the states the dashboard saw it in, its evictions and its events. Pure; the caller
+//! has checked the viewer sees its namespace, and messages are redacted for the viewer.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +8,8 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::api::DynamicWorkload;
-use crate::dashboard::model::{Scope, preemptor_for, redact};
+use crate::dashboard::events::EventRow;
+use crate::dashboard::model::{PreemptionRow, Scope, preemptor_for, redact};
 use crate::dashboard::tracker::StateChange;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -56,6 +57,10 @@ pub struct WorkloadDetail {
     pub requeue_count: i32,
     pub conditions: Vec<ConditionRow>,
     pub states: Vec<StateChange>,
+    /// Its preemptions, reclaims and requeues the dashboard saw (filled by the caller).
+    pub evictions: Vec<PreemptionRow>,
+    /// Its Kubernetes Events (filled by the caller).
+    pub events: Vec<EventRow>,
 }
 
 fn list(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> String {
@@ -128,5 +133,7 @@ pub fn workload_detail(
             })
             .collect(),
         states,
+        evictions: Vec::new(),
+        events: Vec::new(),
     }
 }

@@ -28,7 +28,8 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
-/// Live updates to one page are at least this far apart (changes in between are coalesced).
+/// Live updates to one page are at least this far apart (changes in between are coalesced); a
+/// change after a quiet spell goes out at once.
 const MIN_UPDATE_SPACING: Duration = Duration::from_millis(150);
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -205,7 +206,7 @@ fn json_body(json: Arc<String>) -> Response {
 
 async fn state(State(d): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
     match viewer(&d, &headers).await {
-        Ok(v) => json_body(d.state_json(&v.scope)),
+        Ok(v) => json_body(d.state_json(&v.scope).await),
         Err(e) => refused(e),
     }
 }
@@ -226,7 +227,7 @@ async fn workload(
         Ok(v) => v,
         Err(e) => return refused(e),
     };
-    match d.workload(&v.scope, &namespace, &name) {
+    match d.workload(&v.scope, &namespace, &name).await {
         Some(detail) => Json(detail).into_response(),
         // The same answer whether it does not exist or is not the viewer's to see.
         None => (
@@ -255,6 +256,8 @@ struct Live {
     rx: tokio::sync::watch::Receiver<u64>,
     viewer: Option<Viewer>,
     last: Option<Arc<String>>,
+    /// When the last update went out.
+    sent: Option<tokio::time::Instant>,
 }
 
 fn updates(
@@ -269,6 +272,7 @@ fn updates(
         rx,
         viewer: Some(first),
         last: None,
+        sent: None,
     };
     futures::stream::unfold(live, |mut live| async move {
         loop {
@@ -278,7 +282,9 @@ fn updates(
                     if live.rx.changed().await.is_err() {
                         return None;
                     }
-                    tokio::time::sleep(MIN_UPDATE_SPACING).await;
+                    if let Some(sent) = live.sent {
+                        tokio::time::sleep_until(sent + MIN_UPDATE_SPACING).await;
+                    }
                     match viewer(&live.d, &live.headers).await {
                         Ok(v) => v,
                         Err(e) => {
@@ -289,11 +295,12 @@ fn updates(
                 }
             };
             live.rx.mark_unchanged();
-            let json = live.d.state_json(&viewer.scope);
+            let json = live.d.state_json(&viewer.scope).await;
             if live.last.as_ref() == Some(&json) {
                 continue;
             }
             live.last = Some(json.clone());
+            live.sent = Some(tokio::time::Instant::now());
             return Some((
                 Ok(Event::default().event("state").data(json.as_str())),
                 live,

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod detail;
+pub mod events;
 pub mod http;
 pub mod model;
 pub mod tracker;
@@ -57,16 +58,31 @@ pub struct Dashboard {
     workloads: Store<DynamicWorkload>,
     namespaces: Namespaces,
     tracker: Mutex<Tracker>,
+    /// The Events of DynamicWorkloads (the workload page).
+    events: Mutex<events::Events>,
+    /// The events of applications listed for workload pages lately: (namespace, field selector)
+    /// to when and what.
+    app_events: Mutex<HashMap<(String, String), AppEvents>>,
+    client: Client,
     /// Bumped on every change of a queue or workload: the live streams wait on it.
     version: watch::Sender<u64>,
     pub access: access::Access,
     /// The last state built per scope and the version it was built at (all viewers of one scope
-    /// share it).
-    cache: Mutex<HashMap<Scope, (u64, Arc<String>)>>,
+    /// share it; the cell is filled by the first of them).
+    cache: Mutex<HashMap<Scope, (u64, SharedView)>>,
 }
+
+/// A view as JSON, built by the first viewer who asks for it.
+type SharedView = Arc<tokio::sync::OnceCell<Arc<String>>>;
+/// The events of one application and when they were listed.
+type AppEvents = (std::time::Instant, Vec<events::EventRow>);
 
 /// Views cached at most (one per distinct scope).
 const CACHED_VIEWS: usize = 256;
+/// How long the events of an application listed for a workload page are reused.
+const APP_EVENTS_FRESH: Duration = Duration::from_secs(5);
+/// Applications whose events are cached at most.
+const APP_EVENTS_CACHED: usize = 1024;
 
 impl Dashboard {
     fn bump(&self) {
@@ -82,24 +98,34 @@ impl Dashboard {
         self.namespaces.names()
     }
 
-    /// The state `scope` sees, as JSON, built at most once per change and scope.
-    pub fn state_json(&self, scope: &Scope) -> Arc<String> {
+    /// The state `scope` sees, as JSON, built at most once per change and scope: the viewers of
+    /// one scope that ask at once (every open page wakes on the same change) wait for one build,
+    /// made off the async workers.
+    pub async fn state_json(self: &Arc<Self>, scope: &Scope) -> Arc<String> {
         let version = *self.version.borrow();
-        {
-            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((at, json)) = cache.get(scope)
-                && *at == version
-            {
-                return json.clone();
+        let cell = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            match cache.get(scope) {
+                Some((at, cell)) if *at == version => cell.clone(),
+                _ => {
+                    if cache.len() >= CACHED_VIEWS {
+                        cache.clear();
+                    }
+                    let cell = Arc::new(tokio::sync::OnceCell::new());
+                    cache.insert(scope.clone(), (version, cell.clone()));
+                    cell
+                }
             }
-        }
-        let json = Arc::new(serde_json::to_string(&self.state(scope)).unwrap_or_default());
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= CACHED_VIEWS {
-            cache.clear();
-        }
-        cache.insert(scope.clone(), (version, json.clone()));
-        json
+        };
+        cell.get_or_init(|| {
+            let (d, scope) = (self.clone(), scope.clone());
+            async move {
+                let build = move || serde_json::to_string(&d.state(&scope)).unwrap_or_default();
+                Arc::new(tokio::task::spawn_blocking(build).await.unwrap_or_default())
+            }
+        })
+        .await
+        .clone()
     }
 
     pub fn state(&self, scope: &Scope) -> StateView {
@@ -144,7 +170,7 @@ impl Dashboard {
     }
 
     /// One workload, if `scope` sees its namespace (else None, as if it did not exist).
-    pub fn workload(
+    pub async fn workload(
         &self,
         scope: &Scope,
         namespace: &str,
@@ -156,11 +182,77 @@ impl Dashboard {
         let w = self
             .workloads
             .get(&ObjectRef::new(name).within(namespace))?;
-        let states = {
+        let (states, evictions) = {
             let tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
-            tracker.states(namespace, name)
+            let evictions = tracker.evictions(namespace, name);
+            (tracker.states(namespace, name), evictions)
         };
-        Some(detail::workload_detail(&w, states, scope))
+        let mut rows = {
+            let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            events.of(namespace, name)
+        };
+        // Its application's events (a bare pod's: its pod's), where sluice tells it what it does.
+        let (kind, object) = match &w.spec.source {
+            Some(s) => (s.kind.as_str(), s.name.as_str()),
+            None => ("Pod", name),
+        };
+        rows.extend(self.application_events(namespace, kind, object).await);
+        let events = events::newest(rows, scope);
+        let mut detail = detail::workload_detail(&w, states, scope);
+        detail.evictions = evictions
+            .iter()
+            .map(|p| model::preemption_row(p, scope))
+            .collect();
+        detail.events = events;
+        Some(detail)
+    }
+
+    /// The events of one object of `namespace`, listed with a field selector (at most every
+    /// [`APP_EVENTS_FRESH`] per object); none when they cannot be listed.
+    async fn application_events(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Vec<events::EventRow> {
+        let Some(selector) = events::selector_of(kind, name) else {
+            return Vec::new();
+        };
+        let key = (namespace.to_string(), selector);
+        {
+            let cache = self.app_events.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((at, rows)) = cache.get(&key)
+                && at.elapsed() < APP_EVENTS_FRESH
+            {
+                return rows.clone();
+            }
+        }
+        let api: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.client.clone(), namespace);
+        let params = kube::api::ListParams::default().fields(&key.1).limit(100);
+        let rows: Vec<events::EventRow> = match api.list(&params).await {
+            Ok(list) => list.items.iter().filter_map(events::own_row).collect(),
+            Err(e) => {
+                warn!(%e, namespace, kind, name, "the events of a workload's application could not be listed");
+                return Vec::new();
+            }
+        };
+        let mut cache = self.app_events.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= APP_EVENTS_CACHED {
+            cache.retain(|_, (at, _)| at.elapsed() < APP_EVENTS_FRESH);
+            if cache.len() >= APP_EVENTS_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (std::time::Instant::now(), rows.clone()));
+        rows
+    }
+
+    /// An Event of a DynamicWorkload was seen (or went). No view is rebuilt for it: events are
+    /// only on workload pages, which the page reloads on the next change of the state.
+    pub fn apply_event(&self, event: &watcher::Event<k8s_openapi::api::core::v1::Event>) {
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        events.apply(event);
     }
 }
 
@@ -197,6 +289,9 @@ impl Dashboard {
             workloads,
             namespaces,
             tracker: Mutex::new(Tracker::default()),
+            events: Mutex::new(events::Events::default()),
+            app_events: Mutex::new(HashMap::new()),
+            client: client.clone(),
             version: watch::Sender::new(0),
             access: access::Access::new(client),
             cache: Mutex::new(HashMap::new()),
@@ -244,14 +339,34 @@ pub fn start(
         });
         tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
     });
-    let workload_events = watcher(Api::<DynamicWorkload>::all(client), Default::default())
-        .backoff(crate::watch_backoff::watch_backoff());
+    let workload_changes = watcher(
+        Api::<DynamicWorkload>::all(client.clone()),
+        Default::default(),
+    )
+    .backoff(crate::watch_backoff::watch_backoff());
     let (d, f, stop) = (dashboard.clone(), feeds, shutdown.clone());
     tokio::spawn(async move {
-        let run = workload_events.for_each(|event| {
+        let run = workload_changes.for_each(|event| {
             if let Ok(event) = event {
                 let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
                 d.apply_workload(&mut feeds, &event);
+            }
+            async {}
+        });
+        tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
+    });
+    let event_watch = watcher::Config::default().fields(events::FIELD_SELECTOR);
+    let workload_events = watcher(
+        Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()),
+        event_watch,
+    )
+    .backoff(crate::watch_backoff::watch_backoff());
+    let (d, stop) = (dashboard.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let run = workload_events.for_each(|event| {
+            match event {
+                Ok(event) => d.apply_event(&event),
+                Err(e) => warn!(%e, "the dashboard's watch of workload events failed; retried"),
             }
             async {}
         });
@@ -295,8 +410,16 @@ fn spawn_sampler(dashboard: Arc<Dashboard>, args: &DashboardArgs, shutdown: Canc
             }
             let queues = dashboard.queues.state();
             let t = jiff::Timestamp::now().as_second();
-            let mut tracker = dashboard.tracker.lock().unwrap_or_else(|e| e.into_inner());
-            tracker.sample(&queues, t, keep);
+            {
+                let mut tracker = dashboard.tracker.lock().unwrap_or_else(|e| e.into_inner());
+                tracker.sample(&queues, t, keep);
+            }
+            // The events of workloads gone go too (their events may come after the deletion).
+            let workloads = &dashboard.workloads;
+            let exists =
+                |ns: &str, name: &str| workloads.get(&ObjectRef::new(name).within(ns)).is_some();
+            let mut events = dashboard.events.lock().unwrap_or_else(|e| e.into_inner());
+            events.prune(exists);
         }
     });
 }

@@ -58,7 +58,35 @@ impl Scope {
     }
 }
 
-/// A preemption or reclaim the dashboard saw (a workload's `status.preemptedAt` moved).
+/// What took a workload's pods back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EvictionKind {
+    /// A workload of higher priority of the same queue.
+    #[default]
+    Preemption,
+    /// A queue of the cohort took back the quota the victim's queue had borrowed.
+    Reclaim,
+    /// Its own admitted pods did not all run within the queue's `podsReadyTimeout`.
+    Requeue,
+}
+
+impl EvictionKind {
+    /// The kind of the eviction recorded at `status.preemptedAt`: a requeue when `requeuedAt` is
+    /// the same instant, a reclaim when the `Preempted` condition says `CohortReclaim`.
+    pub fn of(status: &crate::api::DynamicWorkloadStatus) -> EvictionKind {
+        if status.requeued_at.is_some() && status.requeued_at == status.preempted_at {
+            return EvictionKind::Requeue;
+        }
+        let preempted = status.conditions.iter().find(|c| c.type_ == "Preempted");
+        match preempted {
+            Some(c) if c.reason == "CohortReclaim" => EvictionKind::Reclaim,
+            _ => EvictionKind::Preemption,
+        }
+    }
+}
+
+/// A preemption, reclaim or requeue the dashboard saw (a workload's `status.preemptedAt` moved).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Preemption {
     /// RFC 3339.
@@ -66,9 +94,12 @@ pub struct Preemption {
     pub namespace: String,
     pub name: String,
     pub queue: String,
+    pub kind: EvictionKind,
     /// `namespace/name` of the preemptor, as the victim's status names it.
     pub by: Option<String>,
     pub interruption: i32,
+    /// Why, as the victim's `Preempted` (or `Requeued`) condition says it.
+    pub why: String,
     /// The victim's status message right after.
     pub message: String,
 }
@@ -135,8 +166,10 @@ pub struct PreemptionRow {
     pub namespace: String,
     pub name: String,
     pub queue: String,
+    pub kind: EvictionKind,
     pub by: String,
     pub interruption: i32,
+    pub why: String,
     pub message: String,
 }
 
@@ -367,16 +400,26 @@ fn preemption_rows(preemptions: &[Preemption], scope: &Scope) -> Vec<PreemptionR
         .iter()
         .rev()
         .filter(|p| scope.sees_namespace(&p.namespace))
-        .map(|p| PreemptionRow {
-            at: p.at.clone(),
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-            queue: p.queue.clone(),
-            by: preemptor_for(p.by.as_deref(), scope),
-            interruption: p.interruption,
-            message: redact(&p.message, scope),
-        })
+        .map(|p| preemption_row(p, scope))
         .collect()
+}
+
+/// One eviction as `scope` may see it (the caller has checked it sees the victim's namespace).
+pub fn preemption_row(p: &Preemption, scope: &Scope) -> PreemptionRow {
+    PreemptionRow {
+        at: p.at.clone(),
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        queue: p.queue.clone(),
+        kind: p.kind,
+        by: match p.kind {
+            EvictionKind::Requeue => "its own pods not running in time".into(),
+            _ => preemptor_for(p.by.as_deref(), scope),
+        },
+        interruption: p.interruption,
+        why: redact(&p.why, scope),
+        message: redact(&p.message, scope),
+    }
 }
 
 /// `2`, `1500m`, `4Gi,`: a figure of a ratio such as `2/2 cpu used`, not a workload's name.

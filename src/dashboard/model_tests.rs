@@ -95,8 +95,11 @@ fn fixture() -> Fixture {
                 namespace: "a".into(),
                 name: "wa".into(),
                 queue: "shared".into(),
+                kind: EvictionKind::Reclaim,
                 by: Some("b/secret-b".into()),
                 interruption: 1,
+                why: "1 pod(s) evicted to make room for b/secret-b in queue qb (CohortReclaim)"
+                    .into(),
                 message: "preempted by b/secret-b".into(),
             },
             Preemption {
@@ -104,8 +107,10 @@ fn fixture() -> Fixture {
                 namespace: "b".into(),
                 name: "victim-b".into(),
                 queue: "qb".into(),
+                kind: EvictionKind::Preemption,
                 by: Some("b/secret-b".into()),
                 interruption: 1,
+                why: String::new(),
                 message: String::new(),
             },
         ],
@@ -284,4 +289,70 @@ fn the_tracker_records_each_preemption_once_and_bounds_its_memory() {
     assert_eq!(t.history.len(), 1, "a queue gone is forgotten");
     t.gone(&w);
     assert!(t.states("a", "wa").is_empty());
+}
+
+#[test]
+fn the_tracker_tells_preemptions_reclaims_and_requeues_apart() {
+    use crate::api::{Condition, ConditionStatus};
+    let condition = |type_: &str, reason: &str, at: &str| Condition {
+        type_: type_.into(),
+        status: ConditionStatus::True,
+        reason: reason.into(),
+        message: format!("{reason} at {at} for b/big"),
+        last_transition_time: at.into(),
+        observed_generation: None,
+    };
+    let mut t = Tracker::default();
+    let mut w = (*waiting("a", "wa", "qa", 1, "m")).clone();
+    let evict = |w: &mut DynamicWorkload, at: &str, c: Condition, requeue: bool| {
+        let s = w.status.as_mut().expect("status");
+        s.preempted_at = Some(at.into());
+        s.last_preempted_by = Some(if requeue { "a/wa" } else { "b/big" }.into());
+        if requeue {
+            s.requeued_at = Some(at.into());
+        }
+        s.conditions.retain(|old| old.type_ != c.type_);
+        s.conditions.push(c);
+    };
+    let t1 = "2026-11-27T10:00:01Z";
+    evict(
+        &mut w,
+        t1,
+        condition("Preempted", "InQueuePriority", t1),
+        false,
+    );
+    t.saw(&w, t1);
+    let t2 = "2026-11-27T10:00:02Z";
+    evict(
+        &mut w,
+        t2,
+        condition("Preempted", "CohortReclaim", t2),
+        false,
+    );
+    t.saw(&w, t2);
+    let t3 = "2026-11-27T10:00:03Z";
+    evict(
+        &mut w,
+        t3,
+        condition("Requeued", "PodsReadyTimeout", t3),
+        true,
+    );
+    t.saw(&w, t3);
+    let kinds: Vec<_> = t.evictions("a", "wa").iter().map(|p| p.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EvictionKind::Preemption,
+            EvictionKind::Reclaim,
+            EvictionKind::Requeue
+        ]
+    );
+    // The recent list holds preemptions and reclaims; a requeue is the workload's own.
+    assert_eq!(t.preemptions.len(), 2);
+    let row = preemption_row(&t.preemptions[1], &only(&["a"]));
+    assert_eq!(row.kind, EvictionKind::Reclaim);
+    assert_eq!(row.by, "a workload of another namespace");
+    assert!(row.why.starts_with("CohortReclaim") && !row.why.contains("b/big"));
+    let requeue = preemption_row(&t.evictions("a", "wa")[2], &Scope::All);
+    assert_eq!(requeue.by, "its own pods not running in time");
 }

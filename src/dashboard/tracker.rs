@@ -6,13 +6,15 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde::Serialize;
 
 use crate::api::{CapacityQueue, DynamicWorkload};
-use crate::dashboard::model::Preemption;
+use crate::dashboard::model::{EvictionKind, Preemption};
 use crate::resources::ResourceList;
 
 /// States kept per workload.
 pub const STATES_PER_WORKLOAD: usize = 20;
-/// Preemptions and reclaims kept.
+/// Preemptions and reclaims kept (of all workloads).
 pub const PREEMPTIONS_KEPT: usize = 200;
+/// Preemptions, reclaims and requeues kept per workload.
+pub const EVICTIONS_PER_WORKLOAD: usize = 20;
 
 /// A workload's state as it changed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -73,6 +75,9 @@ pub struct Sample {
 pub struct Tracker {
     states: HashMap<(String, String), VecDeque<StateChange>>,
     preempted_at: HashMap<(String, String), String>,
+    /// Each workload's own preemptions, reclaims and requeues.
+    evictions: HashMap<(String, String), VecDeque<Preemption>>,
+    /// The recent preemptions and reclaims of all workloads (requeues are only the workload's).
     pub preemptions: VecDeque<Preemption>,
     pub history: BTreeMap<String, VecDeque<Sample>>,
 }
@@ -104,21 +109,31 @@ impl Tracker {
         if before.as_ref() == Some(at) {
             return;
         }
-        self.preemptions.push_back(Preemption {
+        let kind = EvictionKind::of(status);
+        let condition = match kind {
+            EvictionKind::Requeue => "Requeued",
+            _ => "Preempted",
+        };
+        let eviction = Preemption {
             at: at.clone(),
-            namespace: key.0,
-            name: key.1,
+            namespace: key.0.clone(),
+            name: key.1.clone(),
             queue: w.spec.queue_name.clone(),
+            kind,
             by: status.last_preempted_by.clone(),
             interruption: status.interrupted_count,
+            why: status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition)
+                .map(|c| c.message.clone())
+                .unwrap_or_default(),
             message: status.message.clone(),
-        });
-        // Oldest first (a first listing brings them in any order).
-        self.preemptions
-            .make_contiguous()
-            .sort_by(|a, b| a.at.cmp(&b.at));
-        while self.preemptions.len() > PREEMPTIONS_KEPT {
-            self.preemptions.pop_front();
+        };
+        let own = self.evictions.entry(key).or_default();
+        push_bounded(own, eviction.clone(), EVICTIONS_PER_WORKLOAD);
+        if kind != EvictionKind::Requeue {
+            push_bounded(&mut self.preemptions, eviction, PREEMPTIONS_KEPT);
         }
     }
 
@@ -127,6 +142,15 @@ impl Tracker {
         let key = key(w);
         self.states.remove(&key);
         self.preempted_at.remove(&key);
+        self.evictions.remove(&key);
+    }
+
+    /// The preemptions, reclaims and requeues of one workload seen, oldest first.
+    pub fn evictions(&self, namespace: &str, name: &str) -> Vec<Preemption> {
+        self.evictions
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn states(&self, namespace: &str, name: &str) -> Vec<StateChange> {
@@ -161,5 +185,14 @@ impl Tracker {
                 samples.pop_front();
             }
         }
+    }
+}
+
+/// Adds `p` in time order (a first listing brings them in any order), keeping the newest `keep`.
+fn push_bounded(list: &mut VecDeque<Preemption>, p: Preemption, keep: usize) {
+    list.push_back(p);
+    list.make_contiguous().sort_by(|a, b| a.at.cmp(&b.at));
+    while list.len() > keep {
+        list.pop_front();
     }
 }

@@ -152,6 +152,9 @@ fn gate_rules_after() -> Vec<PolicyRule> {
         // The dashboard (--dashboard-addr): who a viewer's bearer token is, and which namespaces'
         // workloads they may list.
         rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
+        // The dashboard's workload page: the Events of DynamicWorkloads (a field selector on the
+        // involved object's kind; RBAC cannot narrow a list further).
+        rule("", &["events"], &["list", "watch"]),
         rule(
             "authorization.k8s.io",
             &["subjectaccessreviews"],

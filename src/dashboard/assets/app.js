@@ -8,6 +8,10 @@ let state = null;
 let history = {};
 let me = null;
 let stream = null;
+// The last 100 live updates: [received (ms since the epoch), JSON parse ms, drawing ms]. Read by
+// the load benchmark (tools/src/bin/dashboard_load.rs) to tell where a live update's time goes.
+const timings = [];
+window.sluiceTimings = timings;
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -26,6 +30,38 @@ function el(tag, attrs, ...children) {
 function table(headers, rows, testid) {
   const head = el("tr", {}, ...headers.map((h) => el("th", {}, h)));
   return el("table", { "data-testid": testid }, el("thead", {}, head), el("tbody", {}, ...rows));
+}
+
+// Brings the rows of `tbody` to `items`, in order, rebuilding only the rows whose content changed
+// (their signature) and moving only those out of place: a change of one workload touches one row,
+// not the whole table.
+function patchRows(tbody, items, keyOf, sigOf, rowOf) {
+  const old = new Map();
+  for (const tr of tbody.children) old.set(tr.dataset.key, tr);
+  let at = tbody.firstChild;
+  for (const item of items) {
+    const key = keyOf(item), sig = sigOf(item);
+    let tr = old.get(key);
+    old.delete(key);
+    if (!tr || tr._sig !== sig) {
+      const fresh = rowOf(item);
+      fresh.dataset.key = key;
+      fresh._sig = sig;
+      if (tr) { if (at === tr) at = fresh; tr.replaceWith(fresh); }
+      tr = fresh;
+    }
+    if (tr === at) at = at.nextSibling; else tbody.insertBefore(tr, at);
+  }
+  for (const tr of old.values()) tr.remove();
+}
+
+// Redraws `root` with `draw` only when `data` changed since its last drawing.
+function redrawIfChanged(root, data, draw) {
+  const sig = JSON.stringify(data);
+  if (root._sig === sig) return;
+  root._sig = sig;
+  root.replaceChildren();
+  draw(root);
 }
 
 function view() {
@@ -67,6 +103,10 @@ function queueCard(q) {
 }
 
 function renderQueues(root) {
+  redrawIfChanged(root, [state.queues, state.cohorts], drawQueues);
+}
+
+function drawQueues(root) {
   const legend = el("p", { class: "legend" }, "Bars against quota:",
     el("span", { class: "used" }), "used", el("span", { class: "reserved" }), "reserved",
     el("span", { class: "borrowed" }), "borrowed from the cohort");
@@ -94,35 +134,68 @@ function age(since, fallback) {
   return s < 120 ? s + "s" : s < 7200 ? Math.floor(s / 60) + "m" : s < 172800 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
 }
 
-function renderWaiting(root) {
-  root.append(el("h1", {}, "Waiting work"),
-    el("p", { class: "meta" }, `${state.waitingTotal} workload(s) waiting, in the order admission considers them` +
-      (state.waiting.length < state.waitingTotal ? ` (the first ${state.waiting.length} shown)` : "")));
-  const rows = state.waiting.map((w) => el("tr", { "data-workload": w.namespace + "/" + w.name },
+const WAITING_HEADERS = ["Queue", "Position", "Workload", "Priority", "Pods waiting", "Waiting for", "Why", "Estimated wait"];
+
+function waitingRow(w) {
+  return el("tr", { "data-workload": w.namespace + "/" + w.name },
     el("td", {}, w.queue), el("td", {}, w.position), el("td", {}, workloadLink(w.namespace, w.name)),
     el("td", {}, w.priority), el("td", {}, w.pendingPods), el("td", {}, age(w.queuedSince, w.age)),
-    el("td", { class: "reason" }, w.message || w.reason), el("td", {}, w.estimate)));
-  root.append(table(["Queue", "Position", "Workload", "Priority", "Pods waiting", "Waiting for", "Why", "Estimated wait"], rows, "waiting"));
+    el("td", { class: "reason" }, w.message || w.reason), el("td", {}, w.estimate));
+}
+
+// Kept between updates and patched row by row (up to 500 rows, 10 pages open: redrawing them all
+// on every change is what made live updates slow).
+function renderWaiting(root) {
+  let tbody = root.querySelector("[data-testid=waiting] tbody");
+  if (!tbody) {
+    root.replaceChildren(el("h1", {}, "Waiting work"), el("p", { class: "meta", id: "waiting-count" }),
+      table(WAITING_HEADERS, [], "waiting"));
+    tbody = root.querySelector("[data-testid=waiting] tbody");
+  }
+  $("waiting-count").textContent = `${state.waitingTotal} workload(s) waiting, in the order admission considers them` +
+    (state.waiting.length < state.waitingTotal ? ` (the first ${state.waiting.length} shown)` : "");
+  patchRows(tbody, state.waiting, (w) => w.namespace + "/" + w.name,
+    (w) => JSON.stringify(w) + age(w.queuedSince, w.age), waitingRow);
+}
+
+const KIND = { preemption: "preemption", reclaim: "cohort reclaim", requeue: "requeue (pods not ready in time)" };
+
+function evictionRow(p, withVictim) {
+  return el("tr", { "data-workload": p.namespace + "/" + p.name, "data-kind": p.kind },
+    el("td", {}, p.at), el("td", { class: "kind" }, KIND[p.kind] || p.kind),
+    withVictim ? el("td", {}, workloadLink(p.namespace, p.name)) : null, el("td", {}, p.queue),
+    el("td", { class: "by" }, p.by), el("td", { class: "why" }, p.why), el("td", {}, p.interruption),
+    withVictim ? el("td", {}, p.message) : null);
 }
 
 function renderPreemptions(root) {
-  root.append(el("h1", {}, "Recent preemptions and reclaims"));
-  const rows = state.preemptions.map((p) => el("tr", { "data-workload": p.namespace + "/" + p.name },
-    el("td", {}, p.at), el("td", {}, workloadLink(p.namespace, p.name)), el("td", {}, p.queue),
-    el("td", { class: "by" }, p.by), el("td", {}, p.interruption), el("td", {}, p.message)));
-  if (rows.length === 0) root.append(el("p", { class: "empty" }, "No preemption seen since sluice started."));
-  else root.append(table(["When", "Evicted", "Queue", "To make room for", "Interruption", "Its status now"], rows, "preemptions"));
+  redrawIfChanged(root, state.preemptions, drawPreemptions);
 }
 
-function chart(name, samples) {
-  const W = 640, H = 160, P = 30;
+function drawPreemptions(root) {
+  root.append(el("h1", {}, "Recent preemptions and reclaims"),
+    el("p", { class: "meta" }, "A preemption makes room for a workload of higher priority in the same queue; " +
+      "a cohort reclaim takes back quota that the victim's queue borrowed from another queue of its cohort."));
+  const rows = state.preemptions.map((p) => evictionRow(p, true));
+  if (rows.length === 0) root.append(el("p", { class: "empty" }, "No preemption seen since sluice started."));
+  else root.append(table(["When", "Kind", "Evicted", "Queue", "To make room for", "Why", "Interruption", "Its status now"], rows, "preemptions"));
+}
+
+// Resources of a queue's samples, cpu and memory first.
+function resourcesOf(samples) {
+  const names = new Set();
+  for (const s of samples) for (const r of Object.keys(s.quota || {})) names.add(r);
+  const rank = (r) => (r === "cpu" ? 0 : r === "memory" ? 1 : 2);
+  return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}
+
+function chart(name, res, samples) {
+  const W = 520, H = 160, P = 30;
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("class", "chart");
+  svg.setAttribute("data-resource", res);
   svg.setAttribute("width", W); svg.setAttribute("height", H);
-  const resources = Object.keys(samples.at(-1)?.quota || {});
-  const res = resources.includes("cpu") ? "cpu" : resources[0];
-  if (!res) return el("p", { class: "empty" }, "no quota");
   const t0 = samples[0].t, t1 = Math.max(samples.at(-1).t, t0 + 1);
   const max = Math.max(1, ...samples.map((s) => Math.max(s.quota[res] || 0, (s.used[res] || 0) + (s.reserved[res] || 0))));
   const x = (t) => P + ((W - 2 * P) * (t - t0)) / (t1 - t0);
@@ -139,14 +212,27 @@ function chart(name, samples) {
 }
 
 function renderHistory(root) {
-  root.append(el("h1", {}, "Usage history"), el("p", { class: "meta" }, "Sampled by this sluice replica, kept in memory for the last hours."));
+  redrawIfChanged(root, history, drawHistory);
+}
+
+function drawHistory(root) {
+  root.append(el("h1", {}, "Usage history"), el("p", { class: "meta" }, "Sampled by this sluice replica, kept in memory for the last hours; one chart per resource of each queue's quota."));
   const names = Object.keys(history).sort();
   if (names.length === 0) root.append(el("p", { class: "empty" }, "No samples yet."));
-  for (const n of names) if (history[n].length) root.append(el("div", { "data-history": n }, chart(n, history[n])));
+  for (const n of names) {
+    const samples = history[n];
+    if (!samples.length) continue;
+    const charts = resourcesOf(samples).map((r) => chart(n, r, samples));
+    root.append(el("div", { class: "charts", "data-history": n }, ...(charts.length ? charts : [el("p", { class: "empty" }, n + ": no quota")])));
+  }
 }
 
 let detail = null;
 function renderWorkload(root) {
+  redrawIfChanged(root, detail, drawWorkload);
+}
+
+function drawWorkload(root) {
   if (!detail) { root.append(el("p", { class: "empty" }, "Loading…")); return; }
   if (detail.error) { root.append(el("p", { class: "error" }, detail.error)); return; }
   const d = detail;
@@ -158,6 +244,14 @@ function renderWorkload(root) {
     table(["Pod set", "Min", "Max", "Requests per pod", "Gated", "Admitted", "Running", "Ended"],
       d.podSets.map((p) => el("tr", {}, el("td", {}, p.name), el("td", {}, p.minCount), el("td", {}, p.maxCount ?? "-"),
         el("td", {}, p.requests), el("td", {}, p.gated), el("td", {}, p.admitted), el("td", {}, p.running), el("td", {}, p.finished))), "podsets"),
+    el("h2", {}, "Preemptions, reclaims and requeues"),
+    d.evictions.length === 0 ? el("p", { class: "empty" }, "None seen since sluice started.") :
+      table(["When", "Kind", "Queue", "To make room for", "Why", "Interruption"], d.evictions.map((p) => evictionRow(p, false)), "evictions"),
+    el("h2", {}, "Events"),
+    d.events.length === 0 ? el("p", { class: "empty" }, "No event kept (Kubernetes keeps events for an hour).") :
+      table(["When", "Object", "Type", "Reason", "Message", "Count", "From"],
+        d.events.map((e) => el("tr", { "data-reason": e.reason }, el("td", {}, e.at), el("td", {}, e.object), el("td", {}, e.type),
+          el("td", {}, e.reason), el("td", { class: "message" }, e.message), el("td", {}, e.count), el("td", {}, e.from))), "events"),
     el("h2", {}, "Conditions"),
     table(["Type", "Status", "Reason", "Message", "Since"],
       d.conditions.map((c) => el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason), el("td", {}, c.message), el("td", {}, c.since))), "conditions"),
@@ -171,7 +265,6 @@ function render() {
   const name = view();
   const root = $("view-" + name);
   if (!root) return;
-  root.replaceChildren();
   ({ queues: renderQueues, waiting: renderWaiting, preemptions: renderPreemptions,
     history: renderHistory, workload: renderWorkload })[name]?.(root);
   document.body.dataset.rendered = String(Date.now());
@@ -188,11 +281,15 @@ async function loadHistory() {
   render();
 }
 
+let detailOf = null;
 async function loadWorkload() {
   const [, ns, name] = location.hash.split("/");
-  detail = null;
+  // Another workload: its page starts empty; the same one is refreshed in place.
+  if (detailOf !== ns + "/" + name) { detailOf = ns + "/" + name; detail = null; render(); }
   const r = await api(`/api/workload/${ns}/${name}`);
-  detail = r.ok ? await r.json() : { error: (await r.json()).error };
+  const answer = r.ok ? await r.json() : { error: (await r.json()).error };
+  if (detailOf !== ns + "/" + name) return;
+  detail = answer;
   render();
 }
 
@@ -200,9 +297,13 @@ function connect() {
   if (stream) stream.close();
   stream = new EventSource("/api/stream");
   stream.addEventListener("state", (e) => {
+    const received = Date.now(), t0 = performance.now();
     state = JSON.parse(e.data);
+    const t1 = performance.now();
     $("live").classList.add("on");
     if (view() === "workload") loadWorkload(); else render();
+    timings.push([received, t1 - t0, performance.now() - t1]);
+    if (timings.length > 100) timings.shift();
   });
   stream.addEventListener("logout", () => loggedOut());
   stream.onerror = () => $("live").classList.remove("on");

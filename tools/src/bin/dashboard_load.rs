@@ -185,6 +185,50 @@ fn cpu_and_rss() -> (f64, f64, f64) {
     (ticks / 100.0, kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
 }
 
+/// Where the pages' live updates spent their time (from the page's `window.sluiceTimings`).
+#[derive(Default)]
+struct Stages {
+    /// From a change to the first update received after it.
+    arrival: Vec<f64>,
+    parse: Vec<f64>,
+    draw: Vec<f64>,
+}
+
+impl Stages {
+    fn add(&mut self, timings: &serde_json::Value, marks: &[i64]) {
+        let rows: Vec<(f64, f64, f64)> = timings
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                let t = t.as_array()?;
+                Some((
+                    t.first()?.as_f64()?,
+                    t.get(1)?.as_f64()?,
+                    t.get(2)?.as_f64()?,
+                ))
+            })
+            .collect();
+        // The page keeps its last 100 updates: only the marks since its first one count.
+        let first = rows.first().map_or(f64::MAX, |r| r.0);
+        for &mark in marks.iter().filter(|&&m| m as f64 >= first) {
+            if let Some(r) = rows.iter().find(|r| r.0 >= mark as f64) {
+                self.arrival.push(r.0 - mark as f64);
+            }
+        }
+        for (_, parse, draw) in rows {
+            self.parse.push(parse);
+            self.draw.push(draw);
+        }
+    }
+
+    fn sort(&mut self) {
+        for v in [&mut self.arrival, &mut self.parse, &mut self.draw] {
+            v.sort_by(f64::total_cmp);
+        }
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -276,9 +320,11 @@ async fn main() -> anyhow::Result<()> {
         args.pods_per_workload,
         jiff::Timestamp::now(),
     );
+    let mut marks = Vec::new();
     for _ in 0..args.seconds {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let now_ms = jiff::Timestamp::now().as_millisecond();
+        marks.push(now_ms);
         if let Some(s) = changed.status.as_mut() {
             s.message = format!("mark-{now_ms} needs 10 cpu more in queue q000");
         }
@@ -290,7 +336,11 @@ async fn main() -> anyhow::Result<()> {
 
     let mut latencies = Vec::new();
     let mut heaps = Vec::new();
+    let mut stages = Stages::default();
     for page in &mut pages {
+        if let Some(v) = page.eval("window.sluiceTimings").await {
+            stages.add(&v, &marks);
+        }
         if let Some(v) = page.eval("window.lat").await {
             latencies.extend(
                 v.as_array()
@@ -308,6 +358,7 @@ async fn main() -> anyhow::Result<()> {
     }
     latencies.sort_by(f64::total_cmp);
     heaps.sort_by(f64::total_cmp);
+    stages.sort();
     for page in pages {
         page.close().await;
     }
@@ -362,6 +413,24 @@ async fn main() -> anyhow::Result<()> {
             ),
         ),
         ("server RSS", format!("{rss:.0} MiB (peak {peak:.0} MiB)")),
+        (
+            "live update, change to update received by the page",
+            format!(
+                "p50 {:.0} ms, p95 {:.0} ms",
+                percentile(&stages.arrival, 0.5),
+                percentile(&stages.arrival, 0.95)
+            ),
+        ),
+        (
+            "live update, in the page: JSON parse / drawing",
+            format!(
+                "p50 {:.1} / {:.1} ms, p95 {:.1} / {:.1} ms",
+                percentile(&stages.parse, 0.5),
+                percentile(&stages.draw, 0.5),
+                percentile(&stages.parse, 0.95),
+                percentile(&stages.draw, 0.95)
+            ),
+        ),
         (
             "page JS heap",
             format!(
