@@ -290,17 +290,26 @@ async fn a_workflow_task_runs_real_steps_behind_the_gate_and_returns_argoexecs_o
         wf.data.pointer("/status/phase").and_then(Value::as_str),
         Some("Succeeded")
     );
-    // Reported by argoexec's wait containers, one per step (nothing in this test writes them).
-    let results: Api<DynamicObject> = Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &argo("WorkflowTaskResult", "workflowtaskresults"),
-    );
-    let reported = results
-        .list(&ListParams::default().labels("workflows.argoproj.io/workflow=flow-wf"))
-        .await
-        .expect("list WorkflowTaskResults");
-    assert_eq!(reported.items.len(), 3, "one per step: {reported:?}");
+    // Reported by argoexec's wait containers, one WorkflowTaskResult per step (nothing in this test
+    // writes them; Argo's controller folds them into the nodes' outputs and deletes them once the
+    // Workflow is done): each step's exit code and its `out`, read from /tmp/out.
+    let nodes = wf
+        .data
+        .pointer("/status/nodes")
+        .and_then(Value::as_object)
+        .expect("the Workflow's nodes");
+    let mut outs: Vec<&str> = nodes
+        .values()
+        .filter(|n| n["type"] == "Pod")
+        .map(|n| {
+            assert_eq!(n["outputs"]["exitCode"], "0", "{n}");
+            let out = &n["outputs"]["parameters"][0];
+            assert_eq!(out["valueFrom"]["path"], "/tmp/out", "{n}");
+            out["value"].as_str().unwrap_or_else(|| panic!("{n}"))
+        })
+        .collect();
+    outs.sort_unstable();
+    assert_eq!(outs, ["42", "flow-a", r#"{"a":"flow-a","b":42}"#]);
     let pods = workflow_pods(&env, "flow-wf").await;
     assert_eq!(pods.len(), 3, "three step pods");
     for p in &pods {
