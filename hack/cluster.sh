@@ -84,8 +84,11 @@ Flags of 'up' (and 'build'):
                        (frameworks: batch/job, pod, ray.io/rayjob, ray.io/raycluster,
                        sparkoperator.k8s.io/sparkapplication)
   --with-argo          the Argo Workflows controller $ARGO_WORKFLOWS_VERSION on the host (namespace argo, its
-                       CRDs applied; metrics off). kwok runs no container, so a Workflow's pods run until
-                       ended by hand (annotation sluice.dev/kwok-phase) and no argoexec reports outputs.
+                       CRDs applied; metrics off). kwok runs no container, so a Workflow's pods on kwok
+                       nodes run until ended by hand (annotation sluice.dev/kwok-phase) and no argoexec
+                       reports outputs. With --real-node, argoexec $ARGO_WORKFLOWS_VERSION is built from
+                       the same module (bin/argoexec-<version>, static) into the image $ARGOEXEC_IMAGE
+                       on the real node (imagePullPolicy Never): steps placed there really run.
   --real-node          one real node beside the kwok nodes (root only; hack/realnode.sh): a kubelet
                        $KUBERNETES_VERSION built from the same module (bin/kubelet-$KUBERNETES_VERSION), containerd,
                        runc and the CNI plugins from Debian (apt-get install when missing), and images built
@@ -188,9 +191,40 @@ build_addons() {
   if $WITH_KUEUE; then build_go kueue "$KUEUE_VERSION" kueue sigs.k8s.io/kueue/cmd/kueue; fi
   if $WITH_ARGO; then
     build_go argo "$ARGO_WORKFLOWS_VERSION" argo github.com/argoproj/argo-workflows/v3/cmd/workflow-controller
+    if $REAL_NODE; then build_argoexec; fi  # only a real node runs step pods
   fi
   if $REAL_NODE; then realnode_build; fi
   return 0
+}
+
+# argoexec, Argo's executor (the init and wait containers of every step pod; its init copies it into
+# the main container too), from the same module and version as the controller, built static with
+# CGO off as Argo's Makefile does, into $BIN/argoexec-<version>. The module's zip (what the Go proxy
+# serves) leaves out what git holds as symlinks, and workflow/executor/osspecific/signal_linux.go is
+# one (to signal_darwin.go): without it nothing builds for linux. So the build runs in a copy of the
+# module ($CACHE/argoexec-src-<version>, 53 MB, kept for the next build) with that file put back,
+# against the module's own go.mod and go.sum (the dependency versions Argo releases with).
+build_argoexec() {
+  local out=$BIN/argoexec-$ARGO_WORKFLOWS_VERSION src=$CACHE/argoexec-src-$ARGO_WORKFLOWS_VERSION osdir
+  [[ -x $out ]] && return 0
+  if [[ ! -f $src/.complete ]]; then
+    rm -rf "$src"
+    cp -r "$(go_module_dir argo github.com/argoproj/argo-workflows/v3)" "$src" || die "copying Argo's module to $src failed"
+    chmod -R u+w "$src"
+    osdir=$src/workflow/executor/osspecific
+    [[ -f $osdir/signal_darwin.go && ! -e $osdir/signal_linux.go ]] \
+      || die "Argo $ARGO_WORKFLOWS_VERSION: expected signal_darwin.go and no signal_linux.go in $osdir (see build_argoexec in hack/cluster.sh)"
+    cp "$osdir/signal_darwin.go" "$osdir/signal_linux.go"
+    touch "$src/.complete"
+  fi
+  mkdir -p "$BIN"
+  log "building argoexec $ARGO_WORKFLOWS_VERSION (first time only, cached in $BIN)"
+  local start=$SECONDS
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -o "$out.tmp" \
+    -ldflags "-s -w -X github.com/argoproj/argo-workflows/v3.version=$ARGO_WORKFLOWS_VERSION -X github.com/argoproj/argo-workflows/v3.gitTreeState=clean" \
+    ./cmd/argoexec) || die "building argoexec $ARGO_WORKFLOWS_VERSION failed (the Go errors are above); source: $src"
+  mv "$out.tmp" "$out"
+  log "built argoexec $ARGO_WORKFLOWS_VERSION in $((SECONDS - start))s"
 }
 
 PYSPARK_VENV=$CACHE/pyspark-$PYSPARK_VERSION
@@ -559,7 +593,9 @@ start_kuberay() {
 
 # The Argo Workflows controller on the host, cluster-wide, in the namespace argo (its ConfigMap and
 # lease namespace). Metrics and telemetry are off (their port, 9090, is fixed in the ConfigMap's
-# default); its health endpoint is fixed at :6060, so readiness is its log line instead.
+# default); its health endpoint is fixed at :6060, so readiness is its log line instead. Step pods
+# run argoexec from $ARGOEXEC_IMAGE, never pulled: with --real-node it is built here and imported
+# (hack/realnode.sh); kwok nodes run no container at all.
 start_argo() {
   # The CRD files only (the folder also holds a kustomization.yaml).
   local crds=$STATE/argo-crds
@@ -583,7 +619,7 @@ YAML
   from=$(($(stat -c %s "$LOGS/argo.log" 2>/dev/null || echo 0) + 1))
   start argo env KUBECONFIG="$STATE/kubeconfig" LEADER_ELECTION_DISABLE=true \
     "$BIN/argo-$ARGO_WORKFLOWS_VERSION" --namespace argo --configmap workflow-controller-configmap \
-    --executor-image "quay.io/argoproj/argoexec:$ARGO_WORKFLOWS_VERSION" --workflow-workers 4 --qps 100 --burst 200
+    --executor-image "$ARGOEXEC_IMAGE" --executor-image-pull-policy Never --workflow-workers 4 --qps 100 --burst 200
   wait_until "$TIMEOUT" "the Argo Workflows controller to start" argo \
     bash -c "tail -c +$from '$LOGS/argo.log' | grep -q 'Starting Workflow Controller'"
 }

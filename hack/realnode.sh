@@ -33,6 +33,8 @@ BUSYBOX_IMAGE=sluice.local/busybox:${BUSYBOX_DEB_VERSION%%-*}
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE/:1:/:}       # the Debian epoch "1:" is no part of a tag
 SLUICE_IMAGE=docker.io/library/sluice:dev
 SLUICE_UPGRADE_IMAGE=docker.io/library/sluice:upgrade
+# Argo Workflows' executor (cluster.sh --with-argo names it to the controller in any case).
+ARGOEXEC_IMAGE=sluice.local/argoexec:$ARGO_WORKFLOWS_VERSION
 
 # shellcheck source=hack/images/images.sh
 source "$ROOT/hack/images/images.sh"
@@ -141,6 +143,15 @@ realnode_images() {
   done
   image_archive "$dir/busybox" "$BUSYBOX_IMAGE" "$dir/busybox.tar" null '["sh"]'
   import_image "$BUSYBOX_IMAGE" "$dir/busybox.tar"
+
+  # argoexec (with --with-argo): the static binary at /bin/argoexec, as Argo's own image has it (the
+  # controller runs `argoexec init` / `argoexec wait`; init copies it for the main container).
+  if $WITH_ARGO; then
+    base_rootfs "$dir/argoexec"
+    cp "$BIN/argoexec-$ARGO_WORKFLOWS_VERSION" "$dir/argoexec/bin/argoexec"
+    image_archive "$dir/argoexec" "$ARGOEXEC_IMAGE" "$dir/argoexec.tar" '["argoexec"]'
+    import_image "$ARGOEXEC_IMAGE" "$dir/argoexec.tar"
+  fi
 
   # sluice: built from the Dockerfile at the root (hack/image.sh: buildah, offline), as users build
   # it; imported as sluice:dev (what manifests/install/ asks for) and sluice:<version> (what
@@ -363,7 +374,7 @@ realnode_up() {
     --hostname-override "$REAL_NODE_NAME" --node-ip "$ip" \
     --node-labels "$REAL_NODE_LABEL=real,type=real"
   wait_until "$TIMEOUT" "the real node $REAL_NODE_NAME to be Ready" kubelet real_node_ready
-  log "real node $REAL_NODE_NAME ($ip) Ready in $((SECONDS - t0))s: label $REAL_NODE_LABEL=real, taint $REAL_NODE_TAINT=true:NoSchedule, images $BUSYBOX_IMAGE and $SLUICE_IMAGE"
+  log "real node $REAL_NODE_NAME ($ip) Ready in $((SECONDS - t0))s: label $REAL_NODE_LABEL=real, taint $REAL_NODE_TAINT=true:NoSchedule, images $BUSYBOX_IMAGE and $SLUICE_IMAGE$($WITH_ARGO && echo " and $ARGOEXEC_IMAGE")"
 }
 
 real_node_ready() {

@@ -65,24 +65,28 @@ export SLUICE_REQUIRE_CLUSTER=1
 
 # The real node's tests, on a cluster with the real node and without sluice on the host. The image
 # of sluice is built from the Dockerfile (hack/image.sh) as the node comes up.
-real_node_phase() { # images cargo-test-arguments (naming --test real_node or real_node_install)...
+real_node_phase() { # images add-on-flags cargo-test-arguments (naming --test real_node or real_node_install)...
   ((EUID == 0)) || { echo "test.sh: the real node's tests need root (containerd, runc, mounts); SLUICE_TEST_REAL_NODE=0 skips them" >&2; exit 1; }
-  local images=$1; shift
-  # KubeRay, and the images: Spark and Ray (hack/images/, cached) for tests/real_node/{spark,ray}.rs;
-  # a second build of sluice's image for the upgrade of tests/real_node_install.rs.
-  SLUICE_REAL_NODE_IMAGES="$images" hack/cluster.sh up --real-node --with-kuberay
+  local images=$1 addons=$2; shift 2
+  local -a flags
+  read -r -a flags <<<"$addons"
+  # KubeRay; for tests/real_node.rs Argo Workflows too (argoexec built for the node:
+  # tests/real_node/workflow.rs and the counter demo's workflow step); and the images: Spark and Ray
+  # (hack/images/, cached) for tests/real_node/{spark,ray}.rs, a second build of sluice's image for
+  # the upgrade of tests/real_node_install.rs.
+  SLUICE_REAL_NODE_IMAGES="$images" hack/cluster.sh up --real-node --with-kuberay "${flags[@]+"${flags[@]}"}"
   eval "$(hack/cluster.sh env)"
   cargo test "$@"
 }
 
 if [[ " $* " == *" --test real_node "* || " $* " == *" --test=real_node "* ]]; then
   cargo test --no-run "$@"
-  real_node_phase "spark ray" "$@"
+  real_node_phase "spark ray" --with-argo "$@"
   exit 0
 fi
 if [[ " $* " == *" --test real_node_install "* || " $* " == *" --test=real_node_install "* ]]; then
   cargo test --no-run "$@"
-  real_node_phase sluice-upgrade "$@"
+  real_node_phase sluice-upgrade "" "$@"
   exit 0
 fi
 
@@ -135,8 +139,8 @@ eval "$(hack/cluster.sh env)"
 cargo test --workspace "$@"
 if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then
   hack/cluster.sh down
-  real_node_phase "spark ray" --test real_node
+  real_node_phase "spark ray" --with-argo --test real_node
   # Installing as users do (Helm, the release manifest), upgrade and uninstall: a cluster of its own.
   hack/cluster.sh down
-  real_node_phase sluice-upgrade --test real_node_install
+  real_node_phase sluice-upgrade "" --test real_node_install
 fi

@@ -19,6 +19,9 @@ KUEUE_VERSION=v0.19.2          # sigs.k8s.io/kueue (hack/tools/kueue/go.mod)
 # The newest v3.7 the Go module proxy serves: v3.7.10, v3.7.19-21 and v3.8.0 answer 403 "not available",
 # its version list too; v4.0.5 is served but has security flaws reported, v4.0.6 is not served.
 ARGO_WORKFLOWS_VERSION=v3.7.18
+# argoexec (the init and wait containers of every Workflow step) is built from the same module at the
+# same version (cmd/argoexec, static, CGO off; hack/cluster.sh build_argoexec) into the real node's image
+# sluice.local/argoexec:<version>.
 
 # The real node (hack/realnode.sh, `hack/cluster.sh up --real-node`): Debian 12 packages, installed with
 # apt-get at exactly these versions, and the pause image built from k8s.io/kubernetes' build/pause.

@@ -6,7 +6,8 @@
 //! tests deploy sluice in-cluster from manifests/ (once per process, shared), which cannot share a
 //! cluster with `sluice serve --local` on the host (both own the webhook configurations named sluice
 //! and the controller's Lease). One of them runs the counter demo of
-//! manifests/samples/task-counter.yaml with the `container` executor.
+//! manifests/samples/task-counter.yaml with the `container` executor and its final `workflow` step
+//! (Argo Workflows: real_node/workflow.rs tests that executor alone).
 //! hack/test.sh runs it on a cluster of its own; alone: `hack/test.sh --test real_node`.
 
 mod support;
@@ -17,6 +18,8 @@ mod ray;
 mod scavenger;
 #[path = "real_node/spark.rs"]
 mod spark;
+#[path = "real_node/workflow.rs"]
+mod workflow;
 
 /// Held by the tests that run real workloads (Spark executors, Ray nodes) on the real node: one at
 /// a time, on a machine of 2 cores.
@@ -518,8 +521,10 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
 
     let tasks: Api<Task> = Api::namespaced(env.client.clone(), &env.namespace);
     let last = format!("task-{LIMIT}");
+    // task-final (the Workflow task-10 spawns) ends the demo.
+    let final_step = sluice::tasks::client::COUNTER_FINAL_TASK;
     wait_for(
-        &format!("{last} to succeed (the counter at its limit)"),
+        &format!("{last} and then {final_step} (its workflow) to succeed"),
         Duration::from_secs(600),
         || async {
             let list = tasks.list(&ListParams::default()).await.ok()?;
@@ -532,7 +537,7 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
             list.items
                 .iter()
                 .any(|t| {
-                    t.name_any() == last
+                    t.name_any() == final_step
                         && t.status.as_ref().map(|s| s.phase) == Some(TaskPhase::Success)
                 })
                 .then_some(())
@@ -542,7 +547,7 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
     let took = started.elapsed();
     let shown = kubectl(&["-n", &env.namespace, "get", "tasks"]).await;
     eprintln!(
-        "counter demo: task-0 .. {last} Success {:.1} s after kubectl apply\n$ kubectl get tasks\n{shown}",
+        "counter demo: task-0 .. {last}, {final_step} Success {:.1} s after kubectl apply\n$ kubectl get tasks\n{shown}",
         took.as_secs_f64()
     );
 
@@ -552,6 +557,13 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
         .await
         .expect("list Tasks")
         .items;
+    // The last step is the workflow's: checked apart (real_node/workflow.rs).
+    let final_task = all
+        .iter()
+        .position(|t| t.name_any() == final_step)
+        .map(|i| all.remove(i))
+        .expect("task-final");
+    workflow::assert_counter_final_step(&env, &final_task, LIMIT, &node).await;
     all.sort_by_key(|t| {
         t.name_any()
             .strip_prefix("task-")
@@ -560,7 +572,10 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
     });
     let names: Vec<String> = all.iter().map(|t| t.name_any()).collect();
     let want: Vec<String> = (0..=LIMIT).map(|i| format!("task-{i}")).collect();
-    assert_eq!(names, want, "task-0 .. task-{LIMIT}, no more");
+    assert_eq!(
+        names, want,
+        "task-0 .. task-{LIMIT} and task-final, no more"
+    );
     let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
     let mut previous_start: Option<String> = None;
     for (i, t) in all.iter().enumerate() {

@@ -9,7 +9,8 @@
 //! - `sluice task spawn --name task-2 --input '{"count": 2}'`: creates a downstream Task (a copy of
 //!   this Task's executor, `parent` set to this Task) and its TaskObject;
 //! - `sluice task counter`: the counter demo (input `count`, `limit`; spawns the next Task until
-//!   `count == limit`);
+//!   `count == limit`, then, when the input holds `final` (a Task executor), the demo's last step
+//!   `task-final` with that executor);
 //! - `sluice task worker`: a TaskCluster worker's main process in an image without a shell (such as
 //!   `sluice:dev`): it waits for SIGTERM or SIGINT and exits 0, while Tasks run beside it as
 //!   ephemeral containers.
@@ -18,7 +19,7 @@ use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::api::{Task, TaskObject, TaskObjectSpec, TaskSpec};
+use crate::api::{Task, TaskExecutor, TaskObject, TaskObjectSpec, TaskSpec};
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum TaskCommand {
@@ -48,7 +49,8 @@ pub enum TaskCommand {
         #[arg(long, default_value = "{}")]
         input: String,
     },
-    /// The counter demo: reads count and limit, spawns task-<count+1> until count == limit.
+    /// The counter demo: reads count and limit, spawns task-<count+1> until count == limit, then
+    /// the input's `final` executor (if any) as task-final.
     Counter {
         #[arg(
             long,
@@ -133,9 +135,18 @@ impl Me {
         Ok(object.spec.data)
     }
 
-    async fn spawn(&self, name: &str, input: Value) -> Result<(), ClientError> {
+    /// Creates the Task `name` with its input; its executor is this Task's unless `executor`.
+    async fn spawn(
+        &self,
+        name: &str,
+        input: Value,
+        executor: Option<TaskExecutor>,
+    ) -> Result<(), ClientError> {
         let me = self.task().await?;
-        let spec = downstream_spec(&me.spec, &self.name, name);
+        let mut spec = downstream_spec(&me.spec, &self.name, name);
+        if let Some(executor) = executor {
+            spec.executor = executor;
+        }
         let task = Task::new(name, spec);
         let created = Api::<Task>::namespaced(self.client.clone(), &self.namespace)
             .create(&PostParams::default(), &task)
@@ -176,8 +187,22 @@ pub fn downstream_spec(parent: &TaskSpec, parent_name: &str, name: &str) -> Task
     }
 }
 
-/// The counter demo's step: the result, and the next Task's name and input if any. Pure.
-pub fn counter_step(input: &Value) -> Result<(Value, Option<(String, Value)>), ClientError> {
+/// The Task the counter demo spawns next: its name, its input and, for the final step, its own
+/// executor (else the spawning Task's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterNext {
+    pub name: String,
+    pub input: Value,
+    pub executor: Option<TaskExecutor>,
+}
+
+/// The name of the counter demo's last step, spawned at the limit when the input has `final`.
+pub const COUNTER_FINAL_TASK: &str = "task-final";
+
+/// The counter demo's step: the result, and the next Task if any. Below the limit, the next
+/// count (the input's other fields carried along, `final` among them); at the limit, the input's
+/// `final` executor as `task-final`, with the count and limit as its input. Pure.
+pub fn counter_step(input: &Value) -> Result<(Value, Option<CounterNext>), ClientError> {
     let int = |key: &str| {
         input
             .get(key)
@@ -189,17 +214,30 @@ pub fn counter_step(input: &Value) -> Result<(Value, Option<(String, Value)>), C
     };
     let (count, limit) = (int("count")?, int("limit")?);
     let result = json!({"count": count, "limit": limit});
-    if count >= limit {
-        return Ok((result, None));
+    if count < limit {
+        let mut next_input = input.clone();
+        next_input["count"] = json!(count + 1);
+        let next = CounterNext {
+            name: format!("task-{}", count + 1),
+            input: next_input,
+            executor: None,
+        };
+        return Ok((result, Some(next)));
     }
-    let next = count + 1;
-    Ok((
-        result,
-        Some((
-            format!("task-{next}"),
-            json!({"count": next, "limit": limit}),
-        )),
-    ))
+    let Some(last) = input.get("final") else {
+        return Ok((result, None));
+    };
+    let executor: TaskExecutor = serde_json::from_value(last.clone()).map_err(|e| {
+        ClientError::Invalid(format!(
+            "input.final is not a Task executor (container, pod, http, resource or workflow): {e}"
+        ))
+    })?;
+    let next = CounterNext {
+        name: COUNTER_FINAL_TASK.into(),
+        input: result.clone(),
+        executor: Some(executor),
+    };
+    Ok((result, Some(next)))
 }
 
 fn write_result(file: &std::path::Path, value: &str) -> Result<(), ClientError> {
@@ -236,7 +274,7 @@ pub async fn run(command: TaskCommand) -> Result<(), ClientError> {
             let me = Me::new().await?;
             let input: Value = serde_json::from_str(&input)
                 .map_err(|e| ClientError::Invalid(format!("--input is not JSON: {e}")))?;
-            me.spawn(&name, input).await?;
+            me.spawn(&name, input, None).await?;
             println!("task/{name} created");
             Ok(())
         }
@@ -244,9 +282,9 @@ pub async fn run(command: TaskCommand) -> Result<(), ClientError> {
             let me = Me::new().await?;
             let input = me.input().await?;
             let (result, next) = counter_step(&input)?;
-            if let Some((name, input)) = next {
-                me.spawn(&name, input).await?;
-                println!("task/{name} created");
+            if let Some(next) = next {
+                me.spawn(&next.name, next.input, next.executor).await?;
+                println!("task/{} created", next.name);
             }
             write_result(&file, &result.to_string())?;
             println!("{result}");
@@ -281,11 +319,44 @@ mod tests {
         assert_eq!(r, json!({"count": 0, "limit": 10}));
         assert_eq!(
             next,
-            Some(("task-1".into(), json!({"count": 1, "limit": 10})))
+            Some(CounterNext {
+                name: "task-1".into(),
+                input: json!({"count": 1, "limit": 10}),
+                executor: None,
+            })
         );
         let (_, next) = counter_step(&json!({"count": "10", "limit": 10})).unwrap();
         assert_eq!(next, None);
         assert!(counter_step(&json!({"limit": 10})).is_err());
+    }
+
+    #[test]
+    fn the_counter_ends_with_its_final_step() {
+        let last =
+            json!({"workflow": {"cluster": "counter", "template": {"spec": {"entrypoint": "x"}}}});
+        // Carried along below the limit.
+        let (_, next) = counter_step(&json!({"count": 9, "limit": 10, "final": last})).unwrap();
+        let next = next.expect("task-10");
+        assert_eq!(next.name, "task-10");
+        assert_eq!(next.input["final"], last);
+        assert_eq!(next.executor, None);
+        // At the limit: task-final with that executor, the count and limit as its input.
+        let (_, next) = counter_step(&next.input).unwrap();
+        let next = next.expect("task-final");
+        assert_eq!(next.name, COUNTER_FINAL_TASK);
+        assert_eq!(next.input, json!({"count": 10, "limit": 10}));
+        let executor = next.executor.expect("its own executor");
+        assert_eq!(
+            executor.workflow.map(|w| w.cluster),
+            Some(Some("counter".into()))
+        );
+        // A `final` that is no executor is refused, saying what it should be.
+        let bad = counter_step(&json!({"count": 1, "limit": 1, "final": {"workflow": "x"}}));
+        assert!(
+            bad.expect_err("refused")
+                .to_string()
+                .contains("input.final is not a Task executor")
+        );
     }
 
     #[test]

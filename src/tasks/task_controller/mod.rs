@@ -40,7 +40,7 @@ use super::executors::{ExecError, Executors, HttpRuntime};
 use super::metrics::TaskMetrics;
 use crate::api::{TASK_CLUSTER_LABEL, TASK_LABEL, Task, TaskObject, TaskPhase};
 use decide::{now, resync_after};
-use pass::{Pass, Writer, read_open};
+use pass::{Pass, WriteGuard, Writer, read_open};
 
 /// Field manager of the Task controller's status writes.
 pub const TASK_FIELD_MANAGER: &str = "sluice-tasks";
@@ -101,9 +101,9 @@ async fn reconcile_task(
         task: &task,
         writer: Writer {
             api,
-            task: &task,
             name: name.clone(),
             namespace: namespace.clone(),
+            guard: std::sync::Mutex::new(WriteGuard::of(&task)),
         },
         resync: resync_after(&task, &status, now),
         status,

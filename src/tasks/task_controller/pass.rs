@@ -19,32 +19,71 @@ use crate::api::{Task, TaskHandle, TaskObject, TaskPhase, TaskStatus};
 use crate::tasks::executors::{ExecContext, ExecError, Executor, Outcome, Plan, Progress};
 use crate::tasks::substitute::Variables;
 
-pub(super) struct Writer<'a> {
+pub(super) struct Writer {
     pub(super) api: Api<Task>,
-    pub(super) task: &'a Task,
     pub(super) name: String,
     pub(super) namespace: String,
+    /// What the next write is guarded by: the Task as read, then as each write left it.
+    pub(super) guard: std::sync::Mutex<WriteGuard>,
 }
 
-impl Writer<'_> {
+/// The resourceVersion and status a write is decided from: those read at first, then those the
+/// pass's own last write returned, so that a second write in one pass (a start that fails after
+/// "sent" was written) is not refused as a conflict with the first and its message lost. Pure.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct WriteGuard {
+    version: Option<String>,
+    status: Option<TaskStatus>,
+}
+
+impl WriteGuard {
+    pub(super) fn of(task: &Task) -> WriteGuard {
+        WriteGuard {
+            version: task.resource_version(),
+            status: task.status.clone(),
+        }
+    }
+
+    /// The server-side apply body writing `status`, guarded by the version; None when the Task
+    /// already has that status.
+    fn body(&self, name: &str, status: &TaskStatus) -> Option<serde_json::Value> {
+        (self.status.as_ref() != Some(status)).then(|| {
+            json!({
+                "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
+                "metadata": {"name": name, "resourceVersion": self.version},
+                "status": status,
+            })
+        })
+    }
+
+    /// After a write: the Task as the API server returned it.
+    fn written(&mut self, task: &Task) {
+        *self = WriteGuard::of(task);
+    }
+}
+
+impl Writer {
     /// Writes the whole status, guarded by the resourceVersion the decision was based on. False:
     /// the Task changed since it was read (decide again from the new state).
     async fn write(&self, status: &TaskStatus) -> Result<bool, TaskError> {
-        if self.task.status.as_ref() == Some(status) {
+        let body = {
+            let guard = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+            guard.body(&self.name, status)
+        };
+        let Some(body) = body else {
             return Ok(true);
-        }
-        let body = json!({
-            "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
-            "metadata": {"name": self.name, "resourceVersion": self.task.resource_version()},
-            "status": status,
-        });
+        };
         let params = PatchParams::apply(TASK_FIELD_MANAGER).force();
         match self
             .api
             .patch_status(&self.name, &params, &Patch::Apply(body))
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(task) => {
+                let mut guard = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+                guard.written(&task);
+                Ok(true)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(source) => Err(TaskError::Api {
                 what: "writing the status",
@@ -123,7 +162,7 @@ async fn publish(ctx: &Context, task: &Task, type_: EventType, reason: &str, not
 pub(super) struct Pass<'a> {
     pub(super) ctx: &'a Context,
     pub(super) task: &'a Task,
-    pub(super) writer: Writer<'a>,
+    pub(super) writer: Writer,
     /// The status read (the decision's base).
     pub(super) status: TaskStatus,
     pub(super) namespace: String,
@@ -268,7 +307,12 @@ impl Pass<'_> {
             return Ok(Action::requeue(Duration::ZERO));
         }
         if let Err(e) = executor.start(exec, handle).await {
-            return self.fail(executor.kind(), e.to_string()).await;
+            // From the status just written ("sent"), guarded by that write: the failure is
+            // recorded with its own message.
+            let outcome = failure(e.to_string());
+            return self
+                .finish_from(&next, executor.kind(), TaskPhase::Failed, outcome)
+                .await;
         }
         Ok(Action::requeue(Duration::from_millis(300).min(self.resync)))
     }
@@ -360,8 +404,20 @@ impl Pass<'_> {
         phase: TaskPhase,
         outcome: Outcome,
     ) -> Result<Action, TaskError> {
+        self.finish_from(&self.status, executor, phase, outcome)
+            .await
+    }
+
+    /// [`Pass::finish`] from `base`: the status read, or the one this pass wrote last.
+    async fn finish_from(
+        &self,
+        base: &TaskStatus,
+        executor: &str,
+        phase: TaskPhase,
+        outcome: Outcome,
+    ) -> Result<Action, TaskError> {
         let now = now();
-        let next = finished_status(&self.status, executor, phase, &outcome, &rfc3339(now));
+        let next = finished_status(base, executor, phase, &outcome, &rfc3339(now));
         if !self.writer.write(&next).await? {
             return Ok(Action::requeue(Duration::ZERO));
         }
@@ -394,4 +450,46 @@ pub(super) async fn read_open(
         let ended = t.status.as_ref().is_some_and(|s| s.phase.is_final());
         !ended && t.meta().deletion_timestamp.is_none()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(version: &str, message: &str) -> Task {
+        let mut t = Task::new("t", Default::default());
+        t.metadata.resource_version = Some(version.into());
+        t.status = Some(TaskStatus {
+            message: message.into(),
+            ..Default::default()
+        });
+        t
+    }
+
+    fn status(message: &str) -> TaskStatus {
+        TaskStatus {
+            message: message.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_second_write_in_a_pass_is_guarded_by_the_first() {
+        // Read at version 7; "request sent" is written (the API server answers version 8); the
+        // start then fails: the failure's write carries version 8, not the 7 read (a conflict
+        // that used to drop the failure's message).
+        let mut guard = WriteGuard::of(&task("7", "staged"));
+        let sent = guard
+            .body("t", &status("request sent: t"))
+            .expect("a write");
+        assert_eq!(sent["metadata"]["resourceVersion"], "7");
+        guard.written(&task("8", "request sent: t"));
+        let failed = guard
+            .body("t", &status("connection refused"))
+            .expect("a write");
+        assert_eq!(failed["metadata"]["resourceVersion"], "8");
+        assert_eq!(failed["status"]["message"], "connection refused");
+        // The status the Task already has is not written again.
+        assert!(guard.body("t", &status("request sent: t")).is_none());
+    }
 }
