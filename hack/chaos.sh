@@ -273,7 +273,7 @@ metadata: {name: scavenger-$scavengers}
 spec:
   image: busybox
   command: [sleep, "3600"]
-  resources: {requests: {cpu: 500m, memory: 64Mi}}
+  resources: {requests: {cpu: 500m, memory: 64Mi}, limits: {cpu: 500m, memory: 64Mi}}
   parallelism: 2
   duration: 2m
   queueName: $run-q0
