@@ -329,10 +329,13 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
     a.create_pod(pod("borrow-2", &borrower, "1")).await;
     a.wait_queue_counts(&borrower, 0, 2).await;
     a.create_pod(pod("reclaimer", &lender, "1")).await;
-    let reclaimed = r#"(() => { const r = document.querySelector('[data-testid=preemptions] tr[data-kind="reclaim"]');
-            return r ? [r.dataset.workload, r.querySelector('.by').textContent, r.querySelector('.kind').textContent].join(" ") : null; })()"#;
+    // The operator sees every namespace, other tests' reclaims too: this test's row only.
+    let reclaimed = format!(
+        r#"(() => {{ const r = document.querySelector('[data-testid=preemptions] tr[data-kind="reclaim"][data-workload^="{ns_a}/"]');
+            return r ? [r.dataset.workload, r.querySelector('.by').textContent, r.querySelector('.kind').textContent].join(" ") : null; }})()"#
+    );
     let (row, _) = operator
-        .wait_for("the cohort reclaim", SLOW, reclaimed)
+        .wait_for("the cohort reclaim", SLOW, &reclaimed)
         .await;
     assert_eq!(
         row,
