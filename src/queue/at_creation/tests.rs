@@ -1,3 +1,4 @@
+use super::classifier::judge_resize;
 use super::*;
 
 fn list(cpu: i64) -> ResourceList {
