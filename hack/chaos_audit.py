@@ -259,6 +259,13 @@ def slim_queue(obj):
             "borrowing": cpu_of("borrowingLimit"), "lending": cpu_of("lendingLimit")}
 
 
+def lending(members):
+    """A cohort's terms: what each queue keeps for itself (quota - lendingLimit; no lendingLimit:
+    nothing), and the pool its queues lend together (min(quota, lendingLimit) each)."""
+    lends = {q["name"]: min(q["quota"], q["quota"] if q["lending"] is None else q["lending"]) for q in members}
+    return {q["name"]: q["quota"] - lends[q["name"]] for q in members}, sum(lends.values())
+
+
 def slim_lease(obj):
     spec = obj.get("spec", {})
     return {"name": obj["metadata"]["name"], "holder": spec.get("holderIdentity") or "",
@@ -467,9 +474,7 @@ class Auditor:
     def check_cohort(self, now, cohort, members, state):
         """The pool is never overdrawn; when all the cohort's waiting demand fits at once, every
         waiting pod of the cohort has room. Returns those pods (uid -> queue)."""
-        lends = {q["name"]: min(q["quota"], q["quota"] if q["lending"] is None else q["lending"]) for q in members}
-        keeps = {q["name"]: q["quota"] - lends[q["name"]] for q in members}
-        pool = sum(lends.values())
+        keeps, pool = lending(members)
         drawn = sum(max(0, state[q["name"]]["usage"] - keeps[q["name"]]) for q in members)
         usage, quota = sum(state[q["name"]]["usage"] for q in members), sum(q["quota"] for q in members)
         self.note_ratio(f"cohort/{cohort}", usage, quota)
@@ -496,10 +501,9 @@ class Auditor:
         """A cohort's pool now: what is free of it (load, usage and reservations, beyond what each
         queue keeps) and whether a reclaim is under way (an admitted pod of the cohort is being
         deleted: room that needs it is room only once it is gone)."""
-        lends = {q["name"]: min(q["quota"], q["quota"] if q["lending"] is None else q["lending"]) for q in members}
-        drawn = sum(max(0, state[q["name"]]["usage"] + state[q["name"]]["reserved"] - (q["quota"] - lends[q["name"]]))
-                    for q in members)
-        return {"free": sum(lends.values()) - drawn,
+        keeps, pool = lending(members)
+        drawn = sum(max(0, state[q["name"]]["usage"] + state[q["name"]]["reserved"] - keeps[q["name"]]) for q in members)
+        return {"free": pool - drawn,
                 "reclaiming": any(state[q["name"]]["terminating"] for q in members)}
 
     def with_room(self, queue, free, demand, admitted_priorities, pool=None):
