@@ -4,7 +4,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: hack/chaos.sh [--pods N] [--queues Q] [--in-cluster] [--no-build] [--no-write]
+Usage: hack/chaos.sh [--pods N] [--queues Q] [--in-cluster] [--minutes M] [--no-build] [--no-write]
 
 On the local cluster (hack/cluster.sh up --with-sluice, brought up if needed, left up; the cluster
 of SLUICE_CLUSTER_STATE), two sluice replicas sharing one Lease: replica 1 is the cluster's
@@ -20,7 +20,13 @@ With every chaos event: one high-priority 1-cpu pod in a random queue (preemptio
 pods, the queues' default withinQueue LowerPriority); a batch/v1 Job of 6 pods of 1 cpu (a gang of
 6 above its queue's quota of 4: it runs on what its cohort lends, and the Job controller recreates
 what sluice evicts); every fourth event a ScavengerJob of 2 pods of 500m on queue 0's
-scavengerQuota (2 cpu; evicted when ordinary work needs the room); and a round of the hostile
+scavengerQuota (2 cpu; evicted when ordinary work needs the room); every third event a RayCluster
+through the real KubeRay operator (hack/cluster.sh --with-kuberay) in a random queue (head and
+workers 500m, minReplicas 0), and with every event each live RayCluster scaled to 0-6 workers as
+its autoscaler would, deleted after five events; every second event a Job whose 2 pods no node
+takes (a node selector no node has) in its own queue (2 cpu, podsReadyTimeout 15s): admitted, sent
+back by podsReadyTimeout, recreated by the Job controller, admitted again, deleted three Jobs
+later; and a round of the hostile
 tenant's moves (hack/chaos_hostile.py: a pod naming
 another queue's ledger, a relabel, a gate removed by hand, a replayed admission token, an absurd
 minimum, a negative request, forged admission annotations), each refused or defused, or counted as
@@ -50,12 +56,14 @@ starts a new replica, a new identity) or the kubelet restarts the container in p
 name, same identity), alternately; a webhook restart deletes a random replica's pod (SIGTERM).
 The real node is global: this mode holds flock /tmp/sluice-real-node.lock, brings the cluster of
 SLUICE_CLUSTER_STATE up (without sluice on the host: it refuses a cluster that runs one), stops
-the chaos after 12 minutes, copies the replicas' logs and the cluster's logs into the run's
+the chaos after --minutes (default 12), copies the replicas' logs and the cluster's logs into the run's
 output and takes the cluster down at the end.
 
   --pods N      pods in all (default 10000)
   --queues Q    queues (default 4)
   --in-cluster  sluice in-cluster on the real node (see above)
+  --minutes M   in-cluster: stop the chaos after M minutes (default 12; the real node is held that
+                long, other users of it wait)
   --no-build    run sluice's binary as it is built (hack/cluster.sh up --no-build); SLUICE_PROFILE
                 picks debug (default) or release
   --no-write    leave bench/results.json alone
@@ -64,13 +72,14 @@ EOF
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-PODS=10000 QUEUES=4 WRITE=1 IN_CLUSTER=0 NO_BUILD=()
+PODS=10000 QUEUES=4 WRITE=1 IN_CLUSTER=0 MINUTES=12 NO_BUILD=()
 while (($#)); do
   case $1 in
     --pods) PODS=${2:?--pods needs a number}; shift 2 ;;
     --queues) QUEUES=${2:?--queues needs a number}; shift 2 ;;
     --no-write) WRITE=0; shift ;;
     --in-cluster) IN_CLUSTER=1; shift ;;
+    --minutes) MINUTES=${2:?--minutes needs a number}; shift 2 ;;
     --no-build) NO_BUILD=(--no-build); shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -78,6 +87,7 @@ while (($#)); do
 done
 [[ $PODS =~ ^[0-9]+$ && $PODS -ge 100 ]] || { echo "chaos.sh: --pods wants a number >= 100, not '$PODS'" >&2; exit 2; }
 [[ $QUEUES =~ ^[0-9]+$ && $QUEUES -ge 1 && $QUEUES -le 26 ]] || { echo "chaos.sh: --queues wants 1-26, not '$QUEUES'" >&2; exit 2; }
+[[ $MINUTES =~ ^[0-9]+$ && $MINUTES -ge 1 ]] || { echo "chaos.sh: --minutes wants a whole number >= 1, not '$MINUTES'" >&2; exit 2; }
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 STATE=${SLUICE_CLUSTER_STATE:-$root/.cluster}
@@ -152,11 +162,11 @@ if ((IN_CLUSTER)); then
   log "waiting for the real node's lock (/tmp/sluice-real-node.lock)"
   flock -w 1200 9 || { echo "chaos.sh: the real node stayed taken for 20 minutes" >&2; exit 1; }
   trap in_cluster_down EXIT # also when what follows fails: the real node must not stay up
-  hack/cluster.sh up --real-node --no-build "${node_flags[@]}"
+  hack/cluster.sh up --real-node --with-kuberay --no-build "${node_flags[@]}"
   eval "$(hack/cluster.sh env)"
   install_in_cluster
 else
-  hack/cluster.sh up --with-sluice "${NO_BUILD[@]}" "${node_flags[@]}"
+  hack/cluster.sh up --with-sluice --with-kuberay "${NO_BUILD[@]}" "${node_flags[@]}"
   env_text=$(hack/cluster.sh env)
   eval "$env_text"
   # Later 'hack/cluster.sh up' calls must see the SLUICE_* environment of the first (or they restart sluice).
@@ -183,6 +193,16 @@ metadata: {name: $run-q$i}
 spec: {quota: {cpu: "4"}, queueingStrategy: $strategy, admission: $admission, cohort: $run-c$((i % 2))$limits}
 EOF
 done
+# The never-ready Jobs' queue: outside the cohorts, so its requeues touch no other queue's load.
+ready_queue=$run-qready
+queues+=("$ready_queue")
+kubectl create namespace "$run-ready" >/dev/null
+kubectl apply --server-side -f - >/dev/null <<EOF
+apiVersion: sluice.dev/v1alpha1
+kind: CapacityQueue
+metadata: {name: $ready_queue}
+spec: {quota: {cpu: "2"}, queueingStrategy: BestEffortFIFO, podsReadyTimeout: 15s, requeueLimit: 1000}
+EOF
 kubectl apply --server-side -f - >/dev/null <<EOF
 apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
@@ -279,10 +299,80 @@ spec:
   queueName: $run-q0
 EOF
 }
+ready_jobs=0
+never_ready() { # a Job whose pods no node takes: podsReadyTimeout sends it back, again and again
+  ready_jobs=$((ready_jobs + 1))
+  kubectl -n "$run-ready" create -f - >/dev/null 2>>"$out/chaos.log" <<EOF || log "never-ready-$ready_jobs refused (see chaos.log)"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: never-ready-$ready_jobs
+  labels: {sluice.dev/queue: $ready_queue}
+spec:
+  parallelism: 2
+  completions: 2
+  backoffLimit: 1000
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {sluice.dev/chaos: nowhere}
+      containers: [{name: c, image: busybox, resources: {requests: {cpu: 500m}}}]
+EOF
+  if ((ready_jobs > 3)); then
+    kubectl -n "$run-ready" delete job "never-ready-$((ready_jobs - 3))" --propagation-policy Background \
+      --wait=false >/dev/null 2>>"$out/chaos.log" || true
+  fi
+}
+rays=0 ray_scales=0 live_rays=()
+ray_cluster() { # a RayCluster through KubeRay: head and workers of 500m, the head its gang
+  local i=$((RANDOM % QUEUES))
+  rays=$((rays + 1))
+  kubectl -n "$run-$i" create -f - >/dev/null 2>>"$out/chaos.log" <<EOF || { log "ray-$rays refused (see chaos.log)"; return 0; }
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: ray-$rays
+  labels: {sluice.dev/queue: $run-q$i}
+spec:
+  headGroupSpec:
+    rayStartParams: {}
+    template:
+      spec:
+        terminationGracePeriodSeconds: 0
+        containers: [{name: ray-head, image: rayproject/ray, resources: {requests: {cpu: 500m}}}]
+  workerGroupSpecs:
+  - groupName: workers
+    replicas: 1
+    minReplicas: 0
+    maxReplicas: 6
+    rayStartParams: {}
+    template:
+      spec:
+        terminationGracePeriodSeconds: 0
+        containers: [{name: ray-worker, image: rayproject/ray, resources: {requests: {cpu: 500m}}}]
+EOF
+  live_rays+=("$run-$i/ray-$rays/$events")
+}
+scale_rays() { # each live RayCluster scaled as an autoscaler would; deleted after five events
+  local r ns name born kept=()
+  for r in "${live_rays[@]+"${live_rays[@]}"}"; do
+    IFS=/ read -r ns name born <<<"$r"
+    if ((events - born >= 5)); then
+      kubectl -n "$ns" delete raycluster "$name" --wait=false >/dev/null 2>>"$out/chaos.log" || true
+      continue
+    fi
+    kubectl -n "$ns" patch raycluster "$name" --type json \
+      -p "[{\"op\": \"replace\", \"path\": \"/spec/workerGroupSpecs/0/replicas\", \"value\": $((RANDOM % 7))}]" \
+      >/dev/null 2>>"$out/chaos.log" && ray_scales=$((ray_scales + 1))
+    kept+=("$r")
+  done
+  live_rays=("${kept[@]+"${kept[@]}"}")
+}
 hostile_rounds=0
 hostile() {
   hostile_rounds=$((hostile_rounds + 1))
-  python3 hack/chaos_hostile.py --kubectl "$kubectl_bin" --queues "${queues[@]}" --namespace-prefix "$run-" \
+  python3 hack/chaos_hostile.py --kubectl "$kubectl_bin" --queues "${queues[@]:0:QUEUES}" --namespace-prefix "$run-" \
     --tag "$hostile_rounds" --log "$out/hostile.jsonl" 2>>"$out/chaos.log" || log "hostile round $hostile_rounds failed (chaos.log)"
 }
 preemptor() { # a high-priority pod in a random queue; returns once the webhook answered
@@ -409,6 +499,8 @@ for p in json.load(sys.stdin)["items"]:
         continue
     if "sluice.dev/kwok-phase" in md.get("annotations", {}) or not st.get("startTime"):
         continue
+    if "ray.io/cluster" in (md.get("labels") or {}):  # Ray pods run until their cluster is scaled or deleted
+        continue
     started = datetime.datetime.fromisoformat(st["startTime"].replace("Z", "+00:00"))
     if (now - started).total_seconds() > 20:
         print(md["namespace"], md["name"])' "$run-") || true
@@ -432,8 +524,8 @@ settled() {
   (($(date +%s) - idle_since >= 15))
 }
 started=$(date +%s)
-# In-cluster the real node is held: the chaos stops after 12 minutes (the lock's budget is 20).
-over_time() { ((IN_CLUSTER && $(date +%s) - started > 720)); }
+# In-cluster the real node is held: the chaos stops after --minutes.
+over_time() { ((IN_CLUSTER && $(date +%s) - started > MINUTES * 60)); }
 while loads_running && ! settled && ! over_time; do
   sleep $((5 + RANDOM % 11))
   loads_running && ! settled || break
@@ -441,6 +533,9 @@ while loads_running && ! settled && ! over_time; do
   job_in_a_cohort
   hostile
   ((events % 4 == 0)) && scavenger
+  ((events % 3 == 0)) && ray_cluster
+  scale_rays
+  ((events % 2 == 0)) && never_ready
   events=$((events + 1))
   if ((apiserver_restarts == 0)) && [[ $(python3 -c "import json;print(json.load(open('$out/status.json'))['pods'])" 2>/dev/null || echo 0) -ge $((PODS / 2)) ]]; then
     restart_apiserver
@@ -452,15 +547,19 @@ while loads_running && ! settled && ! over_time; do
 done
 elapsed=$(($(date +%s) - started))
 kill -TERM "${loads[@]}" 2>/dev/null || true
+# podsReadyTimeout's requeues, as the never-ready Jobs' DynamicWorkloads count them (those still there).
+ready_requeues=$(kubectl -n "$run-ready" get dynamicworkloads -o json 2>/dev/null | python3 -c '
+import json, sys
+print(sum((w.get("status") or {}).get("requeueCount", 0) for w in json.load(sys.stdin)["items"]))' || echo 0)
 kill -TERM "$auditor"
 audit_rc=0
 wait "$auditor" || audit_rc=$?
 if ((IN_CLUSTER)); then in_cluster_down; else stop_replica2; fi
 trap - EXIT
 
-summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" "$jobs" "$scavengers" <<'PY'
+summary=$(python3 - "$out" "$kills" "$webhook_restarts" "$apiserver_restarts" "$preemptors" "$elapsed" "$PODS" "$QUEUES" "$janitor_ended" "$IN_CLUSTER" "$jobs" "$scavengers" "$rays" "$ray_scales" "$ready_jobs" "$ready_requeues" <<'PY'
 import json, sys, glob, os
-out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster, jobs, scavengers = sys.argv[1:]
+out, kills, webhooks, apiservers, preemptors, elapsed, pods, queues, janitor, in_cluster, jobs, scavengers, rays, ray_scales, ready_jobs, ready_requeues = sys.argv[1:]
 audit = json.load(open(f"{out}/audit.json"))
 moves = [json.loads(l) for l in open(f"{out}/hostile.jsonl")] if os.path.exists(f"{out}/hostile.jsonl") else []
 loads = []
@@ -483,6 +582,8 @@ print(json.dumps({
     "churn_creates_given_up": sum(open(f).read().count("(giving up)") for f in glob.glob(f"{out}/load-*.log")),
     "churn_in_cluster": in_cluster == "1",
     "churn_jobs": int(jobs), "churn_scavenger_jobs": int(scavengers),
+    "churn_rayclusters": int(rays), "churn_ray_scales": int(ray_scales),
+    "churn_never_ready_jobs": int(ready_jobs), "churn_ready_requeues": int(ready_requeues),
     **{k: audit.get(k) for k in ("churn_samples_per_second", "churn_auditor_lag_p50_s", "churn_auditor_lag_p99_s",
                                  "churn_auditor_lag_max_s", "terms_seen", "admissions_checked", "max_usage_ratio_by_queue")},
     "churn_hostile_tried": len(moves),

@@ -24,7 +24,8 @@ seconds:
   stranded  no gated pod waits more than --stranded-limit seconds while the auditor computes room
             for it. Room within the queue's own quota: what the quota leaves after usage and gang
             places (a gang, pods annotated sluice.dev/min-count M, or a Job's pods annotated
-            sluice.dev/job-gang M, of one sluice.dev/workload, that
+            sluice.dev/job-gang M, of one sluice.dev/workload or one RayCluster (ray.io/cluster;
+            minReplicas 0 in the chaos run: the head is the gang, its workers come after it), that
             holds an admitted, unended pod not being deleted keeps M places until its last
             admitted pod ends; its gated pods take those places first; a gang whose admitted pods
             are all being evicted has stopped), walking the gated demand by priority then age: a
@@ -62,6 +63,8 @@ GATE = "sluice.dev/admission"
 QUEUE_LABEL = "sluice.dev/queue"
 WORKLOAD_LABEL = "sluice.dev/workload"
 MIN_COUNT = "sluice.dev/min-count"
+RAY_CLUSTER = "ray.io/cluster"
+RAY_NODE_TYPE = "ray.io/node-type"
 JOB_GANG = "sluice.dev/job-gang"  # a governed Job's gang (its parallelism at submission), on its pods
 ADMITTED_AT = "sluice.dev/admitted-at"
 ADMITTED_BY = "sluice.dev/admitted-by"
@@ -97,6 +100,16 @@ def rfc3339_seconds(text):
         return None
 
 
+def workload_of(labels):
+    """The workload a pod belongs to: its sluice.dev/workload, or its RayCluster (KubeRay's label:
+    the head and the workers of one cluster are one workload, whose gang starts with the head)."""
+    if labels.get(WORKLOAD_LABEL):
+        return labels[WORKLOAD_LABEL]
+    if labels.get(RAY_CLUSTER):
+        return "ray/" + labels[RAY_CLUSTER]
+    return None
+
+
 def slim_pod(obj):
     """What the checks read of a pod (the rest is dropped: 10,000 pods stay small)."""
     md, spec, st = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
@@ -114,7 +127,8 @@ def slim_pod(obj):
     gates = [g.get("name") for g in spec.get("schedulingGates", []) or []]
     return {
         "uid": md["uid"], "ns": md["namespace"], "name": md["name"],
-        "queue": labels.get(QUEUE_LABEL), "workload": labels.get(WORKLOAD_LABEL),
+        "queue": labels.get(QUEUE_LABEL), "workload": workload_of(labels),
+        "head": labels.get(RAY_NODE_TYPE) == "head",
         "min": min_count, "cpu": cpu, "gated": GATE in gates, "phase": st.get("phase"),
         "deleting": "deletionTimestamp" in md, "priority": spec.get("priority", 0) or 0,
         "created": md.get("creationTimestamp", ""),
@@ -458,7 +472,9 @@ class Auditor:
         reserved, demand, fills = 0, [], set()
         for key, wl in workloads.items():
             m = max(p["min"] for p in wl["all"])
-            gated = sorted(wl["gated"], key=lambda p: p["created"])
+            # A RayCluster's gang is its head (the chaos run's clusters have minReplicas 0): it
+            # comes first, its workers after it.
+            gated = sorted(wl["gated"], key=lambda p: (not p["head"], p["created"]))
             size = max(p["cpu"] for p in wl["all"])
             if wl["admitted"]:
                 missing = max(0, m - wl["admitted"])
