@@ -49,6 +49,7 @@ pub fn routes() -> &'static Router {
             ),
             // Every mount exists: the ScavengerJob validator's other checks are reached.
             mounts: sluice::scavenger::mounts::Mounts::none(),
+            ledgers: Default::default(),
         };
         sluice::serve::webhook_routes(&inputs, "system:serviceaccount:sluice-system:sluice")
             .router()

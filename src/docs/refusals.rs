@@ -108,6 +108,7 @@ fn routes() -> anyhow::Result<axum::Router> {
         namespaces: crate::namespaces::Namespaces::from_store(namespaces),
         at_creation: Arc::new(crate::queue::at_creation::AdmitAtCreation::default()),
         mounts: crate::scavenger::mounts::Mounts::none(),
+        ledgers: Default::default(),
     };
     Ok(crate::serve::webhook_routes(&inputs, CONTROLLER).router())
 }

@@ -11,6 +11,7 @@ pub mod controller;
 mod evictor;
 mod gauges;
 pub mod incremental;
+pub mod ledger_queues;
 pub mod notices;
 pub mod pod_cache;
 pub mod preemption;

@@ -225,6 +225,7 @@ impl Replica {
         let at_creation = Arc::new(AdmitAtCreation::default());
         Replica {
             classifier: Classifier {
+                ledgers: None,
                 adapters: Adapters::default(),
                 at_creation: Some(at_creation.clone()),
                 queues: None,

@@ -18,6 +18,7 @@ use crate::api::{ADMISSION_GATE, PROTECTED_LABEL_PREFIX, QUEUE_LABEL};
 use crate::integrations::Adapters;
 use crate::metrics::ControllerMetrics;
 use crate::queue::at_creation::AdmitAtCreation;
+use crate::queue::ledger_queues::LedgerQueues;
 use crate::scavenger::mounts::Mounts;
 
 /// What the webhooks judge from, kept in memory by watches: no API call on their hot path.
@@ -33,6 +34,8 @@ pub(super) struct WebhookState {
     pub(super) ready: Arc<AtomicBool>,
     /// Which PVCs, ConfigMaps and Secrets exist (names only), for the ScavengerJob webhook.
     pub(super) mounts: Mounts,
+    /// The queue each workload's ledger names (the pod webhook of a replica that does not lead).
+    pub(super) ledgers: LedgerQueues,
 }
 
 impl WebhookState {
@@ -42,6 +45,7 @@ impl WebhookState {
             namespaces: self.namespaces.clone(),
             at_creation: self.at_creation.clone(),
             mounts: self.mounts.clone(),
+            ledgers: self.ledgers.clone(),
         }
     }
 }
@@ -59,6 +63,8 @@ pub(super) fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) 
     tokio::spawn(async move { stream.for_each(|_| async {}).await });
     let (namespaces, watch_namespaces) = crate::namespaces::Namespaces::watch(client.clone());
     tokio::spawn(watch_namespaces);
+    let (ledgers, watch_ledgers) = LedgerQueues::watch(client.clone());
+    tokio::spawn(watch_ledgers);
     WebhookState {
         queues,
         namespaces,
@@ -67,6 +73,7 @@ pub(super) fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) 
         ),
         ready: Arc::new(AtomicBool::new(false)),
         mounts: Mounts::watch(client, None, None),
+        ledgers,
     }
 }
 
@@ -99,6 +106,8 @@ pub struct WebhookInputs {
     pub at_creation: Arc<AdmitAtCreation>,
     /// The PVCs, ConfigMaps and Secrets a ScavengerJob may mount.
     pub mounts: Mounts,
+    /// The queue each workload's ledger names.
+    pub ledgers: LedgerQueues,
 }
 
 /// Every webhook sluice serves (the pods', each integration's application webhooks, the
@@ -111,6 +120,7 @@ pub fn webhook_routes(inputs: &WebhookInputs, controller_user: &str) -> sluice_w
             adapters: Adapters::with_namespaces(inputs.namespaces.clone()),
             at_creation: Some(inputs.at_creation.clone()),
             queues: Some(inputs.queues.clone()),
+            ledgers: Some(inputs.ledgers.clone()),
         }),
     )
     .application(

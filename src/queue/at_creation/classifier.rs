@@ -12,6 +12,9 @@ pub struct Classifier {
     pub at_creation: Option<Arc<AdmitAtCreation>>,
     /// The queues, for their `spec.preemption.maxPriority` (None: no cap is checked).
     pub queues: Option<Store<CapacityQueue>>,
+    /// The queue each workload's ledger names, from a watch on every replica: a replica that does
+    /// not lead refuses a pod joining another queue's workload from it (None: only the leader does).
+    pub ledgers: Option<crate::queue::ledger_queues::LedgerQueues>,
 }
 
 impl Classifier {
@@ -82,17 +85,15 @@ impl Classifier {
     /// Refuses a pod whose queue is not the queue its workload is charged to: every pod counts in
     /// the queue its own label names, so a workload's pods all run in one queue (a pod joining
     /// another queue's workload would otherwise be accounted nowhere or twice). Known from the
-    /// controller's last pass, so only where the controller runs; elsewhere such a pod is gated
-    /// and its pass never admits it.
+    /// controller's last pass where it leads (it knows a new gang before its ledger is written),
+    /// else from the ledger's queue; a workload neither knows yet is judged by the pass (it never
+    /// admits such a pod).
     fn refuse_other_queue(
         &self,
         namespace: &str,
         pod: &Pod,
         identity: &PodIdentity,
     ) -> Result<(), String> {
-        let Some(at_creation) = &self.at_creation else {
-            return Ok(());
-        };
         // A pod that is its own workload (no workload of its own named): a pod of that name in
         // another queue was deleted, or its creation failed; the pass judges it.
         let Some(workload) = identity
@@ -106,7 +107,8 @@ impl Classifier {
             namespace: namespace.to_string(),
             name: workload_object_name(workload),
         };
-        match at_creation.queue_of(&key) {
+        let charged = self.at_creation.as_ref().and_then(|a| a.queue_of(&key));
+        match charged.or_else(|| self.ledgers.as_ref().and_then(|l| l.queue_of(&key))) {
             Some(theirs) if theirs != identity.queue => Err(format!(
                 "sluice: pod {namespace}/{name} names queue {ours:?} ({QUEUE_LABEL}) but belongs to workload {key}, which runs in queue {theirs:?}: a workload's pods all run in one queue, the queue their own label names. Create the pod with {QUEUE_LABEL}={theirs:?}, or give it a workload of its own (another {WORKLOAD_LABEL}, or another application)",
                 name = pod_display_name(pod),

@@ -92,6 +92,7 @@ fn a_pod_joining_a_workload_of_another_queue_is_refused_naming_both_queues() {
         .known
         .insert(key("ns", "w1"), "ghost".into());
     let classifier = Classifier {
+        ledgers: None,
         adapters: Adapters::default(),
         at_creation: Some(Arc::new(at_creation)),
         queues: Some(queue_store(&[queue("q", json!({"quota": {"cpu": "8"}}))])),
@@ -109,6 +110,46 @@ fn a_pod_joining_a_workload_of_another_queue_is_refused_naming_both_queues() {
             .is_ok(),
         "a pod of the workload's own queue is classified"
     );
+}
+
+/// Hole 1 on a replica that does not lead (its admission at creation is closed: it knows no
+/// pass): the ledger's queue, from its watch of DynamicWorkloads, refuses the pod all the same.
+#[test]
+fn a_replica_that_does_not_lead_refuses_a_pod_joining_another_queues_ledger() {
+    use crate::api::{DynamicWorkload, DynamicWorkloadSpec};
+    use crate::queue::ledger_queues::LedgerQueues;
+    let ledgers = LedgerQueues::default();
+    let mut ledger = DynamicWorkload::new(
+        "w1",
+        DynamicWorkloadSpec {
+            queue_name: "ghost".into(),
+            ..Default::default()
+        },
+    );
+    ledger.metadata.namespace = Some("ns".into());
+    ledgers.apply(kube::runtime::watcher::Event::Apply(ledger));
+    let classifier = Classifier {
+        adapters: Adapters::default(),
+        at_creation: Some(Arc::new(AdmitAtCreation::default())),
+        queues: Some(queue_store(&[queue("q", json!({"quota": {"cpu": "8"}}))])),
+        ledgers: Some(ledgers),
+    };
+    let refusal = classifier
+        .classify_in("ns", &plain_pod("big", "q", "w1", "2", None))
+        .expect_err("another queue's ledger");
+    assert!(
+        refusal.contains("\"q\"") && refusal.contains("\"ghost\"") && refusal.contains("ns/w1"),
+        "{refusal}"
+    );
+    for (pod, namespace) in [("small", "ns"), ("elsewhere", "other")] {
+        let queue = if namespace == "ns" { "ghost" } else { "q" };
+        assert!(
+            classifier
+                .classify_in(namespace, &plain_pod(pod, queue, "w1", "1", None))
+                .is_ok(),
+            "{namespace}/{pod}: its own ledger's queue, or a ledger of that name in another namespace"
+        );
+    }
 }
 
 /// Hole 1, at creation: even without the refusal (another replica's webhook), admission at
@@ -205,6 +246,7 @@ fn a_namespace_alone_in_its_queue_may_hold_all_of_it() {
 #[test]
 fn a_pod_or_gang_larger_than_its_queue_could_ever_give_is_refused_with_the_numbers() {
     let classifier = Classifier {
+        ledgers: None,
         adapters: Adapters::default(),
         at_creation: None,
         queues: Some(queue_store(&[

@@ -227,6 +227,7 @@ mod token_replay {
 
     fn classifier(room_cpu: i64) -> Classifier {
         Classifier {
+            ledgers: None,
             adapters: Adapters::default(),
             at_creation: Some(Arc::new(open_with_room(room_cpu))),
             queues: None,
@@ -434,6 +435,7 @@ fn a_governed_pod_claiming_dra_devices_is_refused_naming_the_field() {
     use serde_json::json;
     use sluice_webhooks::PodClassifier;
     let c = Classifier {
+        ledgers: None,
         adapters: Adapters::default(),
         at_creation: None,
         queues: None,
@@ -488,6 +490,7 @@ mod max_priority {
         .expect("queue");
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(queue));
         Classifier {
+            ledgers: None,
             adapters: Adapters::default(),
             at_creation: Some(Arc::new(open_with_room(8))),
             queues: Some(queues),
