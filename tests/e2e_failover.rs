@@ -10,7 +10,8 @@
 //! the Lease names it with one more `leaseTransitions`, which its metric
 //! `sluice_leader_lease_transitions` reports. Both replicas' metrics are sampled every 100 ms: at
 //! no sample do both lead, a replica's admission counters grow only across samples in which it
-//! led, and admitted pods never hold more than the quota.
+//! led, and admitted pods never hold more than the quota. While replica 2 leads, replica 1's
+//! webhook refuses a pod joining a workload whose ledger names another queue.
 //! Its own test binary: it kills the shared sluice process, which other tests must not see.
 
 mod support;
@@ -270,6 +271,54 @@ fn check_samples(samples: &[Sample]) -> (usize, [f64; 2]) {
 }
 
 // Long: one scenario, step by step (two failovers, each with its checks).
+/// Replica 1's webhook, while replica 2 leads, refuses a pod joining a workload whose ledger names
+/// another queue: a replica that does not lead knows the workload's queue from its watch of the
+/// DynamicWorkloads (it has no pass of its own).
+async fn follower_refuses_a_pod_joining_another_queues_workload(env: &mut TestEnv) {
+    let ledger_queue = env.queue("lq", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let other = env
+        .queue("other", json!({"cpu": "1"}), "BestEffortFIFO")
+        .await;
+    let joined = |name: &str, queue: &str| {
+        with_labels(pod(name, queue, "1"), &[("sluice.dev/workload", "w")])
+    };
+    env.create_pod(joined("w-first", &ledger_queue)).await;
+    wait_for(
+        "w's ledger, naming its queue",
+        Duration::from_secs(60),
+        || async {
+            let ledger = env.workloads().get("w").await.ok()?;
+            (ledger.spec.queue_name == ledger_queue).then_some(())
+        },
+    )
+    .await;
+    // The ledger reaches replica 1 by its watch a moment after the API server has it: a pod the
+    // webhook let in meanwhile is deleted and asked again (before the fix, every one was let in).
+    let refusal = wait_for(
+        "replica 1 to refuse the intruder",
+        Duration::from_secs(30),
+        || async {
+            match env
+                .pods()
+                .create(&Default::default(), &joined("w-intruder", &other))
+                .await
+            {
+                Err(kube::Error::Api(e)) => Some(e.message),
+                Ok(_) => {
+                    let _ = env.pods().delete("w-intruder", &Default::default()).await;
+                    None
+                }
+                Err(_) => None,
+            }
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains(&format!("{other:?}")) && refusal.contains(&format!("{ledger_queue:?}")),
+        "the refusal names both queues: {refusal}"
+    );
+}
+
 #[tokio::test]
 async fn the_other_replica_takes_over_a_killed_leader_and_two_never_admit_at_once() {
     let Some(mut env) = TestEnv::new_or_skip("failover").await else {
@@ -293,7 +342,10 @@ async fn the_other_replica_takes_over_a_killed_leader_and_two_never_admit_at_onc
     );
 
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
-    let (peak, watch_task) = watch_usage(env.pods());
+    let (peak, watch_task) = watch_usage_selected(
+        env.pods(),
+        kube::runtime::watcher::Config::default().labels(&format!("sluice.dev/queue={queue}")),
+    );
     for i in 0..12 {
         env.create_pod(pod(&format!("a{i:02}"), &queue, "1")).await;
     }
@@ -327,6 +379,7 @@ async fn the_other_replica_takes_over_a_killed_leader_and_two_never_admit_at_onc
     }
     end_n(&env, 2).await;
     env.wait_queue_counts(&queue, 9, 3).await;
+    follower_refuses_a_pod_joining_another_queues_workload(&mut env).await;
 
     // 3. Kill replica 2, now the leader: replica 1 takes over.
     let killed_2 = Instant::now();
@@ -346,7 +399,7 @@ async fn the_other_replica_takes_over_a_killed_leader_and_two_never_admit_at_onc
         || async {
             end_running(&env, usize::MAX).await;
             let pods = env.list_pods().await;
-            (pods.len() == 16 && pods.iter().all(is_ended)).then_some(())
+            (pods.len() == 17 && pods.iter().all(is_ended)).then_some(())
         },
     )
     .await;

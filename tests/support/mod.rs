@@ -434,12 +434,23 @@ pub fn watch_usage(
     std::sync::Arc<std::sync::Mutex<i64>>,
     tokio::task::JoinHandle<()>,
 ) {
+    watch_usage_selected(pods, kube::runtime::watcher::Config::default())
+}
+
+/// [`watch_usage`] of the pods `config` selects (e.g. one queue's, by its label).
+pub fn watch_usage_selected(
+    pods: kube::Api<Pod>,
+    config: kube::runtime::watcher::Config,
+) -> (
+    std::sync::Arc<std::sync::Mutex<i64>>,
+    tokio::task::JoinHandle<()>,
+) {
     let peak = std::sync::Arc::new(std::sync::Mutex::new(0i64));
     let peak_out = peak.clone();
     let task = tokio::spawn(async move {
         let mut holding: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
         let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(
-            kube::runtime::watcher(pods, kube::runtime::watcher::Config::default())
+            kube::runtime::watcher(pods, config)
         ));
         while let Some(event) = futures::StreamExt::next(&mut stream).await {
             let (pod, gone) = match event {
