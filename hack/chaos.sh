@@ -48,7 +48,8 @@ move escaped.
 
 With --in-cluster, sluice runs as manifests/ installs it: the CRDs and manifests/install applied
 (kubectl apply), its Deployment's two replicas pinned to the real node (hack/cluster.sh up
---real-node: root, containerd; image sluice:dev from the SLUICE_PROFILE build), both serving the
+--real-node: root, containerd; image sluice:dev built from the Dockerfile by hack/image.sh, a
+release build, unless --no-build), both serving the
 webhooks through the Service sluice-webhook (the API server calls a ready endpoint, a pod IP on the
 node's bridge: --enable-aggregator-routing). The Lease holder is a pod: it is killed with kill -9
 of its container's process (found with ctr), after which either its pod is deleted (the Deployment
@@ -65,7 +66,7 @@ output and takes the cluster down at the end.
   --minutes M   in-cluster: stop the chaos after M minutes (default 12; the real node is held that
                 long, other users of it wait)
   --no-build    run sluice's binary as it is built (hack/cluster.sh up --no-build); SLUICE_PROFILE
-                picks debug (default) or release
+                picks debug (default) or release; --in-cluster: import the last image built
   --no-write    leave bench/results.json alone
 EOF
 }
@@ -154,10 +155,12 @@ if ((IN_CLUSTER)); then
     echo "chaos.sh: --in-cluster wants a cluster without sluice on the host; $STATE runs one (use another SLUICE_CLUSTER_STATE)" >&2
     exit 2
   fi
-  # The image's binary is built before the lock is taken: the lock's 20 minutes are for the node.
-  build=(cargo build --quiet --bin sluice)
-  [[ ${SLUICE_PROFILE:-debug} == release ]] && build+=(--release)
-  ((${#NO_BUILD[@]})) || "${build[@]}"
+  # The image is built (from the Dockerfile, as hack/cluster.sh --real-node builds it) before the
+  # lock is taken: the lock's time is for the node. --no-build imports the last one built.
+  if ! ((${#NO_BUILD[@]})); then
+    log "building sluice's image (hack/image.sh)"
+    hack/image.sh --tag docker.io/library/sluice:dev --out "${SLUICE_CACHE:-$HOME/.cache/sluice}/images/sluice-dev.tar" >/dev/null
+  fi
   exec 9>/tmp/sluice-real-node.lock
   log "waiting for the real node's lock (/tmp/sluice-real-node.lock)"
   flock -w 1200 9 || { echo "chaos.sh: the real node stayed taken for 20 minutes" >&2; exit 1; }

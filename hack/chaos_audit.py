@@ -349,10 +349,13 @@ class Auditor:
             self.renewing_since = None
             return
         lease = leases[0]
-        term = self.terms.setdefault(lease["transitions"], {"holder": lease["holder"], "acquired": lease["acquired"]})
-        if term["holder"] != lease["holder"]:
-            self.violation(now, f"term {lease['transitions']} named two holders: {term['holder']} and {lease['holder']}")
-        term.update(renewed=lease["renewed"], duration=lease["duration"])
+        # A holder that shuts down releases the Lease (holderIdentity emptied, leaseTransitions
+        # kept): that ends its term, it names no second holder.
+        if lease["holder"]:
+            term = self.terms.setdefault(lease["transitions"], {"holder": lease["holder"], "acquired": lease["acquired"]})
+            if term["holder"] != lease["holder"]:
+                self.violation(now, f"term {lease['transitions']} named two holders: {term['holder']} and {lease['holder']}")
+            term.update(renewed=lease["renewed"], duration=lease["duration"])
         key = (lease["holder"], lease["transitions"])
         fresh = bool(lease["holder"]) and lease["renewed"] is not None and now - lease["renewed"] <= self.a.renew_gap
         if not fresh:
