@@ -36,9 +36,7 @@ async fn wait_admitted(env: &TestEnv, name: &str) -> Pod {
 /// fits the queue alone, so it is not refused as one that could never start: issue 31.)
 #[tokio::test]
 async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
-    let Some(mut env) = TestEnv::new_or_skip("replay").await else {
-        return;
-    };
+    let mut env = env_or_skip!("replay");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let small = env.create_pod(pod("small", &queue, "1")).await;
     let token = small
@@ -75,9 +73,7 @@ async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
 /// once counted as negative usage and let 3 cpu into a 2-cpu queue.
 #[tokio::test]
 async fn a_pod_with_a_negative_cpu_request_is_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("negative").await else {
-        return;
-    };
+    let mut env = env_or_skip!("negative");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let err = env
         .pods()
@@ -125,9 +121,7 @@ fn raycluster(name: &str, queue: &str, worker_cpu: &str) -> DynamicObject {
 /// reached the DynamicWorkload and its reservations.
 #[tokio::test]
 async fn a_raycluster_with_a_negative_worker_cpu_is_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("ray-negative").await else {
-        return;
-    };
+    let mut env = env_or_skip!("ray-negative");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let err = rayclusters(&env)
         .create(&PostParams::default(), &raycluster("minus", &queue, "-8"))
@@ -145,9 +139,7 @@ async fn a_raycluster_with_a_negative_worker_cpu_is_refused_naming_the_field() {
 /// no fit check.
 #[tokio::test]
 async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
-    let Some(mut env) = TestEnv::new_or_skip("relabel").await else {
-        return;
-    };
+    let mut env = env_or_skip!("relabel");
     let home = env
         .queue("home", json!({"cpu": "4"}), "BestEffortFIFO")
         .await;
@@ -185,9 +177,7 @@ async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
 /// level and 100m in its container was admitted into a 2-cpu queue.
 #[tokio::test]
 async fn a_pod_level_cpu_request_counts_against_the_quota() {
-    let Some(mut env) = TestEnv::new_or_skip("podlevel").await else {
-        return;
-    };
+    let mut env = env_or_skip!("podlevel");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let pod_level = |name: &str, cpu: &str| {
         let mut p = pod(name, &queue, "100m");
@@ -223,9 +213,7 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
 /// Hole 5: in-place resize (`pods/resize`) grew admitted pods past the quota.
 #[tokio::test]
 async fn an_inplace_resize_growing_an_admitted_pod_is_refused_and_shrinking_is_allowed() {
-    let Some(mut env) = TestEnv::new_or_skip("resize").await else {
-        return;
-    };
+    let mut env = env_or_skip!("resize");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     // Admitted but never scheduled (no node matches): the API server refuses resizes of pods
     // bound to kwok nodes on its own ("node without support for resize") before any webhook.

@@ -14,9 +14,7 @@ use support::*;
 
 #[tokio::test]
 async fn quota_holds_and_ended_pods_give_it_back() {
-    let Some(mut env) = TestEnv::new_or_skip("quota").await else {
-        return;
-    };
+    let mut env = env_or_skip!("quota");
     let queue = env
         .queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO")
         .await;
@@ -90,9 +88,7 @@ async fn quota_holds_and_ended_pods_give_it_back() {
 
 #[tokio::test]
 async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
-    let Some(mut env) = TestEnv::new_or_skip("gang").await else {
-        return;
-    };
+    let mut env = env_or_skip!("gang");
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     // One pod holds 1 cpu: room for 2 more, the gang needs 3.
     env.create_pod(pod("holder", &queue, "1")).await;
@@ -187,9 +183,7 @@ async fn strict_fifo_holds_the_line_best_effort_lets_smaller_pods_pass() {
 
 #[tokio::test]
 async fn a_higher_priority_workload_goes_first() {
-    let Some(mut env) = TestEnv::new_or_skip("prio").await else {
-        return;
-    };
+    let mut env = env_or_skip!("prio");
     // Ordering alone: with preemption on (the default), the high pod would evict the holder
     // (tests/e2e_preemption.rs covers that).
     let queue = env
@@ -230,9 +224,7 @@ async fn a_higher_priority_workload_goes_first() {
 
 #[tokio::test]
 async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
-    let Some(mut env) = TestEnv::new_or_skip("tamper").await else {
-        return;
-    };
+    let mut env = env_or_skip!("tamper");
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     env.create_pod(pod("holder", &queue, "1")).await;
     env.create_pod(pod("waiting", &queue, "1")).await;
@@ -275,9 +267,7 @@ async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
 
 #[tokio::test]
 async fn an_ungoverned_pod_is_untouched() {
-    let Some(env) = TestEnv::new_or_skip("plain").await else {
-        return;
-    };
+    let env = env_or_skip!("plain");
     let plain: Pod = serde_json::from_value(json!({
         "metadata": {"name": "plain", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -310,9 +300,7 @@ fn admitted_at_creation(pod: &Pod) -> bool {
 
 #[tokio::test]
 async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_quota() {
-    let Some(mut env) = TestEnv::new_or_skip("atcreation").await else {
-        return;
-    };
+    let mut env = env_or_skip!("atcreation");
     let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
 
     // Room and nobody waiting: the pod comes back from its creation without the gate.
@@ -357,9 +345,7 @@ async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_q
 
 #[tokio::test]
 async fn a_queue_admitting_in_pass_gates_every_pod() {
-    let Some(mut env) = TestEnv::new_or_skip("inpass").await else {
-        return;
-    };
+    let mut env = env_or_skip!("inpass");
     let queue = env
         .queue_with_spec("q", json!({"quota": {"cpu": "5"}, "admission": "InPass"}))
         .await;
@@ -375,9 +361,7 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
 /// start): pods that cannot start leave the workload Admitted.
 #[tokio::test]
 async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
-    let Some(mut env) = TestEnv::new_or_skip("settling").await else {
-        return;
-    };
+    let mut env = env_or_skip!("settling");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let mut stuck = pod("stuck", &queue, "1");
     if let Some(spec) = stuck.spec.as_mut() {
@@ -419,9 +403,7 @@ async fn a_burst_of_workloads_loses_no_status_and_the_pending_gauge_drains() {
         std::env::var("SLUICE_METRICS_ADDR").is_ok(),
         "SLUICE_METRICS_ADDR is not set: run through hack/test.sh, which sets it"
     );
-    let Some(mut env) = TestEnv::new_or_skip("budget").await else {
-        return;
-    };
+    let mut env = env_or_skip!("budget");
     let queue = env
         .queue("q", json!({"cpu": "100"}), "BestEffortFIFO")
         .await;

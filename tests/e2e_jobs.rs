@@ -117,9 +117,7 @@ async fn wait_pod_set(env: &TestEnv, workload: &str, min: i32, max: Option<i32>)
 
 #[tokio::test]
 async fn a_job_is_one_workload_admitted_as_a_gang_that_gives_its_quota_back_when_it_ends() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
 
     // A: a gang of 3 (parallelism 3, completions 3): admitted together.
@@ -186,9 +184,7 @@ async fn a_job_is_one_workload_admitted_as_a_gang_that_gives_its_quota_back_when
 
 #[tokio::test]
 async fn an_elastic_job_grows_and_shrinks_its_ledger_and_its_gang_never_grows() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-elastic").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs-elastic");
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     // A work queue (no completions): parallelism 2 is the gang.
     create(
@@ -214,9 +210,7 @@ async fn an_elastic_job_grows_and_shrinks_its_ledger_and_its_gang_never_grows() 
 
 #[tokio::test]
 async fn a_suspended_job_holds_nothing_until_it_is_resumed() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-suspend").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs-suspend");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     create(
         &env,
@@ -253,9 +247,7 @@ async fn a_suspended_job_holds_nothing_until_it_is_resumed() {
 
 #[tokio::test]
 async fn indexed_jobs_and_pod_failure_policies_keep_working() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-indexed").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs-indexed");
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     let spec = json!({
         "completionMode": "Indexed", "completions": 3, "parallelism": 3, "backoffLimit": 0,
@@ -301,9 +293,7 @@ async fn indexed_jobs_and_pod_failure_policies_keep_working() {
 
 #[tokio::test]
 async fn hostile_jobs_are_refused_naming_the_field_and_scavenger_jobs_are_left_alone() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-hostile").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs-hostile");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let refusal = |result: Result<Job, kube::Error>| match result {
         Ok(job) => panic!("accepted: {:?}", job.metadata.name),
@@ -451,9 +441,7 @@ async fn holding(env: &TestEnv, job: &str) -> Vec<String> {
 /// `parallelism`) go first; a Job whose gang must go goes whole.
 #[tokio::test]
 async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-preempt").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs-preempt");
     let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
     let (low, high) = (classes.name("low"), classes.name("high"));
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;

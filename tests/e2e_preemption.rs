@@ -530,9 +530,7 @@ fn ray_node_type(labels: &BTreeMap<String, String>) -> Option<&str> {
 
 #[tokio::test]
 async fn a_high_priority_pod_preempts_exactly_as_many_low_priority_pods_as_it_needs() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-count").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-count");
     let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
@@ -585,9 +583,7 @@ async fn a_high_priority_pod_preempts_exactly_as_many_low_priority_pods_as_it_ne
 
 #[tokio::test]
 async fn a_gang_victim_is_evicted_whole_never_in_part() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-gang").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-gang");
     let classes = Priorities::create(&env, &[("low", 10), ("mid", 100), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
@@ -636,9 +632,7 @@ async fn a_gang_victim_is_evicted_whole_never_in_part() {
 
 #[tokio::test]
 async fn elastic_pods_above_the_minimum_go_before_any_whole_workload() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-elastic").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-elastic");
     let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
@@ -698,9 +692,7 @@ async fn elastic_pods_above_the_minimum_go_before_any_whole_workload() {
 
 #[tokio::test]
 async fn raycluster_workers_above_min_replicas_go_before_any_whole_workload_and_come_back_gated() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-ray").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-ray");
     let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
@@ -775,9 +767,7 @@ async fn raycluster_workers_above_min_replicas_go_before_any_whole_workload_and_
 
 #[tokio::test]
 async fn equal_priority_never_preempts() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-equal").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-equal");
     let classes = Priorities::create(&env, &[("same", 500)]).await;
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let same = classes.name("same");
@@ -804,9 +794,7 @@ async fn equal_priority_never_preempts() {
 
 #[tokio::test]
 async fn a_queue_with_within_queue_never_never_preempts() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-never").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-never");
     let classes = Priorities::create(&env, &[("low", 10), ("high", 1000)]).await;
     let queue = env
         .queue_with_spec(
@@ -839,9 +827,7 @@ async fn a_queue_with_within_queue_never_never_preempts() {
 
 #[tokio::test]
 async fn a_pod_above_the_queues_max_priority_is_refused_at_creation_naming_the_cap() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-cap").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-cap");
     let classes = Priorities::create(&env, &[("under", 400), ("over", 1000)]).await;
     let queue = env
         .queue_with_spec(
@@ -905,9 +891,7 @@ async fn blocking_pdb(env: &TestEnv, app: &str) -> String {
 
 #[tokio::test]
 async fn a_pod_disruption_budget_is_honoured_and_another_victim_is_chosen() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-pdb").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-pdb");
     let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
@@ -955,9 +939,7 @@ async fn a_pod_disruption_budget_is_honoured_and_another_victim_is_chosen() {
 
 #[tokio::test]
 async fn a_preemptor_waits_when_its_only_victim_is_protected_by_a_disruption_budget() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-pdb-wait").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-pdb-wait");
     let classes = Priorities::create(&env, &[("low", 10), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
@@ -995,9 +977,7 @@ async fn a_preemptor_waits_when_its_only_victim_is_protected_by_a_disruption_bud
 
 #[tokio::test]
 async fn admitted_requests_stay_within_the_quota_at_every_sampled_moment_of_a_preemption_run() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-run").await else {
-        return;
-    };
+    let mut env = env_or_skip!("preempt-run");
     let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
     let history = WorkloadHistory::start(&env).await;
     let queue = env.queue("q", json!({"cpu": "6"}), "BestEffortFIFO").await;

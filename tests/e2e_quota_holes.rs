@@ -36,9 +36,7 @@ fn dry_run() -> PostParams {
 /// what its own pods hold.
 #[tokio::test]
 async fn a_pod_joining_a_workload_of_a_ghost_queue_is_refused_naming_both_queues() {
-    let Some(mut env) = TestEnv::new_or_skip("ghost").await else {
-        return;
-    };
+    let mut env = env_or_skip!("ghost");
     let queue = env.queue("q", json!({"cpu": "2"}), "StrictFIFO").await;
     let ghost = format!("{}-ghost", env.namespace);
     let w1 = [("sluice.dev/workload", "w1")];
@@ -83,9 +81,7 @@ async fn a_pod_joining_a_workload_of_a_ghost_queue_is_refused_naming_both_queues
 /// the controller writes the pods' queue back into the ledger it recorded.
 #[tokio::test]
 async fn moving_a_ledger_to_another_queue_moves_none_of_its_pods() {
-    let Some(mut env) = TestEnv::new_or_skip("ledgermove").await else {
-        return;
-    };
+    let mut env = env_or_skip!("ledgermove");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let theirs = env
         .queue("theirs", json!({"cpu": "8"}), "BestEffortFIFO")
@@ -131,9 +127,7 @@ async fn moving_a_ledger_to_another_queue_moves_none_of_its_pods() {
 /// gang, is refused naming the key; an unrelated label may still change.
 #[tokio::test]
 async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_key() {
-    let Some(mut env) = TestEnv::new_or_skip("relabel").await else {
-        return;
-    };
+    let mut env = env_or_skip!("relabel");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let worker = with_labels(
         pod("worker", &queue, "1"),
@@ -186,9 +180,7 @@ async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_
 /// left to block the pods behind it.
 #[tokio::test]
 async fn a_pod_or_gang_that_could_never_fit_is_refused_with_the_numbers() {
-    let Some(mut env) = TestEnv::new_or_skip("neverfits").await else {
-        return;
-    };
+    let mut env = env_or_skip!("neverfits");
     let queue = env.queue("q", json!({"cpu": "2"}), "StrictFIFO").await;
     let err = env
         .pods()
@@ -228,9 +220,7 @@ fn scavengers(env: &TestEnv) -> Api<DynamicObject> {
 /// its queue's scavengerQuota: the API server refuses changing them once it exists.
 #[tokio::test]
 async fn shrinking_or_unqueueing_a_scavenger_job_is_refused() {
-    let Some(mut env) = TestEnv::new_or_skip("sjfixed").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sjfixed");
     let queue = env
         .queue_with_spec(
             "q",
@@ -273,9 +263,7 @@ async fn shrinking_or_unqueueing_a_scavenger_job_is_refused() {
 /// pod: a pass may have decided to admit it at its old size.
 #[tokio::test]
 async fn growing_a_gated_pod_by_resize_is_refused() {
-    let Some(mut env) = TestEnv::new_or_skip("resizegated").await else {
-        return;
-    };
+    let mut env = env_or_skip!("resizegated");
     let queue = env.queue("q", json!({"cpu": "1"}), "StrictFIFO").await;
     env.create_pod(pod("holder", &queue, "1")).await;
     let waiting = env.create_pod(pod("waiting", &queue, "1")).await;
@@ -310,9 +298,7 @@ async fn a_victim_asking_a_day_to_stop_is_evicted_with_the_grace_cap() {
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     use kube::api::DeleteParams;
     use kube::runtime::{WatchStreamExt, watcher};
-    let Some(mut env) = TestEnv::new_or_skip("gracecap").await else {
-        return;
-    };
+    let mut env = env_or_skip!("gracecap");
     let classes: Api<PriorityClass> = Api::all(env.client.clone());
     let (low, high) = (
         format!("{}-low", env.namespace),
@@ -372,9 +358,7 @@ async fn a_victim_asking_a_day_to_stop_is_evicted_with_the_grace_cap() {
 #[tokio::test]
 async fn a_job_whose_gang_fits_only_with_its_cohorts_help_is_admitted_by_borrowing() {
     use k8s_openapi::api::batch::v1::Job;
-    let Some(mut env) = TestEnv::new_or_skip("cohortgang").await else {
-        return;
-    };
+    let mut env = env_or_skip!("cohortgang");
     let cohort = env.namespace.clone();
     let mine = env
         .queue_with_spec("mine", json!({"quota": {"cpu": "4"}, "cohort": cohort}))

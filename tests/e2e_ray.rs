@@ -46,9 +46,7 @@ async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
 
 #[tokio::test]
 async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
-    let Some(mut env) = TestEnv::new_or_skip("ray").await else {
-        return;
-    };
+    let mut env = env_or_skip!("ray");
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     let api = rayclusters(&env);
 
@@ -146,9 +144,7 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
 
 #[tokio::test]
 async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
-    let Some(mut env) = TestEnv::new_or_skip("ray-deny").await else {
-        return;
-    };
+    let mut env = env_or_skip!("ray-deny");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let api = rayclusters(&env);
     // The queue cache of the webhook may lag the queue's creation by a moment: retry until it answers

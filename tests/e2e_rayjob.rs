@@ -61,9 +61,7 @@ async fn pods_labelled(env: &TestEnv, selector: &str) -> Vec<Pod> {
 
 #[tokio::test]
 async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_back_when_it_ends() {
-    let Some(mut env) = TestEnv::new_or_skip("rayjob").await else {
-        return;
-    };
+    let mut env = env_or_skip!("rayjob");
     // Head 1 + one worker 1 + the submitter's 500m = 2.5 cpu.
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     let rayjobs = api(&env, "RayJob", "rayjobs");
@@ -191,9 +189,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
 #[tokio::test]
 async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("rayjob-hostile").await else {
-        return;
-    };
+    let mut env = env_or_skip!("rayjob-hostile");
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
     let rayjobs = api(&env, "RayJob", "rayjobs");
     let create = |app: DynamicObject| {
@@ -262,9 +258,7 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
 /// minimum go before anything of its gang.
 #[tokio::test]
 async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
-    let Some(mut env) = TestEnv::new_or_skip("rayjob-preempt").await else {
-        return;
-    };
+    let mut env = env_or_skip!("rayjob-preempt");
     let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
     let (low, high) = (classes.name("low"), classes.name("high"));
     // Head 1 + 2 workers (minimum 1) + submitter 500m = 3.5 of 4 cpu.

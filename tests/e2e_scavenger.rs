@@ -20,7 +20,7 @@ use sluice::api::{
 };
 
 mod support;
-use support::{TestEnv, wait_for};
+use support::{TestEnv, env_or_skip, wait_for};
 
 /// The threshold sluice runs with in the local cluster (its default).
 const THRESHOLD: f64 = 0.7;
@@ -220,9 +220,7 @@ async fn node_cpu(client: &Client, node: &str) -> i64 {
 
 #[tokio::test]
 async fn runs_on_idle_capacity_is_preempted_by_the_scheduler_and_runs_again() {
-    let Some(env) = TestEnv::new_or_skip("sj-preempt").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-preempt");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, free) = cpu_room(&env.client).await;
@@ -304,9 +302,7 @@ async fn end_pods(env: &TestEnv, pods: &[Pod], phase: &str) {
 
 #[tokio::test]
 async fn an_interrupted_one_starts_before_a_fresh_one() {
-    let Some(env) = TestEnv::new_or_skip("sj-order").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-order");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, _) = cpu_room(&env.client).await;
@@ -340,9 +336,7 @@ async fn an_interrupted_one_starts_before_a_fresh_one() {
 
 #[tokio::test]
 async fn the_threshold_holds_and_the_least_progressed_goes_first() {
-    let Some(env) = TestEnv::new_or_skip("sj-threshold").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-threshold");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, free) = cpu_room(&env.client).await;
@@ -418,9 +412,7 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
 
 #[tokio::test]
 async fn a_failing_pod_fails_it_for_good() {
-    let Some(env) = TestEnv::new_or_skip("sj-fail").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-fail");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let mut s = spec(500);
@@ -440,9 +432,7 @@ async fn a_failing_pod_fails_it_for_good() {
 
 #[tokio::test]
 async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one() {
-    let Some(env) = TestEnv::new_or_skip("sj-refuse").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-refuse");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let mut missing = spec(100);
@@ -503,9 +493,7 @@ async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one
 
 #[tokio::test]
 async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
-    let Some(env) = TestEnv::new_or_skip("sj-abuse").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-abuse");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let base = ordinary_pod("forged", 100, None);
@@ -568,9 +556,7 @@ async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
 
 #[tokio::test]
 async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
-    let Some(env) = TestEnv::new_or_skip("sj-unschedulable").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-unschedulable");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let mut s = spec(100);
@@ -603,9 +589,7 @@ async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
 
 #[tokio::test]
 async fn a_scavenger_job_in_a_namespace_with_a_default_queue_is_not_gated() {
-    let Some(mut env) = TestEnv::new_or_skip("sj-default-queue").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sj-default-queue");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;

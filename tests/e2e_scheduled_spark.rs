@@ -80,9 +80,7 @@ async fn driver_of(env: &TestEnv, run: &str) -> String {
 
 #[tokio::test]
 async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
-    let Some(mut env) = TestEnv::new_or_skip("sspark").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sspark");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
     sas.create(
@@ -207,9 +205,7 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
 
 #[tokio::test]
 async fn a_schedule_whose_run_could_never_fit_is_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("sspark-hostile").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sspark-hostile");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     let schedules = api(
         &env,

@@ -168,9 +168,7 @@ async fn service_account(env: &TestEnv, name: &str) {
 
 #[tokio::test]
 async fn spark_dynamic_allocation_is_governed_and_bounded() {
-    let Some(mut env) = TestEnv::new_or_skip("spark").await else {
-        return;
-    };
+    let mut env = env_or_skip!("spark");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     service_account(&env, "spark").await;
     // Another workload holds 1 cpu; Spark gets the other 3.
@@ -269,9 +267,7 @@ fn spark_applications(env: &TestEnv) -> Api<DynamicObject> {
 /// COMPLETED, its ledger says so and nothing is reserved for it any more.
 #[tokio::test]
 async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_driver_to_executors() {
-    let Some(mut env) = TestEnv::new_or_skip("sparkapp").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sparkapp");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     Api::<Namespace>::all(env.client.clone())
         .patch(

@@ -187,9 +187,7 @@ async fn message_of(env: &TestEnv, name: &str, phase: TaskPhase) -> String {
 
 #[tokio::test]
 async fn https_with_the_tasks_ca_in_har_form() {
-    let Some(env) = TestEnv::new_or_skip("task-https").await else {
-        return;
-    };
+    let env = env_or_skip!("task-https");
     let ca = TestCa::new("task test CA");
     let addr = https_server(&ca, None).await;
     create_configmap(&env, "echo-ca", "ca.crt", &ca.pem).await;
@@ -285,9 +283,7 @@ async fn https_with_the_tasks_ca_in_har_form() {
 
 #[tokio::test]
 async fn https_with_a_client_certificate_from_a_labelled_secret() {
-    let Some(env) = TestEnv::new_or_skip("task-mtls").await else {
-        return;
-    };
+    let env = env_or_skip!("task-mtls");
     let ca = TestCa::new("server CA");
     let clients = TestCa::new("client CA");
     let addr = https_server(&ca, Some(&clients)).await;

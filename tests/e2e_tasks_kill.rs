@@ -66,9 +66,7 @@ const INVALID: &[&str] = &[
 
 #[tokio::test]
 async fn a_timeout_that_does_not_parse_is_refused_at_submit() {
-    let Some(env) = TestEnv::new_or_skip("task-timeout-rule").await else {
-        return;
-    };
+    let env = env_or_skip!("task-timeout-rule");
     let task = |name: &str, timeout: &str| -> Task {
         serde_json::from_value(json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
@@ -109,9 +107,7 @@ fn http_task(name: &str, url: &str, timeout: Option<&str>) -> Value {
 
 #[tokio::test]
 async fn http_kill_and_timeout_cancel_the_request() {
-    let Some(env) = TestEnv::new_or_skip("task-http-kill").await else {
-        return;
-    };
+    let env = env_or_skip!("task-http-kill");
     let server = test_server(Duration::from_secs(300)).await;
     let base = format!("http://{}", server.addr);
     create_task(
@@ -172,9 +168,7 @@ where
 
 #[tokio::test]
 async fn resource_kill_timeout_and_deletion() {
-    let Some(env) = TestEnv::new_or_skip("task-res-kill").await else {
-        return;
-    };
+    let env = env_or_skip!("task-res-kill");
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     create_task(&env, configmap_task("killed", None)).await;
     create_task(&env, configmap_task("timed", Some("2s"))).await;
@@ -204,9 +198,7 @@ async fn resource_kill_timeout_and_deletion() {
 
 #[tokio::test]
 async fn pod_deleted_from_outside_ends_the_task_killed() {
-    let Some(mut env) = TestEnv::new_or_skip("task-pod-del").await else {
-        return;
-    };
+    let mut env = env_or_skip!("task-pod-del");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     create_task(
         &env,
@@ -258,9 +250,7 @@ async fn worker_of(env: &TestEnv, name: &str) -> String {
 
 #[tokio::test]
 async fn container_kill_timeout_and_worker_deletion() {
-    let Some(mut env) = TestEnv::new_or_skip("task-ctr-kill").await else {
-        return;
-    };
+    let mut env = env_or_skip!("task-ctr-kill");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     create_pool(
         &env,

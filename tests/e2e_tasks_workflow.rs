@@ -129,9 +129,7 @@ async fn finish_step(env: &TestEnv, pod: &Pod, workflow: &str, out: &str) {
 
 #[tokio::test]
 async fn a_workflow_task_runs_through_the_gate_and_returns_its_outputs() {
-    let Some(mut env) = TestEnv::new_or_skip("task-wf").await else {
-        return;
-    };
+    let mut env = env_or_skip!("task-wf");
     require_argo(&env).await;
     // Room for one step at a time: the second step's pod waits at the gate.
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
@@ -218,9 +216,7 @@ async fn wait_workflow_and_pods_gone(env: &TestEnv, workflow: &str) {
 
 #[tokio::test]
 async fn a_workflow_task_is_killed_by_kill_timeout_and_deletion() {
-    let Some(mut env) = TestEnv::new_or_skip("task-wf-kill").await else {
-        return;
-    };
+    let mut env = env_or_skip!("task-wf-kill");
     require_argo(&env).await;
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     create_task(

@@ -90,9 +90,7 @@ async fn full_queue(env: &mut TestEnv) -> String {
 
 #[tokio::test]
 async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queue_and_position() {
-    let Some(mut env) = TestEnv::new_or_skip("why-events").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-events");
     let queue = full_queue(&mut env).await;
     let ns = env.namespace.clone();
 
@@ -154,9 +152,7 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
 /// `kubectl create` of a Job into a full queue prints sluice's warning, and still creates it.
 #[tokio::test]
 async fn a_submit_into_a_full_queue_prints_a_warning_in_kubectl() {
-    let Some(mut env) = TestEnv::new_or_skip("why-warn").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-warn");
     let queue = full_queue(&mut env).await;
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",
@@ -200,9 +196,7 @@ async fn kubectl_create(object: Value) -> std::process::Output {
 /// not admit its namespace: kubectl prints why it will wait, and creates it (behind the gate).
 #[tokio::test]
 async fn a_pod_created_behind_the_gate_prints_why_it_waits_in_kubectl() {
-    let Some(mut env) = TestEnv::new_or_skip("why-podwarn").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-podwarn");
     let queue = full_queue(&mut env).await;
     let closed = env
         .queue_with_spec(
@@ -289,9 +283,7 @@ async fn grant_view(env: &TestEnv, user: &str) {
 
 #[tokio::test]
 async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_rights() {
-    let Some(mut env) = TestEnv::new_or_skip("why-plugin").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-plugin");
     let queue = full_queue(&mut env).await;
     let user = format!("alice-{}", env.namespace);
     grant_view(&env, &user).await;
@@ -368,9 +360,7 @@ async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_r
 /// global rate limit and the queue bound the rest). Prints the counts (BENCHMARKS.md quotes them).
 #[tokio::test]
 async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events() {
-    let Some(mut env) = TestEnv::new_or_skip("why-burst").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-burst");
     const N: usize = 40;
     let queue = full_queue(&mut env).await;
     let burst = (0..N).map(|i| {
@@ -439,9 +429,7 @@ async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events(
 /// the preemptor (of its own namespace).
 #[tokio::test]
 async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
-    let Some(mut env) = TestEnv::new_or_skip("why-preempt").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-preempt");
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     let classes: Api<PriorityClass> = Api::all(env.client.clone());
     let (low, high) = (

@@ -129,9 +129,7 @@ async fn real_node_name(env: &TestEnv) -> String {
 
 #[tokio::test]
 async fn a_failing_container_reports_its_exit_code_and_log() {
-    let Some(env) = TestEnv::new_or_skip("real-exit").await else {
-        return;
-    };
+    let env = env_or_skip!("real-exit");
     let node = real_node_name(&env).await;
     env.create_pod(real_pod("exit3", "echo hi; exit 3")).await;
     let pod = wait_for("pod exit3 to fail", RUN_TIMEOUT, || async {
@@ -160,9 +158,7 @@ async fn a_failing_container_reports_its_exit_code_and_log() {
 
 #[tokio::test]
 async fn an_ephemeral_container_runs_in_a_running_pod() {
-    let Some(env) = TestEnv::new_or_skip("real-ephemeral").await else {
-        return;
-    };
+    let env = env_or_skip!("real-ephemeral");
     env.create_pod(real_pod("target", "echo started; exec sleep 3600"))
         .await;
     wait_running(&env, "target").await;
@@ -306,9 +302,7 @@ async fn sluice_in_cluster(env: &TestEnv) {
 
 #[tokio::test]
 async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() {
-    let Some(mut env) = TestEnv::new_or_skip("real-sluice").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-sluice");
     let node = real_node_name(&env).await;
     sluice_in_cluster(&env).await;
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
@@ -445,9 +439,7 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
     use std::sync::{Arc, Mutex};
 
     const LIMIT: i64 = 10;
-    let Some(mut env) = TestEnv::new_or_skip("real-counter").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-counter");
     let node = real_node_name(&env).await;
     sluice_in_cluster(&env).await;
     let queue = unique("counter");

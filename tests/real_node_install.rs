@@ -635,9 +635,7 @@ async fn helm_then_the_release_manifest_gate_a_gang_and_a_raycluster_upgrade_wit
 /// (docs/src/operations/uninstall.md).
 #[tokio::test]
 async fn deleting_the_namespace_alone_strands_pods_until_sluice_uninstall_recovers() {
-    let Some(mut env) = TestEnv::new_or_skip("nsdelete").await else {
-        return;
-    };
+    let mut env = env_or_skip!("nsdelete");
     let _one = ONE_INSTALL.lock().await;
     wait_clean_slate(&env).await;
     // With Helm: its release record lives in the namespace and goes with it, as it would for a
@@ -701,9 +699,7 @@ async fn deleting_the_namespace_alone_strands_pods_until_sluice_uninstall_recove
 /// Dockerfile prints the version and the commit baked in.
 #[tokio::test]
 async fn the_image_reports_its_version_and_commit() {
-    let Some(env) = TestEnv::new_or_skip("image-version").await else {
-        return;
-    };
+    let env = env_or_skip!("image-version");
     let p: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "version"},

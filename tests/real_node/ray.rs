@@ -130,9 +130,7 @@ async fn queue_cpu(env: &TestEnv, queue: &str) -> Option<i64> {
 // each asserting the queue and the ledger; split, the steps would pass many values between them.
 #[tokio::test]
 async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back() {
-    let Some(mut env) = TestEnv::new_or_skip("real-ray").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-ray");
     let _heavy = super::HEAVY.lock().await;
     let node = real_node_name(&env).await;
     sluice_in_cluster(&env).await;

@@ -97,9 +97,7 @@ async fn log(env: &TestEnv, pod: &str) -> String {
 
 #[tokio::test]
 async fn a_scavenger_job_whose_container_exits_3_fails_for_good() {
-    let Some(env) = TestEnv::new_or_skip("real-sj-fail").await else {
-        return;
-    };
+    let env = env_or_skip!("real-sj-fail");
     real_node_name(&env).await;
     sluice_running(&env).await;
     create(&env, "crash", spec("echo working; sleep 2; exit 3")).await;
@@ -120,9 +118,7 @@ async fn a_scavenger_job_whose_container_exits_3_fails_for_good() {
 /// pass of sluice looks. The deletion came first, and sluice's pod watch saw it: an interruption.
 #[tokio::test]
 async fn a_pod_deleted_while_it_runs_interrupts_even_if_it_exits_1_on_sigterm() {
-    let Some(env) = TestEnv::new_or_skip("real-sj-sigterm").await else {
-        return;
-    };
+    let env = env_or_skip!("real-sj-sigterm");
     real_node_name(&env).await;
     sluice_running(&env).await;
     let script = "trap 'echo stopping; exit 1' TERM; echo working; while true; do sleep 0.2; done";
@@ -167,9 +163,7 @@ echo "done at $n""#;
 
 #[tokio::test]
 async fn the_checkpoint_counter_resumes_after_an_interruption() {
-    let Some(env) = TestEnv::new_or_skip("real-sj-counter").await else {
-        return;
-    };
+    let env = env_or_skip!("real-sj-counter");
     real_node_name(&env).await;
     sluice_running(&env).await;
     // A hostPath volume on the real node, bound to the claim by its own storage class.

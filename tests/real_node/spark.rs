@@ -237,9 +237,7 @@ fn ledger(s: &DynamicWorkloadStatus) -> String {
 // asserting the ledger; split, the steps would pass half a dozen values between them.
 #[tokio::test]
 async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_it_back() {
-    let Some(mut env) = TestEnv::new_or_skip("real-spark").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-spark");
     let _heavy = super::HEAVY.lock().await;
     let node = real_node_name(&env).await;
     sluice_in_cluster(&env).await;

@@ -214,9 +214,7 @@ fn assert_ran_for_real(pod: &Pod, node: &str) {
 
 #[tokio::test]
 async fn a_workflow_task_runs_real_steps_behind_the_gate_and_returns_argoexecs_outputs() {
-    let Some(mut env) = TestEnv::new_or_skip("real-wf").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-wf");
     let node = real_node_name(&env).await;
     require_argo(&env).await;
     sluice_in_cluster(&env).await;
@@ -353,9 +351,7 @@ fn finished_at(pod: &Pod, container: &str) -> Option<jiff::Timestamp> {
 
 #[tokio::test]
 async fn killing_a_really_running_workflow_stays_killing_until_its_pods_are_gone() {
-    let Some(mut env) = TestEnv::new_or_skip("real-wf-kill").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-wf-kill");
     real_node_name(&env).await;
     require_argo(&env).await;
     sluice_in_cluster(&env).await;

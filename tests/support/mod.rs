@@ -138,6 +138,21 @@ where
     }
 }
 
+/// The test's [`TestEnv`], or return from the test when there is no cluster ([`cluster_or_skip`]):
+/// `let mut env = env_or_skip!("name");` stands for
+/// `let Some(mut env) = TestEnv::new_or_skip("name").await else { return };`.
+#[allow(unused_macros)]
+macro_rules! env_or_skip {
+    ($prefix:expr) => {
+        match $crate::support::TestEnv::new_or_skip($prefix).await {
+            Some(env) => env,
+            None => return,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use env_or_skip;
+
 pub struct TestEnv {
     pub client: Client,
     pub namespace: String,
