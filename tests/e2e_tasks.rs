@@ -214,33 +214,10 @@ async fn kill_and_timeout_end_a_long_task() {
         (p.status?.phase.as_deref() == Some("Running")).then_some(())
     })
     .await;
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "long",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("set killTimestamp");
-    let killed = wait_phase(&env, "long", TaskPhase::Killed, T).await;
-    let status = killed.status.expect("status");
-    assert!(status.killing_at.is_some(), "went through Killing");
-    assert!(
-        status.message.contains("killTimestamp"),
-        "{}",
-        status.message
-    );
-    wait_for("long's pod to be gone", T, || async {
-        env.pods()
-            .get_opt("long-task")
-            .await
-            .ok()
-            .and_then(|p| p.is_none().then_some(()))
-    })
-    .await;
+    kill_now(&env, "long").await;
+    let killed = wait_killed(&env, "long", "killTimestamp", T).await;
+    assert!(went_through_killing(&killed), "went through Killing");
+    wait_absent(&env.pods(), "long-task", T).await;
 
     let timed = wait_phase(&env, "timed", TaskPhase::Killed, T).await;
     let status = timed.status.expect("status");

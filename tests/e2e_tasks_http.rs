@@ -265,19 +265,8 @@ async fn https_with_the_tasks_ca_in_har_form() {
     )
     .await;
     wait_phase(&env, "hung", TaskPhase::Running, T).await;
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "hung",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("kill");
-    let message = message_of(&env, "hung", TaskPhase::Killed).await;
-    assert!(message.contains("killTimestamp"), "{message}");
+    kill_now(&env, "hung").await;
+    wait_killed(&env, "hung", "killTimestamp", T).await;
     env.cleanup().await;
 }
 

@@ -11,6 +11,8 @@
 //! hack/test.sh runs it on a cluster of its own; alone: `hack/test.sh --test real_node`.
 
 mod support;
+#[path = "support/tasks.rs"]
+mod task_support;
 
 #[path = "real_node/ray.rs"]
 mod ray;

@@ -10,52 +10,19 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use sluice::api::{Task, TaskPhase};
 
 use super::support::*;
+use super::task_support::*;
 use super::{BUSYBOX, NODE_LABEL, NODE_TAINT, real_node_name, sluice_in_cluster};
 
 /// Steps start within this (local images; the first step also waits for the controller's pass).
 const T: Duration = Duration::from_secs(120);
 /// The ServiceAccount of the step pods: argoexec's wait container reports outputs with it.
 const STEP_ACCOUNT: &str = "workflow-step";
-
-fn argo(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind),
-        plural,
-    )
-}
-
-fn workflows(env: &TestEnv) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &argo("Workflow", "workflows"),
-    )
-}
-
-fn tasks(env: &TestEnv) -> Api<Task> {
-    Api::namespaced(env.client.clone(), &env.namespace)
-}
-
-async fn require_argo(env: &TestEnv) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    assert!(
-        crds.get_opt("workflows.argoproj.io")
-            .await
-            .ok()
-            .flatten()
-            .is_some(),
-        "Argo Workflows is not installed: hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)"
-    );
-}
 
 /// What argoexec's wait container needs (Argo's own executor Role): create and patch
 /// WorkflowTaskResults in the Workflow's namespace.
@@ -216,7 +183,11 @@ fn assert_ran_for_real(pod: &Pod, node: &str) {
 async fn a_workflow_task_runs_real_steps_behind_the_gate_and_returns_argoexecs_outputs() {
     let mut env = env_or_skip!("real-wf");
     let node = real_node_name(&env).await;
-    require_argo(&env).await;
+    require_argo(
+        &env,
+        "hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)",
+    )
+    .await;
     sluice_in_cluster(&env).await;
     let _heavy = super::HEAVY.lock().await;
     step_account(&env).await;
@@ -353,7 +324,11 @@ fn finished_at(pod: &Pod, container: &str) -> Option<jiff::Timestamp> {
 async fn killing_a_really_running_workflow_stays_killing_until_its_pods_are_gone() {
     let mut env = env_or_skip!("real-wf-kill");
     real_node_name(&env).await;
-    require_argo(&env).await;
+    require_argo(
+        &env,
+        "hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)",
+    )
+    .await;
     sluice_in_cluster(&env).await;
     let _heavy = super::HEAVY.lock().await;
     step_account(&env).await;
@@ -385,17 +360,7 @@ async fn killing_a_really_running_workflow_stays_killing_until_its_pods_are_gone
     })
     .await;
 
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "long",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("set killTimestamp");
+    kill_now(&env, "long").await;
     // Killing while the step's pod is still there (its containers stopping).
     wait_for("Killing while the step's pod exists", T, || async {
         let t = tasks(&env).get("long").await.ok()?;

@@ -138,6 +138,20 @@ where
     }
 }
 
+/// Waits until `api` has no object `name` any more (deleted, its finalizers done).
+pub async fn wait_absent<K>(api: &Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} to be gone"), timeout, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .and_then(|o| o.is_none().then_some(()))
+    })
+    .await;
+}
+
 /// The test's [`TestEnv`], or return from the test when there is no cluster ([`cluster_or_skip`]):
 /// `let mut env = env_or_skip!("name");` stands for
 /// `let Some(mut env) = TestEnv::new_or_skip("name").await else { return };`.
