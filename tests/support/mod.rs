@@ -279,6 +279,16 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("create pod {}: {e}", pod.name_any()))
     }
 
+    /// Creates `pod`, which must be refused, and returns what the refusal says; `why` says why
+    /// it must be refused.
+    pub async fn refused(&self, pod: &Pod, why: &str) -> String {
+        self.pods()
+            .create(&PostParams::default(), pod)
+            .await
+            .expect_err(why)
+            .to_string()
+    }
+
     /// Creates `pods` all at once (concurrent requests), each as the API server returned it.
     pub async fn create_pods_at_once(&self, pods: impl IntoIterator<Item = Pod>) -> Vec<Pod> {
         futures::future::join_all(pods.into_iter().map(|pod| self.create_pod(pod))).await
