@@ -189,26 +189,13 @@ async fn kuberay_reconciles_a_raycluster_into_a_head_pod() {
         has_crd(&env.client, "rayclusters.ray.io").await,
         "the RayCluster CRD is missing: run the tests with hack/test.sh (it starts the cluster with --with-kuberay)"
     );
-    let clusters = dynamic(
-        &env.client,
-        Some(&env.namespace),
-        ("ray.io", "v1", "RayCluster"),
-        "rayclusters",
+    let clusters = rayclusters(&env);
+    let container = |name: &str| ray_container(name, "1", "2Gi");
+    let rc = raycluster(
+        "smoke",
+        None,
+        raycluster_spec([1, 1, 3], container, json!({})),
     );
-    let container = |name: &str| {
-        json!({"name": name, "image": "rayproject/ray:2.41.0",
-               "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}})
-    };
-    let rc: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": "smoke"},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 3, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster");
     clusters
         .create(&PostParams::default(), &rc)
         .await
@@ -240,12 +227,7 @@ async fn the_spark_operator_submits_a_driver_pod() {
         env.cleanup().await;
         return;
     }
-    let apps = dynamic(
-        &env.client,
-        Some(&env.namespace),
-        ("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
-        "sparkapplications",
-    );
+    let apps = spark_applications(&env);
     let app: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
         "metadata": {"name": "pi"},

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
 
@@ -95,26 +94,15 @@ async fn a_pod_with_a_negative_cpu_request_is_refused_naming_the_field() {
     env.cleanup().await;
 }
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn raycluster(name: &str, queue: &str, worker_cpu: &str) -> DynamicObject {
-    let container = |n: &str, cpu: &str| json!({"name": n, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head", "1")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 4, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker", worker_cpu)]}}}],
-        },
-    }))
-    .expect("raycluster")
+/// A RayCluster in `queue`: a 1-cpu head, one worker of `worker_cpu`.
+fn raycluster_with_worker_cpu(name: &str, queue: &str, worker_cpu: &str) -> DynamicObject {
+    let container =
+        |n: &str| ray_container(n, if n == "ray-worker" { worker_cpu } else { "1" }, "1Gi");
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([1, 1, 4], container, json!({})),
+    )
 }
 
 /// Hole 2: application templates are never validated as pods, so a negative worker request
@@ -124,7 +112,10 @@ async fn a_raycluster_with_a_negative_worker_cpu_is_refused_naming_the_field() {
     let mut env = env_or_skip!("ray-negative");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     let err = rayclusters(&env)
-        .create(&PostParams::default(), &raycluster("minus", &queue, "-8"))
+        .create(
+            &PostParams::default(),
+            &raycluster_with_worker_cpu("minus", &queue, "-8"),
+        )
         .await
         .expect_err("a negative template request is refused");
     let message = err.to_string();
@@ -147,9 +138,12 @@ async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
         .queue("tiny", json!({"cpu": "1"}), "BestEffortFIFO")
         .await;
     let api = rayclusters(&env);
-    api.create(&PostParams::default(), &raycluster("rc", &home, "1"))
-        .await
-        .expect("create raycluster");
+    api.create(
+        &PostParams::default(),
+        &raycluster_with_worker_cpu("rc", &home, "1"),
+    )
+    .await
+    .expect("create raycluster");
     env.wait_queue_counts(&home, 0, 2).await;
     let patch = json!({"metadata": {"labels": {"sluice.dev/queue": tiny}}});
     let err = api

@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use sluice::api::{ConditionStatus, DynamicWorkload, DynamicWorkloadStatus};
@@ -498,34 +497,21 @@ async fn said_anywhere(
 // ---------------------------------------------------------------------------------------------
 // Ray.
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
 /// A RayCluster of 1-cpu pods: the head and one worker group, its pods in PriorityClass `class`.
-fn raycluster(name: &str, queue: &str, class: &str, replicas: i64, min: i64) -> DynamicObject {
-    let template = |container: &str| {
-        json!({"spec": {
-            "priorityClassName": class,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": container, "image": "rayproject/ray:2.41.0",
-                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}],
-        }})
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": replicas, "minReplicas": min, "maxReplicas": 4,
-                                  "rayStartParams": {}, "template": template("ray-worker")}],
-        },
-    }))
-    .expect("raycluster")
+fn raycluster_of_class(
+    name: &str,
+    queue: &str,
+    class: &str,
+    replicas: i64,
+    min: i64,
+) -> DynamicObject {
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    let pod = json!({"priorityClassName": class, "terminationGracePeriodSeconds": 0});
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([replicas, min, 4], container, pod),
+    )
 }
 
 fn ray_node_type(labels: &BTreeMap<String, String>) -> Option<&str> {
@@ -730,7 +716,7 @@ async fn raycluster_workers_above_min_replicas_go_before_any_whole_workload_and_
     rayclusters(&s.env)
         .create(
             &PostParams::default(),
-            &raycluster("rc", &s.queue, &s.classes.name("low"), 3, 1),
+            &raycluster_of_class("rc", &s.queue, &s.classes.name("low"), 3, 1),
         )
         .await
         .expect("create the RayCluster");

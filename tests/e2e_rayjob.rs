@@ -9,27 +9,18 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use sluice::api::WorkloadPhase;
 use support::*;
 
-fn api(env: &TestEnv, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", kind), plural);
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn container(name: &str, cpu: &str) -> Value {
-    json!({"name": name, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}})
-}
-
+/// A RayCluster spec of 1-cpu pods: the head and `min` workers (at most 4).
 fn cluster_spec(min: i64) -> Value {
-    json!({
-        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head", "1")]}}},
-        "workerGroupSpecs": [{"groupName": "workers", "replicas": min, "minReplicas": min, "maxReplicas": 4, "rayStartParams": {},
-                              "template": {"spec": {"containers": [container("ray-worker", "1")]}}}],
-    })
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    raycluster_spec([min, min, 4], container, json!({}))
+}
+
+fn rayjobs(env: &TestEnv) -> Api<DynamicObject> {
+    dynamic_api(env, ("ray.io", "v1", "RayJob"), "rayjobs")
 }
 
 fn rayjob(name: &str, queue: &str, cluster: Value, extra: Value) -> DynamicObject {
@@ -64,7 +55,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
     let mut env = env_or_skip!("rayjob");
     // Head 1 + one worker 1 + the submitter's 500m = 2.5 cpu.
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
-    let rayjobs = api(&env, "RayJob", "rayjobs");
+    let rayjobs = rayjobs(&env);
     // The deadline ends it (kwok runs no Ray dashboard to report the job's end): Failed, and
     // shutdownAfterJobFinishes has KubeRay delete the cluster.
     let extra = json!({"shutdownAfterJobFinishes": true, "ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 25});
@@ -82,14 +73,8 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
         || async { env.workloads().get("rayjob-rj").await.ok() },
     )
     .await;
-    let sets: Vec<(String, i32)> = dwl
-        .spec
-        .pod_sets
-        .iter()
-        .map(|s| (s.name.clone(), s.min_count))
-        .collect();
     assert_eq!(
-        sets,
+        pod_set_minimums(&dwl),
         [
             ("head".to_string(), 1),
             ("workers".to_string(), 1),
@@ -98,7 +83,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
     );
 
     // KubeRay's RayCluster, owned by the RayJob, carries the queue; it has no ledger of its own.
-    let clusters = api(&env, "RayCluster", "rayclusters");
+    let clusters = rayclusters(&env);
     let cluster = wait_for(
         "the RayJob's RayCluster",
         Duration::from_secs(30),
@@ -191,7 +176,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
     let mut env = env_or_skip!("rayjob-hostile");
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
-    let rayjobs = api(&env, "RayJob", "rayjobs");
+    let rayjobs = rayjobs(&env);
     let create = |app: DynamicObject| {
         let rayjobs = rayjobs.clone();
         async move { rayjobs.create(&PostParams::default(), &app).await }
@@ -242,7 +227,7 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
     }))
     .expect("raycluster");
     let err = refusal(
-        api(&env, "RayCluster", "rayclusters")
+        rayclusters(&env)
             .create(&PostParams::default(), &stray)
             .await,
     );
@@ -273,7 +258,7 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
             spec["priorityClassName"] = json!(low);
         }
     }
-    api(&env, "RayJob", "rayjobs")
+    rayjobs(&env)
         .create(
             &PostParams::default(),
             &rayjob("low", &queue, cluster, json!({})),

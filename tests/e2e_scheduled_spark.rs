@@ -9,18 +9,18 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use sluice::api::WorkloadPhase;
 use support::*;
 
-fn api(env: &TestEnv, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("sparkoperator.k8s.io", "v1beta2", kind),
-        plural,
+fn scheduled_spark_applications(env: &TestEnv) -> Api<DynamicObject> {
+    let kind = (
+        "sparkoperator.k8s.io",
+        "v1beta2",
+        "ScheduledSparkApplication",
     );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
+    dynamic_api(env, kind, "scheduledsparkapplications")
 }
 
 fn template(executor_instances: i64) -> Value {
@@ -44,7 +44,7 @@ fn scheduled(name: &str, queue: &str, schedule: &str, template: Value) -> Dynami
 }
 
 async fn runs(env: &TestEnv, name: &str) -> Vec<DynamicObject> {
-    let mut items = api(env, "SparkApplication", "sparkapplications")
+    let mut items = spark_applications(env)
         .list(
             &ListParams::default()
                 .labels(&format!("sparkoperator.k8s.io/scheduled-app-name={name}")),
@@ -90,11 +90,7 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     .await
     .expect("sa");
 
-    let schedules = api(
-        &env,
-        "ScheduledSparkApplication",
-        "scheduledsparkapplications",
-    );
+    let schedules = scheduled_spark_applications(&env);
     let created = schedules
         .create(
             &PostParams::default(),
@@ -207,11 +203,7 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
 async fn a_schedule_whose_run_could_never_fit_is_refused_naming_the_field() {
     let mut env = env_or_skip!("sspark-hostile");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let schedules = api(
-        &env,
-        "ScheduledSparkApplication",
-        "scheduledsparkapplications",
-    );
+    let schedules = scheduled_spark_applications(&env);
     let err = schedules
         .create(
             &PostParams::default(),

@@ -10,61 +10,14 @@
 
 mod support;
 
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
 use support::*;
-
-/// The pyspark installation hack/cluster.sh --with-spark-operator made.
-fn spark_home() -> PathBuf {
-    if let Some(home) = std::env::var_os("SPARK_HOME") {
-        return PathBuf::from(home);
-    }
-    let cache = std::env::var_os("SLUICE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/sluice")
-        });
-    let venv = std::fs::read_dir(&cache)
-        .ok()
-        .and_then(|d| d.filter_map(Result::ok).map(|e| e.path()).find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pyspark-"))))
-        .unwrap_or_else(|| panic!("no pyspark in {}: run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)", cache.display()));
-    let lib = venv.join("lib");
-    let python = std::fs::read_dir(&lib).ok().and_then(|d| {
-        d.filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.join("site-packages/pyspark").exists())
-    });
-    python
-        .map(|p| p.join("site-packages/pyspark"))
-        .unwrap_or_else(|| panic!("no pyspark package under {}", lib.display()))
-}
-
-/// A spark-submit in its own process group, stopped (group and all) when dropped.
-struct SparkSubmit(Child);
-
-impl Drop for SparkSubmit {
-    fn drop(&mut self) {
-        let pgid = self.0.id() as i32;
-        // SIGKILL: the JVM runs shutdown hooks on TERM that can wait on the API server; the
-        // namespace deletion removes the executors anyway.
-        // `--` is vital: procps' kill reads "-KILL -<pgid>" as kill(-1), every process there is.
-        if pgid > 1 {
-            let _ = Command::new("kill")
-                .args(["-s", "KILL", "--", &format!("-{pgid}")])
-                .status();
-        }
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts Spark's own spark-submit in client mode: a job of 20 one-core tasks with dynamic allocation
 /// (1 to `max_executors` executors of 1 cpu, 512m), in the test namespace, with `extra` confs.
@@ -74,7 +27,10 @@ async fn spark_submit(
     max_executors: u32,
     extra: &[String],
 ) -> SparkSubmit {
-    let home = spark_home();
+    let home = spark_home(
+        "pyspark-",
+        "run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)",
+    );
     let job = std::env::temp_dir().join(format!("{}-{name}-job.py", env.namespace));
     std::fs::write(&job, "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nprint(spark.sparkContext.parallelize(range(100), 20).count())\n").expect("job");
     let server = {
@@ -85,75 +41,32 @@ async fn spark_submit(
             .trim_end_matches('/')
             .to_string()
     };
-    let python = home
-        .ancestors()
-        .nth(4)
-        .map(|venv| venv.join("bin/python"))
-        .expect("venv python");
-    let log_path = std::env::temp_dir().join(format!("{}-{name}-spark.log", env.namespace));
-    eprintln!("spark-submit log: {}", log_path.display());
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut command = Command::new(home.join("bin/spark-submit"));
-    command
-        .args([
-            "--master",
-            &format!("k8s://{server}"),
-            "--deploy-mode",
-            "client",
-            "--name",
-            name,
-        ])
-        .args([
-            "--conf",
-            &format!("spark.kubernetes.namespace={}", env.namespace),
-        ])
-        .args([
-            "--conf",
-            "spark.kubernetes.container.image=apache/spark:4.0.0",
-        ])
-        .args([
-            "--conf",
-            "spark.kubernetes.authenticate.driver.serviceAccountName=spark",
-        ])
-        .args([
-            "--conf",
-            "spark.dynamicAllocation.enabled=true",
-            "--conf",
-            "spark.dynamicAllocation.shuffleTracking.enabled=true",
-        ])
-        .args([
-            "--conf",
-            "spark.dynamicAllocation.minExecutors=1",
-            "--conf",
-            "spark.dynamicAllocation.initialExecutors=1",
-        ])
-        .args([
-            "--conf",
-            &format!("spark.dynamicAllocation.maxExecutors={max_executors}"),
-        ])
-        .args([
-            "--conf",
-            "spark.executor.cores=1",
-            "--conf",
-            "spark.executor.memory=512m",
-            "--conf",
-            "spark.driver.host=127.0.0.1",
-        ]);
-    for conf in extra {
-        command.args(["--conf", conf]);
+    let log = std::env::temp_dir().join(format!("{}-{name}-spark.log", env.namespace));
+    eprintln!("spark-submit log: {}", log.display());
+    let mut confs = vec![
+        format!("spark.kubernetes.namespace={}", env.namespace),
+        "spark.kubernetes.container.image=apache/spark:4.0.0".to_string(),
+        "spark.kubernetes.authenticate.driver.serviceAccountName=spark".to_string(),
+        "spark.dynamicAllocation.enabled=true".to_string(),
+        "spark.dynamicAllocation.shuffleTracking.enabled=true".to_string(),
+        "spark.dynamicAllocation.minExecutors=1".to_string(),
+        "spark.dynamicAllocation.initialExecutors=1".to_string(),
+        format!("spark.dynamicAllocation.maxExecutors={max_executors}"),
+        "spark.executor.cores=1".to_string(),
+        "spark.executor.memory=512m".to_string(),
+        "spark.driver.host=127.0.0.1".to_string(),
+    ];
+    confs.extend_from_slice(extra);
+    Submission {
+        server: &server,
+        name,
+        confs: &confs,
+        job: &job,
+        args: &[],
+        local_ip: "127.0.0.1",
+        log: &log,
     }
-    let child = command
-        .arg(&job)
-        .env("SPARK_HOME", &home)
-        .env("PYSPARK_PYTHON", &python)
-        .env("SPARK_LOCAL_IP", "127.0.0.1")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .expect("spark-submit");
-    SparkSubmit(child)
+    .start(&home)
 }
 
 async fn service_account(env: &TestEnv, name: &str) {
@@ -251,14 +164,6 @@ async fn executor_pods(env: &TestEnv) -> Vec<k8s_openapi::api::core::v1::Pod> {
         .await
         .expect("list executor pods")
         .items
-}
-
-fn spark_applications(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
-        "sparkapplications",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
 }
 
 /// A SparkApplication submitted with no queue label in a namespace whose default queue is `q`: the

@@ -13,35 +13,18 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 use support::*;
 
-fn dynamic(
-    env: &TestEnv,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn raycluster(name: &str, queue: &str) -> DynamicObject {
-    let container = |n: &str| json!({"name": n, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster")
+/// A RayCluster in `queue` of 1-cpu pods: the head and one worker (at most 2).
+fn one_worker_raycluster(name: &str, queue: &str) -> DynamicObject {
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([1, 1, 2], container, json!({})),
+    )
 }
 
 /// sluice's events in the namespace (those its Recorder posted), as (kind, name, reason, note).
@@ -94,8 +77,8 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
     let queue = full_queue(&mut env).await;
     let ns = env.namespace.clone();
 
-    dynamic(&env, "ray.io", "v1", "RayCluster", "rayclusters")
-        .create(&PostParams::default(), &raycluster("rc", &queue))
+    rayclusters(&env)
+        .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
         .await
         .expect("create the RayCluster");
     let note = wait_event(&env, "RayCluster", "rc", "Waiting").await;
@@ -124,16 +107,10 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
         },
     }))
     .expect("SparkApplication");
-    dynamic(
-        &env,
-        "sparkoperator.k8s.io",
-        "v1beta2",
-        "SparkApplication",
-        "sparkapplications",
-    )
-    .create(&PostParams::default(), &spark)
-    .await
-    .expect("create the SparkApplication");
+    spark_applications(&env)
+        .create(&PostParams::default(), &spark)
+        .await
+        .expect("create the SparkApplication");
     let note = wait_event(&env, "SparkApplication", "etl", "Waiting").await;
     assert!(note.contains(&format!("queue {queue}")), "{note}");
     assert!(note.contains("position"), "{note}");
@@ -298,8 +275,8 @@ async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_r
         .create(&PostParams::default(), &job)
         .await
         .expect("create the Job");
-    dynamic(&env, "ray.io", "v1", "RayCluster", "rayclusters")
-        .create(&PostParams::default(), &raycluster("rc", &queue))
+    rayclusters(&env)
+        .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
         .await
         .expect("create the RayCluster");
     env.wait_queue_counts(&queue, 1 + 1 + 2, 1).await;

@@ -28,7 +28,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, PostParams};
+use kube::api::{DynamicObject, ListParams, LogParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::*;
@@ -267,26 +267,14 @@ async fn wait_clean_slate(env: &TestEnv) {
     .await;
 }
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn raycluster(name: &str, queue: &str) -> DynamicObject {
+/// A RayCluster in `queue` of busybox pods asking 250m: the head and one worker (at most 2).
+fn busybox_raycluster(name: &str, queue: &str) -> DynamicObject {
     let container = |n: &str| json!({"name": n, "image": "busybox", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster")
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([1, 1, 2], container, json!({})),
+    )
 }
 
 fn gang_pod(name: &str, queue: &str) -> Pod {
@@ -470,7 +458,10 @@ async fn story(method: Method) {
         .queue("ray", json!({"cpu": "500m"}), "BestEffortFIFO")
         .await;
     rayclusters(&env)
-        .create(&PostParams::default(), &raycluster("rc", &ray_queue))
+        .create(
+            &PostParams::default(),
+            &busybox_raycluster("rc", &ray_queue),
+        )
         .await
         .expect("create the RayCluster");
     env.wait_queue_counts(&ray_queue, 0, 2).await;

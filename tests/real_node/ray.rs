@@ -11,7 +11,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use sluice::api::CapacityQueue;
 
@@ -40,14 +39,6 @@ out = ray.get([square.options(scheduling_strategy=PlacementGroupSchedulingStrate
 remove_placement_group(pg)
 print("RESULT " + json.dumps({"sum": sum(v for v, _ in out), "hosts": sorted({h for _, h in out})}), flush=True)
 "#;
-
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
 
 /// Head: 1 Ray CPU, a pod asking 250m (+100m for the autoscaler sidecar); workers: 1 Ray CPU,
 /// 250m each, 0 to 2 of them. Small object stores (80 MB), memory limits of 1.5Gi / 1Gi.

@@ -15,10 +15,16 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload, DynamicWorkloadStatus};
 
+mod operators;
 mod priorities;
+mod spark;
 // Each test binary compiles this module; not every one uses every helper.
 #[allow(unused_imports)]
+pub use operators::*;
+#[allow(unused_imports)]
 pub use priorities::Priorities;
+#[allow(unused_imports)]
+pub use spark::*;
 
 /// Set to 1 by `hack/test.sh`: a test that finds no cluster then fails instead of being skipped.
 pub const REQUIRE_CLUSTER: &str = "SLUICE_REQUIRE_CLUSTER";
