@@ -6,7 +6,7 @@ own keys of bench/results.json (read-modify-write right before writing; the othe
 usage: peers_report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import glob, json, os, statistics, sys
-from runs import api_requests, put_sections
+from runs import api_requests, build_sections, machine, put_sections, run_of as run_in
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 
 def load(name):
@@ -41,8 +41,7 @@ def seconds(name):
         return None
 
 def run_of(part):
-    lines = open(os.path.join(out, f"run-{part}")).read().split("\n") + [""] * 4
-    return {"started_at": lines[0], "command": lines[1], "load": lines[2].split() or ["?"] * 3, "versions": lines[3] or "?"}
+    return run_in(out, part)
 
 def med(v):
     v = [x for x in v if x is not None]
@@ -181,19 +180,12 @@ titles = {"peer": "A peer's own benchmark: latest `hack/bench.sh --only peer` ru
           "shapes": "Shapes people run: latest `hack/bench.sh --only shapes` run",
           "large": "Larger: latest `hack/bench.sh --only large` run"}
 build = {"peer": peer_part, "shapes": shapes_part, "large": large_part}
-sections, stamps = {}, {}
-for part in parts:
-    made = build[part]()
-    if made is None:
-        print(f"bench: no raw results of {part} in {out}: its section and keys stay as they are", file=sys.stderr)
-        continue
-    sections[part] = made
-    stamps[part] = run_of(part)["started_at"]
+sections, stamps = build_sections(parts, build, out, "bench")
 
 def header(part):
     r = run_of(part)
-    return (f"Measured {r['started_at']} by `{r['command']}` — {r['versions']}; machine: {os.cpu_count()} cores, "
-            f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB (load average {' / '.join(r['load'])} "
+    return (f"Measured {r['started_at']} by `{r['command']}` — {r['versions']}; machine: {machine()} "
+            f"(load average {' / '.join(r['load'])} "
             f"when this part started; other work on the machine, if any, is said beside the table).")
 bm = os.path.join(root, "BENCHMARKS.md")
 doc = put_sections(open(bm).read(), sections, titles, header)
