@@ -1,5 +1,5 @@
-//! What the load tools share: the scratch namespace of one run, with a CapacityQueue of the same
-//! name, created before the run and deleted after it.
+//! What the load tools share: what gates their pods ([`Mode`]), and the scratch namespace of one
+//! run, with a CapacityQueue of the same name, created before the run and deleted after it.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +9,17 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use sluice::api::CapacityQueue;
+
+/// What gates a load tool's pods: the `--mode` of e2e_load and shapes_load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// No queue label: nothing gates the pods.
+    Nogate,
+    /// `sluice.dev/queue`; gangs carry `sluice.dev/workload` and `sluice.dev/min-count`.
+    Sluice,
+    /// `kueue.x-k8s.io/queue-name`; gangs are Kueue pod groups.
+    Kueue,
+}
 
 /// Creates the namespace `name` and the CapacityQueue `name` of `cpu` quota, and returns once the
 /// namespace's default ServiceAccount exists (pods need it), or fails after 30 s.

@@ -30,12 +30,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    Nogate,
-    Sluice,
-    Kueue,
-}
+use sluice_tools::Mode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Shape {
