@@ -228,19 +228,14 @@ async fn the_spark_operator_submits_a_driver_pod() {
         return;
     }
     let apps = spark_applications(&env);
-    let app: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "pi"},
-        "spec": {
-            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-            "image": "docker.io/apache/spark:4.0.4",
-            "mainClass": "org.apache.spark.examples.SparkPi",
-            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-            "driver": {"cores": 1, "memory": "512m", "serviceAccount": "default"},
-            "executor": {"instances": 1, "cores": 1, "memory": "512m"},
-        },
-    }))
-    .expect("SparkApplication");
+    let app = spark_application(
+        "pi",
+        None,
+        spark_pi(
+            json!({"serviceAccount": "default"}),
+            json!({"instances": 1}),
+        ),
+    );
     apps.create(&PostParams::default(), &app)
         .await
         .expect("create SparkApplication");

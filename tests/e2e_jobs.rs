@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -354,14 +354,7 @@ async fn hostile_jobs_are_refused_naming_the_field_and_scavenger_jobs_are_left_a
 
     // A namespace with a default queue: an unlabelled Job gets it; a ScavengerJob's Job is left
     // alone (no queue, no ledger: another part of sluice governs it).
-    Api::<Namespace>::all(env.client.clone())
-        .patch(
-            &env.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
-        )
-        .await
-        .expect("label namespace");
+    env.set_default_queue(&queue).await;
     // The API server sees the namespace's new label a moment later: until then a Job is created
     // as it is (and deleted here).
     let defaulted = wait_for(

@@ -6,7 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -40,14 +39,6 @@ fn refusal(result: Result<DynamicObject, kube::Error>) -> String {
         Ok(app) => panic!("accepted: {:?}", app.metadata.name),
         Err(e) => e.to_string(),
     }
-}
-
-async fn pods_labelled(env: &TestEnv, selector: &str) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels(selector))
-        .await
-        .expect("list pods")
-        .items
 }
 
 #[tokio::test]
@@ -133,7 +124,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
     // The submitter pod KubeRay's Job creates is the RayJob's too (once the cluster is ready).
     let submitter = wait_for("the submitter pod", Duration::from_secs(60), || async {
-        pods_labelled(&env, "batch.kubernetes.io/job-name=rj")
+        env.pods_labelled("batch.kubernetes.io/job-name=rj")
             .await
             .into_iter()
             .next()
@@ -161,7 +152,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
         "the cluster's pods to be gone",
         Duration::from_secs(60),
         || async {
-            pods_labelled(&env, &format!("ray.io/cluster={cluster_name}"))
+            env.pods_labelled(&format!("ray.io/cluster={cluster_name}"))
                 .await
                 .is_empty()
                 .then_some(())
@@ -266,13 +257,13 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
         .await
         .expect("create low");
     let holding_workers = || async {
-        let mut names: Vec<String> =
-            pods_labelled(&env, "sluice.dev/ray-job=low,ray.io/node-type=worker")
-                .await
-                .into_iter()
-                .filter(|p| !is_gated(p) && !is_ended(p) && p.metadata.deletion_timestamp.is_none())
-                .filter_map(|p| p.metadata.name)
-                .collect();
+        let mut names: Vec<String> = env
+            .pods_labelled("sluice.dev/ray-job=low,ray.io/node-type=worker")
+            .await
+            .into_iter()
+            .filter(|p| !is_gated(p) && !is_ended(p) && p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect();
         names.sort();
         names
     };
@@ -282,7 +273,7 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
     })
     .await;
     let head = wait_for("the head admitted", Duration::from_secs(60), || async {
-        pods_labelled(&env, "sluice.dev/ray-job=low,ray.io/node-type=head")
+        env.pods_labelled("sluice.dev/ray-job=low,ray.io/node-type=head")
             .await
             .into_iter()
             .find(|p| !is_gated(p))

@@ -593,14 +593,7 @@ async fn a_scavenger_job_in_a_namespace_with_a_default_queue_is_not_gated() {
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
-        .patch(
-            &env.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
-        )
-        .await
-        .expect("label the namespace");
+    env.set_default_queue(&queue).await;
     create_sj(&env, "outside-the-gate", spec(500))
         .await
         .expect("create");

@@ -24,14 +24,10 @@ fn scheduled_spark_applications(env: &TestEnv) -> Api<DynamicObject> {
 }
 
 fn template(executor_instances: i64) -> Value {
-    json!({
-        "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-        "image": "docker.io/apache/spark:4.0.4",
-        "mainClass": "org.apache.spark.examples.SparkPi",
-        "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-        "driver": {"cores": 1, "memory": "512m", "serviceAccount": "spark"},
-        "executor": {"cores": 1, "memory": "512m", "instances": executor_instances},
-    })
+    spark_pi(
+        json!({"serviceAccount": "spark"}),
+        json!({"instances": executor_instances}),
+    )
 }
 
 fn scheduled(name: &str, queue: &str, schedule: &str, template: Value) -> DynamicObject {

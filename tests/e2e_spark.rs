@@ -12,8 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
@@ -102,7 +102,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     // The driver's JVM start is the slow, load-dependent part: wait for its pods before the queue.
     wait_for_executors(&env, 6).await;
     env.wait_queue_counts(&queue, 3, 4).await;
-    let executors = executor_pods(&env).await;
+    let executors = env.pods_labelled("spark-role=executor").await;
     assert_eq!(
         executors.len(),
         6,
@@ -139,7 +139,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
         .await
         .expect("delete other");
     env.wait_queue_counts(&queue, 2, 4).await;
-    let executors = executor_pods(&env).await;
+    let executors = env.pods_labelled("spark-role=executor").await;
     assert_eq!(executors.len(), 6, "still no extra pods");
     assert_eq!(holding(&executors).len(), 4);
     drop(spark);
@@ -152,18 +152,9 @@ async fn wait_for_executors(env: &TestEnv, count: usize) {
     wait_for(
         &format!("Spark's driver to create {count} executor pods"),
         Duration::from_secs(240),
-        || async { (executor_pods(env).await.len() >= count).then_some(()) },
+        || async { (env.pods_labelled("spark-role=executor").await.len() >= count).then_some(()) },
     )
     .await;
-}
-
-/// Every executor pod in the test namespace.
-async fn executor_pods(env: &TestEnv) -> Vec<k8s_openapi::api::core::v1::Pod> {
-    env.pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("list executor pods")
-        .items
 }
 
 /// A SparkApplication submitted with no queue label in a namespace whose default queue is `q`: the
@@ -174,34 +165,17 @@ async fn executor_pods(env: &TestEnv) -> Vec<k8s_openapi::api::core::v1::Pod> {
 async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_driver_to_executors() {
     let mut env = env_or_skip!("sparkapp");
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
-    Api::<Namespace>::all(env.client.clone())
-        .patch(
-            &env.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
-        )
-        .await
-        .expect("label the namespace with its default queue");
+    env.set_default_queue(&queue).await;
     service_account(&env, "spark").await;
     // 3 of the 4 cpu are taken: the application's gang (driver 1 + 1 minimum executor) must wait.
     env.create_pod(pod("other", &queue, "3")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
 
     let apps = spark_applications(&env);
-    let app: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "etl"},
-        "spec": {
-            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-            "image": "docker.io/apache/spark:4.0.4",
-            "mainClass": "org.apache.spark.examples.SparkPi",
-            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-            "driver": {"cores": 1, "memory": "512m", "serviceAccount": "spark"},
-            "executor": {"cores": 1, "memory": "512m"},
-            "dynamicAllocation": {"enabled": true, "minExecutors": 1, "initialExecutors": 1, "maxExecutors": 4},
-        },
-    }))
-    .expect("SparkApplication");
+    let mut spec = spark_pi(json!({"serviceAccount": "spark"}), json!({}));
+    spec["dynamicAllocation"] =
+        json!({"enabled": true, "minExecutors": 1, "initialExecutors": 1, "maxExecutors": 4});
+    let app = spark_application("etl", None, spec);
     let created = apps
         .create(&PostParams::default(), &app)
         .await
@@ -281,7 +255,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     // 4 cpu: the driver and 3 executors run, the 4th executor waits.
     wait_for_executors(&env, 4).await;
     env.wait_queue_counts(&queue, 1, 4).await;
-    let executors = executor_pods(&env).await;
+    let executors = env.pods_labelled("spark-role=executor").await;
     assert_eq!(
         executors.len(),
         4,

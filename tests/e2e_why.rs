@@ -94,19 +94,11 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
         );
     }
 
-    let spark: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "etl", "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-            "image": "docker.io/apache/spark:4.0.4",
-            "mainClass": "org.apache.spark.examples.SparkPi",
-            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-            "driver": {"cores": 1, "memory": "512m"},
-            "executor": {"cores": 1, "memory": "512m", "instances": 1},
-        },
-    }))
-    .expect("SparkApplication");
+    let spark = spark_application(
+        "etl",
+        Some(&queue),
+        spark_pi(json!({}), json!({"instances": 1})),
+    );
     spark_applications(&env)
         .create(&PostParams::default(), &spark)
         .await

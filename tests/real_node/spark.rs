@@ -13,7 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use sluice::api::{CapacityQueue, DynamicWorkloadStatus};
 
@@ -146,14 +146,6 @@ fn api_url() -> String {
         .unwrap_or_else(|| panic!("no server: in {path}"))
 }
 
-async fn executors(env: &TestEnv) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("list executor pods")
-        .items
-}
-
 /// Executors that run on the real node with their container started.
 fn running_on(pods: &[Pod], node: &str) -> usize {
     pods.iter()
@@ -199,7 +191,7 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
         "Spark to ask for its executors",
         EXECUTOR_TIMEOUT,
         || async {
-            let pods = executors(&env).await;
+            let pods = env.pods_labelled("spark-role=executor").await;
             (pods.len() == MAX_EXECUTORS as usize)
                 .then(|| pods[0].labels().get("spark-app-selector").cloned())?
         },
@@ -237,11 +229,13 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     wait_for(
         "the admitted executor to run on the real node",
         EXECUTOR_TIMEOUT,
-        || async { (running_on(&executors(&env).await, &node) == 1).then_some(()) },
+        || async {
+            (running_on(&env.pods_labelled("spark-role=executor").await, &node) == 1).then_some(())
+        },
     )
     .await;
     assert_eq!(
-        gated(&executors(&env).await).len(),
+        gated(&env.pods_labelled("spark-role=executor").await).len(),
         MAX_EXECUTORS as usize - 1
     );
 
@@ -262,7 +256,9 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     wait_for(
         "two executors running on the real node",
         EXECUTOR_TIMEOUT,
-        || async { (running_on(&executors(&env).await, &node) == 2).then_some(()) },
+        || async {
+            (running_on(&env.pods_labelled("spark-role=executor").await, &node) == 2).then_some(())
+        },
     )
     .await;
 
@@ -333,7 +329,7 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     )
     .await;
     assert!(
-        executors(&env)
+        env.pods_labelled("spark-role=executor")
             .await
             .iter()
             .all(|p| is_ended(p) || p.metadata.deletion_timestamp.is_some())

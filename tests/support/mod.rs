@@ -308,6 +308,28 @@ impl TestEnv {
             .items
     }
 
+    /// The namespace's pods that match the label `selector`.
+    pub async fn pods_labelled(&self, selector: &str) -> Vec<Pod> {
+        self.pods()
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    /// Labels the test's namespace with its default queue (`sluice.dev/default-queue`).
+    pub async fn set_default_queue(&self, queue: &str) {
+        let label = json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}});
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                &self.namespace,
+                &PatchParams::default(),
+                &Patch::Merge(&label),
+            )
+            .await
+            .expect("label the namespace with its default queue");
+    }
+
     /// Waits until the queue's status reports these pending and admitted pod counts, i.e. the
     /// controller has finished a pass that saw every pod.
     pub async fn wait_queue_counts(

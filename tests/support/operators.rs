@@ -35,6 +35,38 @@ pub fn spark_applications(env: &TestEnv) -> Api<DynamicObject> {
     )
 }
 
+/// The spec of a SparkPi SparkApplication in the Spark operator's image (Spark 4.0.4), driver and
+/// executors of 1 core and 512m, with the fields of `driver` and `executor` added to theirs.
+pub fn spark_pi(driver: Value, executor: Value) -> Value {
+    let mut spec = json!({
+        "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
+        "image": "docker.io/apache/spark:4.0.4",
+        "mainClass": "org.apache.spark.examples.SparkPi",
+        "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
+        "driver": {"cores": 1, "memory": "512m"},
+        "executor": {"cores": 1, "memory": "512m"},
+    });
+    for (role, extra) in [("driver", driver), ("executor", executor)] {
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            spec[role][k] = v;
+        }
+    }
+    spec
+}
+
+/// The SparkApplication `name` with `spec`, in `queue` (labelled), or unlabelled without one.
+pub fn spark_application(name: &str, queue: Option<&str>, spec: Value) -> DynamicObject {
+    let mut metadata = json!({"name": name});
+    if let Some(queue) = queue {
+        metadata["labels"] = json!({"sluice.dev/queue": queue});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+        "metadata": metadata, "spec": spec,
+    }))
+    .expect("SparkApplication")
+}
+
 /// A Ray container asking for `cpu` and `memory`, its limits equal to its requests.
 pub fn ray_container(name: &str, cpu: &str, memory: &str) -> Value {
     json!({"name": name, "image": RAY_IMAGE,
