@@ -40,6 +40,19 @@ def seconds(name):
     except ValueError:
         return None
 
+def measured_runs(names, count_key):
+    """Each run of `names` that left results: (name, its JSON, API requests per unit of `count_key`,
+    CPU seconds by component, the gate's CPU seconds: sluice's or Kueue's, None without a gate)."""
+    for name in names:
+        d = load(f"{name}.json")
+        if not d:
+            continue
+        req = requests(name)
+        per = sum(req.values()) / d[count_key] if req and d[count_key] else None
+        c = cpu(name)
+        gate = c.get(d["mode"]) if d["mode"] in ("sluice", "kueue") else None
+        yield name, d, per, c, gate
+
 def run_of(part):
     return run_in(out, part)
 
@@ -121,14 +134,7 @@ def shapes_part():
           "| run | pods (gated) | errors | all running | pods/s | time to admit p50 / p99 | driver / RayCluster step p50 / p99 | executors / scale-up step p50 / p99 | API requests / pod | API server CPU s | gate CPU s | load avg before → after |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     per_mode = {}
-    for name in names:
-        d = load(f"{name}.json")
-        if not d:
-            continue
-        req = requests(name)
-        per = sum(req.values()) / d["pods"] if req and d["pods"] else None
-        c = cpu(name)
-        gate = c.get("sluice") if d["mode"] == "sluice" else c.get("kueue") if d["mode"] == "kueue" else None
+    for name, d, per, c, gate in measured_runs(names, "pods"):
         st = d["steps"]
         first = st.get("driver") or st.get("raycluster") or {}
         later = st.get("executors") or st.get("scale-up") or {}
@@ -157,16 +163,10 @@ def large_part():
           "| run | complete | pods | all running | pods/s | API requests / pod | API server CPU s | API server share | gate CPU s | load avg before → after |",
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     rates = {}
-    for name in names:
-        d = load(f"{name}.json")
-        if not d:
-            continue
-        req = requests(name)
-        per = sum(req.values()) / d["pods"] if req else None
-        c, wall = cpu(name), seconds(name)
+    for name, d, per, c, gate in measured_runs(names, "pods"):
+        wall = seconds(name)
         api = c.get("kube-apiserver", 0.0)
         mode = d["mode"]
-        gate = c.get("sluice") if mode == "sluice" else c.get("kueue") if mode == "kueue" else None
         rate = d["pods"] / d["all_running_s"] if d.get("complete") and d.get("all_running_s") else None
         rates[mode] = rate
         md.append(f"| {name} | {'yes' if d['complete'] else 'no'} | {d['pods']:,} | {d['all_running_s'] or 0:.1f} s | {rate or 0:.1f} | "
