@@ -74,12 +74,12 @@ async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
 async fn a_pod_with_a_negative_cpu_request_is_refused_naming_the_field() {
     let mut env = env_or_skip!("negative");
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &pod("minus", &queue, "-1000"))
-        .await
-        .expect_err("a negative request is refused");
-    let message = err.to_string();
+    let message = env
+        .refused(
+            &pod("minus", &queue, "-1000"),
+            "a negative request is refused",
+        )
+        .await;
     assert!(
         message.contains("spec.containers[0].resources.requests.cpu")
             && message.contains("negative"),
@@ -183,11 +183,12 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
     };
     // Counted at 8 cpu, not 100m: more than the queue could ever give, refused with the numbers.
     let err = env
-        .pods()
-        .create(&PostParams::default(), &pod_level("huge", "8"))
-        .await
-        .expect_err("8 cpu in a 2-cpu queue could never start");
-    assert!(err.to_string().contains("needs 8 cpu"), "{err}");
+        .refused(
+            &pod_level("huge", "8"),
+            "8 cpu in a 2-cpu queue could never start",
+        )
+        .await;
+    assert!(err.contains("needs 8 cpu"), "{err}");
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let created = env.create_pod(pod_level("pod-level", "2")).await;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use sluice::api::CapacityQueue;
 use support::*;
@@ -357,10 +357,7 @@ async fn positions_follow_admissions_and_deletions() {
         row.contains("cpu=1") && row.contains("needs 1 cpu more"),
         "{row}"
     );
-    env.pods()
-        .delete("p2", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete p2");
+    env.delete_pod_now("p2").await;
     positions(vec![("p1", Some(1)), ("p3", Some(2))]).await;
     end_pod(&env.pods(), "p0", "Succeeded").await;
     positions(vec![("p1", None), ("p3", Some(1))]).await;
@@ -486,9 +483,7 @@ async fn an_admitted_pod_no_node_takes_gives_its_quota_back_then_fails_past_the_
     // other ends: stuck's next pod is admitted, not taken either, and past the limit it fails.
     end_pod(&env.pods(), "other", "Succeeded").await;
     let status = env
-        .wait_workload_status("stuck", "stuck to be Failed", TIMEOUT, |s| {
-            s.phase == sluice::api::WorkloadPhase::Failed
-        })
+        .wait_workload_phase("stuck", sluice::api::WorkloadPhase::Failed, TIMEOUT)
         .await;
     assert!(status.requeue_count >= 2, "{status:?}");
     assert!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use sluice::api::WorkloadPhase;
 use support::*;
@@ -50,10 +50,7 @@ async fn quota_holds_and_ended_pods_give_it_back() {
     // Delete two admitted pods: exactly two more are admitted.
     let admitted: Vec<String> = holding(&pods).iter().map(|p| p.name_any()).collect();
     for name in &admitted[..2] {
-        env.pods()
-            .delete(name, &DeleteParams::default().grace_period(0))
-            .await
-            .expect("delete");
+        env.delete_pod_now(name).await;
     }
     env.wait_queue_counts(&queue, 4, 4).await;
     let pods = env.list_pods().await;
@@ -125,10 +122,7 @@ async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
     assert_eq!(dwl.spec.pod_sets[0].min_count, 3);
 
     // Free the room: the whole gang goes at once.
-    env.pods()
-        .delete("holder", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    env.delete_pod_now("holder").await;
     env.wait_queue_counts(&queue, 0, 3).await;
     let pods = env.list_pods().await;
     assert_eq!(holding(&pods).len(), 3);
@@ -205,10 +199,7 @@ async fn a_higher_priority_workload_goes_first() {
     env.create_pod(late).await;
     env.wait_queue_counts(&queue, 2, 1).await;
 
-    env.pods()
-        .delete("holder", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    env.delete_pod_now("holder").await;
     env.wait_queue_counts(&queue, 1, 1).await;
     assert!(
         !is_gated(&env.pods().get("late-high").await.expect("pod")),
@@ -332,10 +323,7 @@ async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_q
     .await;
 
     // Freed room goes to the waiting pods through a pass, never to a newcomer at creation.
-    env.pods()
-        .delete("first", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    env.delete_pod_now("first").await;
     let late = env.create_pod(pod("late", &queue, "1")).await;
     assert!(is_gated(&late), "a pod created while others wait waits too");
     env.wait_queue_counts(&queue, 16, 5).await;
@@ -372,12 +360,7 @@ async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
     env.create_pod(stuck).await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let status = env
-        .wait_workload_status(
-            "stuck",
-            "the DynamicWorkload of an admitted pod that cannot start to say Admitted",
-            Duration::from_secs(30),
-            |s| s.phase == WorkloadPhase::Admitted,
-        )
+        .wait_workload_phase("stuck", WorkloadPhase::Admitted, Duration::from_secs(30))
         .await;
     assert_eq!(status.admitted_pods, 1);
     assert_eq!(status.pod_sets.iter().map(|s| s.admitted).sum::<i32>(), 1);

@@ -172,10 +172,8 @@ async fn a_job_is_one_workload_admitted_as_a_gang_that_gives_its_quota_back_when
     end_pods(&env, "a").await;
     wait_job_condition(&env, "a", "Complete").await;
     env.wait_queue_counts(&queue, 0, 2).await;
-    env.wait_workload_status("job-a", "job-a Finished", Duration::from_secs(30), |s| {
-        s.phase == WorkloadPhase::Finished
-    })
-    .await;
+    env.wait_workload_phase("job-a", WorkloadPhase::Finished, Duration::from_secs(30))
+        .await;
     end_pods(&env, "b").await;
     wait_job_condition(&env, "b", "Complete").await;
     env.wait_queue_counts(&queue, 0, 0).await;
@@ -281,13 +279,8 @@ async fn indexed_jobs_and_pod_failure_policies_keep_working() {
             Some("job-idx")
         );
     }
-    env.wait_workload_status(
-        "job-idx",
-        "job-idx Finished",
-        Duration::from_secs(30),
-        |s| s.phase == WorkloadPhase::Finished,
-    )
-    .await;
+    env.wait_workload_phase("job-idx", WorkloadPhase::Finished, Duration::from_secs(30))
+        .await;
     env.cleanup().await;
 }
 

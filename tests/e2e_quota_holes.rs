@@ -58,12 +58,8 @@ async fn a_pod_joining_a_workload_of_a_ghost_queue_is_refused_naming_both_queues
         refusal.contains(&format!("{queue:?}")) && refusal.contains(&format!("{ghost:?}")),
         "both queues are named: {refusal}"
     );
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &big)
-        .await
-        .expect_err("the join is refused");
-    assert!(err.to_string().contains("w1"), "{err}");
+    let err = env.refused(&big, "the join is refused").await;
+    assert!(err.contains("w1"), "{err}");
     // The real queue still admits its own pods, and holds no more than its quota.
     env.create_pod(pod("own", &queue, "2")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -182,12 +178,9 @@ async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_
 async fn a_pod_or_gang_that_could_never_fit_is_refused_with_the_numbers() {
     let mut env = env_or_skip!("neverfits");
     let queue = env.queue("q", json!({"cpu": "2"}), "StrictFIFO").await;
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &pod("huge", &queue, "3"))
-        .await
-        .expect_err("3 cpu in a 2-cpu queue");
-    let message = err.to_string();
+    let message = env
+        .refused(&pod("huge", &queue, "3"), "3 cpu in a 2-cpu queue")
+        .await;
     assert!(
         message.contains("needs 3 cpu") && message.contains("a quota of 2 cpu"),
         "{message}"
@@ -196,12 +189,8 @@ async fn a_pod_or_gang_that_could_never_fit_is_refused_with_the_numbers() {
         with_labels(pod("gang", &queue, "100m"), &[("sluice.dev/workload", "g")]),
         &[("sluice.dev/min-count", "100000")],
     );
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &gang)
-        .await
-        .expect_err("a gang of 100000");
-    assert!(err.to_string().contains("100000"), "{err}");
+    let err = env.refused(&gang, "a gang of 100000").await;
+    assert!(err.contains("100000"), "{err}");
     // Nothing blocks the queue: an ordinary pod is admitted.
     env.create_pod(pod("fits", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;

@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use kube::Api;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::*;
 
@@ -18,6 +19,14 @@ fn cluster(name: &str, queue: &str, replicas: i64, min: i64) -> DynamicObject {
         Some(queue),
         raycluster_spec([replicas, min, 4], container, json!({})),
     )
+}
+
+/// How many of `pods` hold quota and belong to the RayCluster `cluster`.
+fn holding_of_cluster(pods: &[Pod], cluster: &str) -> usize {
+    holding(pods)
+        .iter()
+        .filter(|p| p.labels().get("ray.io/cluster").map(String::as_str) == Some(cluster))
+        .count()
 }
 
 async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
@@ -71,17 +80,7 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
         .expect("create b");
     env.wait_queue_counts(&queue, 2, 3).await;
     let pods = env.list_pods().await;
-    let b_admitted = holding(&pods)
-        .iter()
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("ray.io/cluster"))
-                .map(String::as_str)
-                == Some("b")
-        })
-        .count();
+    let b_admitted = holding_of_cluster(&pods, "b");
     assert_eq!(b_admitted, 0, "no part of B's gang runs");
     let message = wait_for("B's message", Duration::from_secs(30), || async {
         env.workloads()
@@ -106,19 +105,7 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     scale(&api, "a", 0, 0).await;
     env.wait_queue_counts(&queue, 0, 3).await;
     let pods = env.list_pods().await;
-    let by_cluster = |c: &str| {
-        holding(&pods)
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("ray.io/cluster"))
-                    .map(String::as_str)
-                    == Some(c)
-            })
-            .count()
-    };
+    let by_cluster = |c: &str| holding_of_cluster(&pods, c);
     assert_eq!((by_cluster("a"), by_cluster("b")), (1, 2));
     env.cleanup().await;
 }

@@ -75,18 +75,11 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
     // KubeRay's RayCluster, owned by the RayJob, carries the queue; it has no ledger of its own.
     let clusters = rayclusters(&env);
-    let cluster = wait_for(
+    let cluster = wait_first(
+        &clusters,
+        &ListParams::default(),
         "the RayJob's RayCluster",
         Duration::from_secs(30),
-        || async {
-            clusters
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .next()
-        },
     )
     .await;
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
@@ -141,13 +134,8 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
     );
 
     // The deadline passes: the RayJob fails, KubeRay deletes the cluster, the quota comes back.
-    env.wait_workload_status(
-        "rayjob-rj",
-        "rayjob-rj Failed",
-        Duration::from_secs(90),
-        |s| s.phase == WorkloadPhase::Failed,
-    )
-    .await;
+    env.wait_workload_phase("rayjob-rj", WorkloadPhase::Failed, Duration::from_secs(90))
+        .await;
     wait_for(
         "the cluster's pods to be gone",
         Duration::from_secs(60),

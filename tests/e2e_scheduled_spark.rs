@@ -169,11 +169,10 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     // The first run's driver ends: the operator completes it, and the next time starts a second
     // run, with its own ledger.
     end_pod(&env.pods(), &driver, "Succeeded").await;
-    env.wait_workload_status(
+    env.wait_workload_phase(
         &first_workload,
-        "the first run Finished",
+        WorkloadPhase::Finished,
         Duration::from_secs(60),
-        |s| s.phase == WorkloadPhase::Finished,
     )
     .await;
     let second = wait_for("a second run", Duration::from_secs(60), || async {

@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
@@ -102,12 +102,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     // The driver's JVM start is the slow, load-dependent part: wait for its pods before the queue.
     wait_for_executors(&env, 6).await;
     env.wait_queue_counts(&queue, 3, 4).await;
-    let executors = env.pods_labelled("spark-role=executor").await;
-    assert_eq!(
-        executors.len(),
-        6,
-        "Spark created exactly maxExecutors pods: its allocator does not hot-loop"
-    );
+    let executors = exactly_max_executors(&env, 6).await;
     let app_id = executors[0]
         .labels()
         .get("spark-app-selector")
@@ -134,10 +129,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     );
 
     // Another workload ends: one waiting executor takes its place.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     env.wait_queue_counts(&queue, 2, 4).await;
     let executors = env.pods_labelled("spark-role=executor").await;
     assert_eq!(executors.len(), 6, "still no extra pods");
@@ -148,6 +140,18 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
 
 /// Waits until Spark's driver has created `count` executor pods. Its JVM starts on the host, beside
 /// the cluster and the other tests: on a loaded two-core machine that alone can take a minute.
+/// The executor pods, which must be exactly `max` (Spark's maxExecutors): its allocator does not
+/// hot-loop.
+async fn exactly_max_executors(env: &TestEnv, max: usize) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    let executors = env.pods_labelled("spark-role=executor").await;
+    assert_eq!(
+        executors.len(),
+        max,
+        "Spark created exactly maxExecutors pods: its allocator does not hot-loop"
+    );
+    executors
+}
+
 async fn wait_for_executors(env: &TestEnv, count: usize) {
     wait_for(
         &format!("Spark's driver to create {count} executor pods"),
@@ -189,18 +193,11 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     // The operator's spark-submit creates the driver pod, which waits: its gang does not fit.
     let driver_pods =
         ListParams::default().labels("spark-role=driver,sparkoperator.k8s.io/app-name=etl");
-    let driver = wait_for(
+    let driver = wait_first(
+        &env.pods(),
+        &driver_pods,
         "the operator to create the driver pod",
         Duration::from_secs(120),
-        || async {
-            env.pods()
-                .list(&driver_pods)
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .next()
-        },
     )
     .await;
     assert!(is_gated(&driver), "the driver waits for its gang's quota");
@@ -220,10 +217,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     );
 
     // Room for the gang: the driver is admitted with one executor's quota reserved.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     let driver_name = driver.name_any();
     wait_for("the driver pod to run", Duration::from_secs(60), || async {
         let p = env.pods().get(&driver_name).await.ok()?;
@@ -255,12 +249,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     // 4 cpu: the driver and 3 executors run, the 4th executor waits.
     wait_for_executors(&env, 4).await;
     env.wait_queue_counts(&queue, 1, 4).await;
-    let executors = env.pods_labelled("spark-role=executor").await;
-    assert_eq!(
-        executors.len(),
-        4,
-        "Spark created exactly maxExecutors pods"
-    );
+    let executors = exactly_max_executors(&env, 4).await;
     for e in &executors {
         assert_eq!(
             e.labels().get("sluice.dev/queue"),
@@ -278,12 +267,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     }
     assert_eq!(holding(&executors).len(), 3);
     let status = env
-        .wait_workload_status(
-            "sparkapplication-etl",
-            "the ledger to count driver and executors",
-            Duration::from_secs(30),
-            |s| s.admitted_pods == 4 && s.pending_pods == 1,
-        )
+        .wait_workload_pods("sparkapplication-etl", 4, 1, Duration::from_secs(30))
         .await;
     assert_eq!(status.phase, WorkloadPhase::Running);
 
@@ -305,11 +289,10 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     .await;
     assert_eq!(dwl.spec.application_ended, Some(ApplicationEnd::Succeeded));
     let status = env
-        .wait_workload_status(
+        .wait_workload_phase(
             "sparkapplication-etl",
-            "the ledger to say Finished",
+            WorkloadPhase::Finished,
             Duration::from_secs(30),
-            |s| s.phase == WorkloadPhase::Finished,
         )
         .await;
     assert!(

@@ -170,10 +170,7 @@ async fn pod_deleted_from_outside_ends_the_task_killed() {
         env.pods().get_opt("victim-task").await.ok().flatten()
     })
     .await;
-    env.pods()
-        .delete("victim-task", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete the pod");
+    env.delete_pod_now("victim-task").await;
     wait_killed(&env, "victim", "pod victim-task was deleted", T).await;
     env.cleanup().await;
 }

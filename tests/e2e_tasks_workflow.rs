@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sluice::api::TaskPhase;
 use support::*;
@@ -49,14 +49,6 @@ fn workflow_task(name: &str, queue: &str, template: Value, timeout: Option<&str>
         spec["timeout"] = json!(t);
     }
     json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "Task", "metadata": {"name": name}, "spec": spec})
-}
-
-async fn workflow_pods(env: &TestEnv, workflow: &str) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels(&format!("workflows.argoproj.io/workflow={workflow}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
 }
 
 /// Plays argoexec's wait container and the kubelet for a step's pod: reports `out` as the step's

@@ -27,6 +27,14 @@ fn one_worker_raycluster(name: &str, queue: &str) -> DynamicObject {
     )
 }
 
+async fn create_job(env: &TestEnv, job: serde_json::Value) {
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(job).expect("job");
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create the Job");
+}
+
 /// sluice's events in the namespace (those its Recorder posted), as (kind, name, reason, note).
 async fn sluice_events(env: &TestEnv) -> Vec<(String, String, String, String)> {
     let api: Api<Event> = Api::namespaced(env.client.clone(), &env.namespace);
@@ -257,16 +265,11 @@ async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_r
     let user = format!("alice-{}", env.namespace);
     grant_view(&env, &user).await;
     env.create_pod(pod("lonely", &queue, "1")).await;
-    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+    create_job(&env, json!({
         "metadata": {"name": "batch", "labels": {"sluice.dev/queue": queue}},
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
-    }))
-    .expect("job");
-    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create the Job");
+    })).await;
     rayclusters(&env)
         .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
         .await
@@ -415,18 +418,13 @@ async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
             .expect("create PriorityClass");
     }
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+    create_job(&env, json!({
         "metadata": {"name": "low", "labels": {"sluice.dev/queue": queue}},
         "spec": {"parallelism": 2, "completions": 2, "template": {
             "metadata": {"annotations": {"sluice.dev/kwok-hold": "true"}},
             "spec": {"restartPolicy": "Never", "priorityClassName": low,
                 "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
-    }))
-    .expect("job");
-    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create the Job");
+    })).await;
     env.wait_queue_counts(&queue, 0, 2).await;
     let mut urgent = pod("urgent", &queue, "2");
     if let Some(spec) = urgent.spec.as_mut() {

@@ -83,6 +83,15 @@ async fn wait_running(env: &TestEnv, name: &str) -> Pod {
     .await
 }
 
+/// How a test of a real workload starts: [`HEAVY`] held (returned: held until the test ends), the
+/// real node there (its name returned), sluice deployed in-cluster.
+async fn heavy_start(env: &TestEnv) -> (tokio::sync::MutexGuard<'static, ()>, String) {
+    let heavy = HEAVY.lock().await;
+    let node = real_node_name(env).await;
+    sluice_in_cluster(env).await;
+    (heavy, node)
+}
+
 async fn real_node_name(env: &TestEnv) -> String {
     let nodes: Api<Node> = Api::all(env.client.clone());
     let list = nodes

@@ -137,18 +137,14 @@ async fn install(method: Method) {
         }
         Method::Manifest => {
             let manifest = temp_file("sluice.yaml", &on_real_node(&release_manifest().await));
-            command(
-                "kubectl",
-                &[
-                    "apply",
-                    "--server-side",
-                    "-f",
-                    manifest.to_str().expect("path"),
-                ],
-            )
-            .await;
+            apply_server_side(&manifest).await;
         }
     }
+}
+
+async fn apply_server_side(manifest: &std::path::Path) {
+    let path = manifest.to_str().expect("path");
+    command("kubectl", &["apply", "--server-side", "-f", path]).await;
 }
 
 async fn upgrade(method: Method) {
@@ -179,16 +175,7 @@ async fn upgrade(method: Method) {
                 &format!("image: sluice:{UPGRADE_TAG}\n"),
             );
             let manifest = temp_file("sluice-upgrade.yaml", &manifest);
-            command(
-                "kubectl",
-                &[
-                    "apply",
-                    "--server-side",
-                    "-f",
-                    manifest.to_str().expect("path"),
-                ],
-            )
-            .await;
+            apply_server_side(&manifest).await;
         }
     }
 }

@@ -122,9 +122,7 @@ async fn queue_cpu(env: &TestEnv, queue: &str) -> Option<i64> {
 #[tokio::test]
 async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back() {
     let mut env = env_or_skip!("real-ray");
-    let _heavy = super::HEAVY.lock().await;
-    let node = real_node_name(&env).await;
-    sluice_in_cluster(&env).await;
+    let (_heavy, node) = super::heavy_start(&env).await;
     // 850m: the head (350m) and one worker (250m) beside another workload's 250m; the second
     // worker waits until that workload ends.
     let queue = env
@@ -212,12 +210,7 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
         "two workers, one gated"
     );
     let s = env
-        .wait_workload_status(
-            "raycluster-sq",
-            "the ledger: head and a worker admitted, a worker waiting",
-            Duration::from_secs(60),
-            |s| s.admitted_pods == 2 && s.pending_pods == 1,
-        )
+        .wait_workload_pods("raycluster-sq", 2, 1, Duration::from_secs(60))
         .await;
     eprintln!(
         "ledger while the queue is full: admitted {} pending {} ({}) {}",
@@ -229,17 +222,9 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
     .await;
 
     // The other workload ends: the waiting worker is admitted, the placement group is placed.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     let s = env
-        .wait_workload_status(
-            "raycluster-sq",
-            "both workers admitted",
-            Duration::from_secs(60),
-            |s| s.admitted_pods == 3 && s.pending_pods == 0,
-        )
+        .wait_workload_pods("raycluster-sq", 3, 0, Duration::from_secs(60))
         .await;
     eprintln!(
         "ledger after the other workload ended: admitted {} pending {} ({})",
@@ -292,12 +277,7 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
     .await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let s = env
-        .wait_workload_status(
-            "raycluster-sq",
-            "the ledger: the head only",
-            Duration::from_secs(60),
-            |s| s.admitted_pods == 1 && s.pending_pods == 0,
-        )
+        .wait_workload_pods("raycluster-sq", 1, 0, Duration::from_secs(60))
         .await;
     eprintln!(
         "ledger after scale-down: admitted {} pending {} ({})",

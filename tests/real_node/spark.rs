@@ -172,9 +172,7 @@ fn ledger(s: &DynamicWorkloadStatus) -> String {
 #[tokio::test]
 async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_it_back() {
     let mut env = env_or_skip!("real-spark");
-    let _heavy = super::HEAVY.lock().await;
-    let node = real_node_name(&env).await;
-    sluice_in_cluster(&env).await;
+    let (_heavy, node) = super::heavy_start(&env).await;
     // 1 cpu: two executors of 500m. Another workload holds 500m: Spark gets one executor at first.
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     env.create_pod(pod("other", &queue, "500m")).await;
@@ -240,10 +238,7 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     );
 
     // The other workload ends: its quota goes to a waiting executor, which runs and registers.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     let s = env
         .wait_workload_status(
             &dwl,

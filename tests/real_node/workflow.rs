@@ -53,6 +53,21 @@ async fn step_account(env: &TestEnv) {
         .expect("create the step RoleBinding");
 }
 
+/// How a Workflow test starts: the real node there (its name returned), Argo installed, sluice
+/// in-cluster, [`super::HEAVY`] held (returned: held until the test ends), the steps' ServiceAccount.
+async fn start(env: &TestEnv) -> (tokio::sync::MutexGuard<'static, ()>, String) {
+    let node = real_node_name(env).await;
+    require_argo(
+        env,
+        "hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)",
+    )
+    .await;
+    sluice_in_cluster(env).await;
+    let heavy = super::HEAVY.lock().await;
+    step_account(env).await;
+    (heavy, node)
+}
+
 /// A busybox step on the real node running `script`, asking for 100m; its output parameter `out`
 /// is the file /tmp/out, which argoexec reads after the main container ends.
 fn step(name: &str, script: &str, inputs: &[&str]) -> Value {
@@ -112,14 +127,6 @@ fn workflow_task(name: &str, queue: &str, template: Value) -> Task {
         "metadata": {"name": name},
         "spec": {"executor": {"workflow": {"queue": queue, "template": template}}}}))
     .expect("task")
-}
-
-async fn workflow_pods(env: &TestEnv, workflow: &str) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels(&format!("workflows.argoproj.io/workflow={workflow}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
 }
 
 fn main_running(pod: &Pod) -> bool {
@@ -182,15 +189,7 @@ fn assert_ran_for_real(pod: &Pod, node: &str) {
 #[tokio::test]
 async fn a_workflow_task_runs_real_steps_behind_the_gate_and_returns_argoexecs_outputs() {
     let mut env = env_or_skip!("real-wf");
-    let node = real_node_name(&env).await;
-    require_argo(
-        &env,
-        "hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)",
-    )
-    .await;
-    sluice_in_cluster(&env).await;
-    let _heavy = super::HEAVY.lock().await;
-    step_account(&env).await;
+    let (_heavy, node) = start(&env).await;
     // Room for one 100m step at a time: of the two independent steps, one waits at the gate.
     let queue = env
         .queue("q", json!({"cpu": "100m"}), "BestEffortFIFO")
@@ -323,15 +322,7 @@ fn finished_at(pod: &Pod, container: &str) -> Option<jiff::Timestamp> {
 #[tokio::test]
 async fn killing_a_really_running_workflow_stays_killing_until_its_pods_are_gone() {
     let mut env = env_or_skip!("real-wf-kill");
-    real_node_name(&env).await;
-    require_argo(
-        &env,
-        "hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)",
-    )
-    .await;
-    sluice_in_cluster(&env).await;
-    let _heavy = super::HEAVY.lock().await;
-    step_account(&env).await;
+    let (_heavy, _node) = start(&env).await;
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     // A step that ignores SIGTERM (so does its `sleep`): its pod ends only when the kubelet kills
     // it after the grace period, 5 s, so a kill has a Killing phase that lasts.

@@ -158,6 +158,17 @@ where
     .await;
 }
 
+/// Waits until `api` lists an object that matches `params`; returns the first listed.
+pub async fn wait_first<K>(api: &Api<K>, params: &ListParams, what: &str, timeout: Duration) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(what, timeout, || async {
+        api.list(params).await.ok()?.items.into_iter().next()
+    })
+    .await
+}
+
 /// The test's [`TestEnv`], or return from the test when there is no cluster ([`cluster_or_skip`]):
 /// `let mut env = env_or_skip!("name");` stands for
 /// `let Some(mut env) = TestEnv::new_or_skip("name").await else { return };`.
@@ -295,6 +306,14 @@ impl TestEnv {
             .to_string()
     }
 
+    /// Deletes the pod `name` at once (no grace period), as a finished or evicted workload goes.
+    pub async fn delete_pod_now(&self, name: &str) {
+        self.pods()
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap_or_else(|e| panic!("delete pod {name}: {e}"));
+    }
+
     /// Creates `pods` all at once (concurrent requests), each as the API server returned it.
     pub async fn create_pods_at_once(&self, pods: impl IntoIterator<Item = Pod>) -> Vec<Pod> {
         futures::future::join_all(pods.into_iter().map(|pod| self.create_pod(pod))).await
@@ -377,6 +396,52 @@ impl TestEnv {
         let api = self.workloads();
         wait_for(what, timeout, || async {
             api.get(name).await.ok()?.status.filter(|s| ready(s))
+        })
+        .await
+    }
+
+    /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` is in `phase`.
+    pub async fn wait_workload_phase(
+        &self,
+        name: &str,
+        phase: sluice::api::WorkloadPhase,
+        timeout: Duration,
+    ) -> DynamicWorkloadStatus {
+        let what = format!("DynamicWorkload {name} to be {phase:?}");
+        self.wait_workload_status(name, &what, timeout, |s| s.phase == phase)
+            .await
+    }
+
+    /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` counts `admitted` admitted
+    /// and `pending` pending pods.
+    pub async fn wait_workload_pods(
+        &self,
+        name: &str,
+        admitted: i32,
+        pending: i32,
+        timeout: Duration,
+    ) -> DynamicWorkloadStatus {
+        let what = format!(
+            "DynamicWorkload {name} to count {admitted} admitted and {pending} pending pods"
+        );
+        self.wait_workload_status(name, &what, timeout, |s| {
+            s.admitted_pods == admitted && s.pending_pods == pending
+        })
+        .await
+    }
+
+    /// Waits until the ScavengerJob `name`'s status satisfies `ok` (`what` says what that is).
+    pub async fn wait_scavenger_status(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&sluice::api::ScavengerJobStatus) -> bool,
+    ) -> sluice::api::ScavengerJobStatus {
+        let api: Api<sluice::api::ScavengerJob> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        wait_for(&format!("ScavengerJob {name}: {what}"), timeout, || async {
+            api.get(name).await.ok()?.status.filter(|s| ok(s))
         })
         .await
     }

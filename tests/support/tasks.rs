@@ -114,6 +114,16 @@ pub fn workflows(env: &TestEnv) -> Api<DynamicObject> {
     )
 }
 
+/// The pods of the Argo Workflow `workflow` (none if they cannot be listed).
+pub async fn workflow_pods(env: &TestEnv, workflow: &str) -> Vec<Pod> {
+    let selector = format!("workflows.argoproj.io/workflow={workflow}");
+    env.pods()
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
 /// Fails unless Argo Workflows is installed; `how_to_start` says how to bring it up.
 pub async fn require_argo(env: &TestEnv, how_to_start: &str) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
