@@ -7,7 +7,8 @@
 # 500; 50 with QUICK=1), LARGE_MODES (default "nogate sluice kueue"), LARGE_KWOK_PARALLELISM (kwok's
 # workers, default 16: with its defaults, 4 lease and 1 pod-sync worker, kwok held 500 nodes to ~5 pod
 # status patches a second on 2026-11-25; the cluster is brought down first so kwok starts with it), WRITE, KEEP_CLUSTER=1,
-# NO_BUILD=1 (the binaries as they are: e2e_load and sluice's release build).
+# NO_BUILD=1 (the binaries as they are: e2e_load and sluice's release build), BENCH_SLUICE_BUILD=debug
+# and TOOLS_PROFILE=debug (debug builds: a smoke run of the script, figures not to quote).
 set -euo pipefail
 # shellcheck source=hack/bench/lib.sh
 source "$(dirname "$0")/lib.sh"   # $root (the working directory), $out, $quick and the helpers

@@ -13,6 +13,9 @@ bench_py="$root/hack/bench"
 quick="${quick:-${QUICK:-0}}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
+# BENCH_SLUICE_BUILD=debug: sluice's debug build instead of the release one (a smoke run of a script:
+# figures not to quote), as E2E_SLUICE_BUILD does for hack/bench.sh's e2e part.
+sluice_build=(--release-sluice); [[ ${BENCH_SLUICE_BUILD:-release} == debug ]] && sluice_build=()
 
 bench_begin() { # part what: $out/run-<part> says when, what ran, the load and which sluice; the part's old results go
   rm -f "$out/$1"-*
@@ -31,12 +34,12 @@ down_on_exit() { # the cluster goes down when the script ends, unless KEEP_CLUST
 
 bench_cluster_up() { # nodes [hack/cluster.sh up flags...]: the part's cluster with sluice's release build, its environment taken; down when the script ends unless KEEP_CLUSTER=1
   down_on_exit
-  hack/cluster.sh up --nodes "$1" --with-sluice --release-sluice "${no_build[@]}" "${@:2}" >&2
+  hack/cluster.sh up --nodes "$1" --with-sluice "${sluice_build[@]}" "${no_build[@]}" "${@:2}" >&2
   eval "$(hack/cluster.sh env)"
 }
 
 kueue_joins() { # nodes [hack/cluster.sh up flags...]: Kueue joins the cluster for its own runs (last: its controller watches every pod), its webhooks scoped
-  hack/cluster.sh up --nodes "$1" --with-sluice --release-sluice --with-kueue --no-build "${@:2}" >&2
+  hack/cluster.sh up --nodes "$1" --with-sluice "${sluice_build[@]}" --with-kueue --no-build "${@:2}" >&2
   scope_kueue_webhooks
 }
 

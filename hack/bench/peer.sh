@@ -7,7 +7,8 @@
 # PEER_SCALE (fraction of the suite's workload counts, default 1; 0.05 with QUICK=1), E2E_NODES
 # (default 100), PEER_MODES (default "sluice kueue"), PEER_TIMEOUT (seconds each run may take, default
 # 1800: a run stopped there reports how far it got), WRITE (1: write BENCHMARKS.md and bench/results.json),
-# KEEP_CLUSTER=1 (leave it up).
+# KEEP_CLUSTER=1 (leave it up), NO_BUILD=1, BENCH_SLUICE_BUILD=debug and TOOLS_PROFILE=debug (debug
+# builds: a smoke run of the script, figures not to quote).
 set -euo pipefail
 # shellcheck source=hack/bench/lib.sh
 source "$(dirname "$0")/lib.sh"   # $root (the working directory), $out, $quick and the helpers

@@ -7,7 +7,8 @@
 # on kwok). Ray: RayClusters scaled up; under Kueue elastic ones (kueue.x-k8s.io/elastic-job,
 # ElasticJobsViaWorkloadSlices, Beta and on by default in v0.19). Quota above demand.
 # Env: SHAPES_REPS (default 3; 1 with QUICK=1), SHAPES_APPS (default 40; 5 with QUICK=1), E2E_NODES,
-# WRITE (1: write the report), KEEP_CLUSTER=1.
+# WRITE (1: write the report), KEEP_CLUSTER=1, NO_BUILD=1, BENCH_SLUICE_BUILD=debug and TOOLS_PROFILE=debug
+# (debug builds: a smoke run of the script, figures not to quote).
 set -euo pipefail
 # shellcheck source=hack/bench/lib.sh
 source "$(dirname "$0")/lib.sh"   # $root (the working directory), $out, $quick and the helpers
