@@ -6,7 +6,7 @@ own keys of bench/results.json (read-modify-write right before writing; the othe
 usage: peers_report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import glob, json, os, statistics, sys
-from runs import api_requests, build_sections, machine, put_sections, run_of as run_in
+from runs import api_requests, build_sections, measured, put_sections, run_of as run_in
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 
 def load(name):
@@ -183,10 +183,8 @@ build = {"peer": peer_part, "shapes": shapes_part, "large": large_part}
 sections, stamps = build_sections(parts, build, out, "bench")
 
 def header(part):
-    r = run_of(part)
-    return (f"Measured {r['started_at']} by `{r['command']}` — {r['versions']}; machine: {machine()} "
-            f"(load average {' / '.join(r['load'])} "
-            f"when this part started; other work on the machine, if any, is said beside the table).")
+    return measured(out, part, lambda c: c, " (load average {load} when this part started; other work on the "
+                    "machine, if any, is said beside the table).")
 bm = os.path.join(root, "BENCHMARKS.md")
 doc = put_sections(open(bm).read(), sections, titles, header)
 print(json.dumps(results, indent=2))

@@ -7,7 +7,7 @@ parts' sections and keys stay as they are. Prints the sections it writes.
 usage: report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import json, os, re, sys
-from runs import api_requests, build_sections, machine, put_sections, run_of as run_in
+from runs import api_requests, build_sections, measured, put_sections, run_of as run_in
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 def load(name, lines=False):
     p = os.path.join(out, name)
@@ -379,10 +379,8 @@ if by_part:
 results.setdefault("measured_at", None)
 
 def header(part):
-    r = run_of(part)
-    return (f"Measured {r['started_at']} by `{('hack/bench.sh ' + r['command']).strip()}` — {r['versions']}; "
-            f"machine: {machine()}, "
-            f"shared with other work (load average {' / '.join(r['load'])} when this part started).")
+    return measured(out, part, lambda c: ("hack/bench.sh " + c).strip(),
+                    ", shared with other work (load average {load} when this part started).")
 bm = os.path.join(root, "BENCHMARKS.md")
 text = put_sections(open(bm).read() if os.path.exists(bm) else "# Benchmarks\n", sections, titles, header)
 if not write:

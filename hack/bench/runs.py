@@ -36,6 +36,15 @@ def machine():
     return f"{os.cpu_count()} cores, {gib} GiB"
 
 
+def measured(out, part, command, load_note):
+    """The paragraph above a part's table: when and by which command it was measured (`command`
+    of the command run-<part> records), which sluice, on which machine; then `load_note` with
+    {load}, the load average when the part started."""
+    r = run_of(out, part)
+    return (f"Measured {r['started_at']} by `{command(r['command'])}` — {r['versions']}; machine: {machine()}"
+            + load_note.format(load=" / ".join(r["load"])))
+
+
 def build_sections(parts, build, out, who):
     """Each part's (heading, body) from `build[part]()`, and when it was measured; a part without raw
     results in `out` is said on stderr (as `who`) and left out: its section and keys stay."""
