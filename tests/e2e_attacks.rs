@@ -35,8 +35,7 @@ async fn wait_admitted(env: &TestEnv, name: &str) -> Pod {
 /// fits the queue alone, so it is not refused as one that could never start: issue 31.)
 #[tokio::test]
 async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
-    let mut env = env_or_skip!("replay");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("replay", json!({"cpu": "2"}), "BestEffortFIFO");
     let small = env.create_pod(pod("small", &queue, "1")).await;
     let token = small
         .annotations()
@@ -72,8 +71,7 @@ async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
 /// once counted as negative usage and let 3 cpu into a 2-cpu queue.
 #[tokio::test]
 async fn a_pod_with_a_negative_cpu_request_is_refused_naming_the_field() {
-    let mut env = env_or_skip!("negative");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("negative", json!({"cpu": "2"}), "BestEffortFIFO");
     let message = env
         .refused(
             &pod("minus", &queue, "-1000"),
@@ -109,8 +107,7 @@ fn raycluster_with_worker_cpu(name: &str, queue: &str, worker_cpu: &str) -> Dyna
 /// reached the DynamicWorkload and its reservations.
 #[tokio::test]
 async fn a_raycluster_with_a_negative_worker_cpu_is_refused_naming_the_field() {
-    let mut env = env_or_skip!("ray-negative");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("ray-negative", json!({"cpu": "4"}), "BestEffortFIFO");
     let err = rayclusters(&env)
         .create(
             &PostParams::default(),
@@ -171,8 +168,7 @@ async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
 /// level and 100m in its container was admitted into a 2-cpu queue.
 #[tokio::test]
 async fn a_pod_level_cpu_request_counts_against_the_quota() {
-    let mut env = env_or_skip!("podlevel");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("podlevel", json!({"cpu": "2"}), "BestEffortFIFO");
     let pod_level = |name: &str, cpu: &str| {
         let mut p = pod(name, &queue, "100m");
         p.spec.as_mut().expect("spec").resources = Some(
@@ -208,8 +204,7 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
 /// Hole 5: in-place resize (`pods/resize`) grew admitted pods past the quota.
 #[tokio::test]
 async fn an_inplace_resize_growing_an_admitted_pod_is_refused_and_shrinking_is_allowed() {
-    let mut env = env_or_skip!("resize");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("resize", json!({"cpu": "2"}), "BestEffortFIFO");
     // Admitted but never scheduled (no node matches): the API server refuses resizes of pods
     // bound to kwok nodes on its own ("node without support for resize") before any webhook.
     let mut unscheduled = pod("p", &queue, "1");

@@ -14,10 +14,11 @@ use support::*;
 
 #[tokio::test]
 async fn quota_holds_and_ended_pods_give_it_back() {
-    let mut env = env_or_skip!("quota");
-    let queue = env
-        .queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO")
-        .await;
+    let (env, queue) = env_and_queue!(
+        "quota",
+        json!({"cpu": "4", "memory": "8Gi"}),
+        "BestEffortFIFO"
+    );
     for i in 0..10 {
         env.create_pod(pod(&format!("p{i}"), &queue, "1")).await;
     }
@@ -85,8 +86,7 @@ async fn quota_holds_and_ended_pods_give_it_back() {
 
 #[tokio::test]
 async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
-    let mut env = env_or_skip!("gang");
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("gang", json!({"cpu": "3"}), "BestEffortFIFO");
     // One pod holds 1 cpu: room for 2 more, the gang needs 3.
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -215,8 +215,7 @@ async fn a_higher_priority_workload_goes_first() {
 
 #[tokio::test]
 async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
-    let mut env = env_or_skip!("tamper");
-    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("tamper", json!({"cpu": "1"}), "BestEffortFIFO");
     env.create_pod(pod("holder", &queue, "1")).await;
     env.create_pod(pod("waiting", &queue, "1")).await;
     env.wait_queue_counts(&queue, 1, 1).await;
@@ -240,10 +239,8 @@ async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
 
     let relabel = json!({"metadata": {"labels": {"sluice.dev/queue": "elsewhere"}}});
     let err = env
-        .pods()
-        .patch("waiting", &PatchParams::default(), &Patch::Merge(&relabel))
-        .await
-        .expect_err("relabelling must be refused");
+        .patch_refused("waiting", &relabel, "relabelling must be refused")
+        .await;
     assert!(err.to_string().contains("sluice.dev/"), "{err}");
 
     // Other edits stay allowed.
@@ -291,8 +288,7 @@ fn admitted_at_creation(pod: &Pod) -> bool {
 
 #[tokio::test]
 async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_quota() {
-    let mut env = env_or_skip!("atcreation");
-    let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("atcreation", json!({"cpu": "5"}), "BestEffortFIFO");
 
     // Room and nobody waiting: the pod comes back from its creation without the gate.
     let first = env.create_pod(pod("first", &queue, "1")).await;
@@ -349,8 +345,7 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
 /// start): pods that cannot start leave the workload Admitted.
 #[tokio::test]
 async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
-    let mut env = env_or_skip!("settling");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("settling", json!({"cpu": "4"}), "BestEffortFIFO");
     let mut stuck = pod("stuck", &queue, "1");
     if let Some(spec) = stuck.spec.as_mut() {
         // No node has this label: admitted by sluice, never scheduled.
@@ -386,10 +381,7 @@ async fn a_burst_of_workloads_loses_no_status_and_the_pending_gauge_drains() {
         std::env::var("SLUICE_METRICS_ADDR").is_ok(),
         "SLUICE_METRICS_ADDR is not set: run through hack/test.sh, which sets it"
     );
-    let mut env = env_or_skip!("budget");
-    let queue = env
-        .queue("q", json!({"cpu": "100"}), "BestEffortFIFO")
-        .await;
+    let (env, queue) = env_and_queue!("budget", json!({"cpu": "100"}), "BestEffortFIFO");
     const WORKLOADS: usize = 60;
     env.create_pods_at_once((0..WORKLOADS).map(|i| pod(&format!("single-{i}"), &queue, "100m")))
         .await;

@@ -38,8 +38,7 @@ mod leader_and_ungate {
 
     #[tokio::test]
     async fn a_pod_recreated_under_the_same_name_is_not_ungated_by_its_predecessors_patch() {
-        let mut env = env_or_skip!("same-name");
-        let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+        let (env, queue) = env_and_queue!("same-name", json!({"cpu": "1"}), "BestEffortFIFO");
         env.create_pod(pod("holder", &queue, "1")).await;
         env.create_pod(pod("a", &queue, "1")).await;
         env.wait_queue_counts(&queue, 1, 1).await;

@@ -128,8 +128,7 @@ fn refused_by_outage(result: Result<(), String>, what: &str) {
 
 #[tokio::test]
 async fn during_an_outage_application_finalizers_and_metadata_can_be_edited_but_not_the_spec() {
-    let mut env = env_or_skip!("outage");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("outage", json!({"cpu": "2"}), "BestEffortFIFO");
     let clusters: Api<TaskCluster> = Api::namespaced(env.client.clone(), &env.namespace);
     // No worker is ever wanted (minWorkers 0, no Tasks): the object alone is what is edited.
     let cluster: TaskCluster = serde_json::from_value(json!({

@@ -42,8 +42,7 @@ async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
 
 #[tokio::test]
 async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
-    let mut env = env_or_skip!("ray");
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("ray", json!({"cpu": "3"}), "BestEffortFIFO");
     let api = rayclusters(&env);
 
     // A: head + 2 minimum workers = 3 cpu: admitted together.
@@ -112,8 +111,7 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
 
 #[tokio::test]
 async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
-    let mut env = env_or_skip!("ray-deny");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("ray-deny", json!({"cpu": "2"}), "BestEffortFIFO");
     let api = rayclusters(&env);
     // The queue cache of the webhook may lag the queue's creation by a moment: retry until it answers
     // about the quota rather than a missing queue.

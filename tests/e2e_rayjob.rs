@@ -153,8 +153,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
 #[tokio::test]
 async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
-    let mut env = env_or_skip!("rayjob-hostile");
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("rayjob-hostile", json!({"cpu": "3"}), "BestEffortFIFO");
     let rayjobs = rayjobs(&env);
     let create = |app: DynamicObject| {
         let rayjobs = rayjobs.clone();

@@ -535,14 +535,12 @@ async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
     // Labelling an ordinary running pod as a scavenger's afterwards is refused too.
     env.create_pod(ordinary_pod("plain", 100, None)).await;
     let e = env
-        .pods()
-        .patch(
+        .patch_refused(
             "plain",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}}})),
+            json!({"metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}}}),
+            "relabel",
         )
-        .await
-        .expect_err("relabel");
+        .await;
     assert!(e.to_string().contains("only sluice"), "{e}");
     env.cleanup().await;
 }

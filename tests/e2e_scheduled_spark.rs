@@ -76,8 +76,7 @@ async fn driver_of(env: &TestEnv, run: &str) -> String {
 
 #[tokio::test]
 async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
-    let mut env = env_or_skip!("sspark");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("sspark", json!({"cpu": "4"}), "BestEffortFIFO");
     let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
     sas.create(
         &PostParams::default(),
@@ -196,8 +195,7 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
 
 #[tokio::test]
 async fn a_schedule_whose_run_could_never_fit_is_refused_naming_the_field() {
-    let mut env = env_or_skip!("sspark-hostile");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("sspark-hostile", json!({"cpu": "2"}), "BestEffortFIFO");
     let schedules = scheduled_spark_applications(&env);
     let err = schedules
         .create(

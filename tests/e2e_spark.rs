@@ -81,8 +81,7 @@ async fn service_account(env: &TestEnv, name: &str) {
 
 #[tokio::test]
 async fn spark_dynamic_allocation_is_governed_and_bounded() {
-    let mut env = env_or_skip!("spark");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("spark", json!({"cpu": "4"}), "BestEffortFIFO");
     service_account(&env, "spark").await;
     // Another workload holds 1 cpu; Spark gets the other 3.
     env.create_pod(pod("other", &queue, "1")).await;
@@ -167,8 +166,7 @@ async fn wait_for_executors(env: &TestEnv, count: usize) {
 /// COMPLETED, its ledger says so and nothing is reserved for it any more.
 #[tokio::test]
 async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_driver_to_executors() {
-    let mut env = env_or_skip!("sparkapp");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("sparkapp", json!({"cpu": "4"}), "BestEffortFIFO");
     env.set_default_queue(&queue).await;
     service_account(&env, "spark").await;
     // 3 of the 4 cpu are taken: the application's gang (driver 1 + 1 minimum executor) must wait.

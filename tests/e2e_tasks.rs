@@ -170,8 +170,7 @@ fn pod_task(name: &str, queue: &str, extra: serde_json::Value) -> serde_json::Va
 
 #[tokio::test]
 async fn pod_executor_tasks_go_through_the_gate() {
-    let mut env = env_or_skip!("task-pod");
-    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-pod", json!({"cpu": "1"}), "BestEffortFIFO");
     create_task(&env, pod_task("first", &queue, json!({}))).await;
     wait_phase(&env, "first", TaskPhase::Running, T).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -204,8 +203,7 @@ async fn pod_executor_tasks_go_through_the_gate() {
 
 #[tokio::test]
 async fn kill_and_timeout_end_a_long_task() {
-    let mut env = env_or_skip!("task-kill");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-kill", json!({"cpu": "4"}), "BestEffortFIFO");
     create_task(&env, pod_task("long", &queue, json!({}))).await;
     create_task(&env, pod_task("timed", &queue, json!({"timeout": "3s"}))).await;
     wait_phase(&env, "long", TaskPhase::Running, T).await;
@@ -228,8 +226,7 @@ async fn kill_and_timeout_end_a_long_task() {
 
 #[tokio::test]
 async fn task_cluster_admits_only_what_the_queue_allows_and_runs_every_task_in_order() {
-    let mut env = env_or_skip!("task-cluster");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-cluster", json!({"cpu": "2"}), "BestEffortFIFO");
     let clusters: Api<TaskCluster> = Api::namespaced(env.client.clone(), &env.namespace);
     create_pool(
         &env,

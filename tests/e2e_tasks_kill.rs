@@ -154,8 +154,7 @@ async fn resource_kill_timeout_and_deletion() {
 
 #[tokio::test]
 async fn pod_deleted_from_outside_ends_the_task_killed() {
-    let mut env = env_or_skip!("task-pod-del");
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-pod-del", json!({"cpu": "2"}), "BestEffortFIFO");
     create_task(
         &env,
         json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "Task", "metadata": {"name": "victim"},
@@ -203,8 +202,7 @@ async fn worker_of(env: &TestEnv, name: &str) -> String {
 
 #[tokio::test]
 async fn container_kill_timeout_and_worker_deletion() {
-    let mut env = env_or_skip!("task-ctr-kill");
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-ctr-kill", json!({"cpu": "4"}), "BestEffortFIFO");
     create_pool(
         &env,
         &queue,

@@ -402,21 +402,8 @@ async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events(
 #[tokio::test]
 async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
     let mut env = env_or_skip!("why-preempt");
-    use k8s_openapi::api::scheduling::v1::PriorityClass;
-    let classes: Api<PriorityClass> = Api::all(env.client.clone());
-    let (low, high) = (
-        format!("{}-low", env.namespace),
-        format!("{}-high", env.namespace),
-    );
-    for (name, value) in [(&low, 10), (&high, 1000)] {
-        let class: PriorityClass =
-            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))
-                .expect("class");
-        classes
-            .create(&PostParams::default(), &class)
-            .await
-            .expect("create PriorityClass");
-    }
+    let classes = Priorities::create(&env, &[("low", 10), ("high", 1000)]).await;
+    let (low, high) = (classes.name("low"), classes.name("high"));
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
     create_job(&env, json!({
         "metadata": {"name": "low", "labels": {"sluice.dev/queue": queue}},
@@ -437,8 +424,6 @@ async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
         "the preemptor is not named: {note}"
     );
     assert!(note.contains(&format!("queue {queue}")), "{note}");
-    for name in [&low, &high] {
-        let _ = classes.delete(name, &Default::default()).await;
-    }
+    drop(classes);
     env.cleanup().await;
 }

@@ -270,7 +270,6 @@ async fn sluice_in_cluster(env: &TestEnv) {
     .await;
     kubectl(&["apply", "-f", install.to_str().expect("path")]).await;
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "sluice-system");
-    let sluice_pods: Api<Pod> = Api::namespaced(env.client.clone(), "sluice-system");
     let on_real_node = json!({"spec": {"template": {"spec": {
         "nodeSelector": {NODE_LABEL.0: NODE_LABEL.1},
         "tolerations": [{"key": NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
@@ -283,29 +282,14 @@ async fn sluice_in_cluster(env: &TestEnv) {
         )
         .await
         .expect("put sluice on the real node");
-    wait_for(
+    // (The status of the generation before the patch, pods on kwok nodes "ready" at once, does not
+    // count.)
+    wait_sluice_rolled_out(
+        env,
+        "sluice-system",
         "sluice's two replicas to be ready on the real node",
         Duration::from_secs(180),
-        || async {
-            let d = deployments.get("sluice").await.ok()?;
-            let generation = d.metadata.generation?;
-            let s = d.status?;
-            // The status of the generation before the patch (pods on kwok nodes, "ready" at once)
-            // must not count, nor old pods still on their way out.
-            let rolled_out = s.observed_generation? >= generation
-                && s.updated_replicas? == 2
-                && s.ready_replicas? == 2
-                && s.replicas? == 2;
-            let pods = sluice_pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
-                .await
-                .ok()?
-                .items;
-            let all_on_real_node = pods.iter().all(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
-            });
-            (rolled_out && pods.len() == 2 && all_on_real_node).then_some(())
-        },
+        |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()),
     )
     .await;
     *deployed = true;

@@ -203,34 +203,14 @@ async fn uninstall(method: Method) -> String {
 
 /// Waits until the Deployment runs `replicas` ready pods of `image`, all on the real node.
 async fn wait_rolled_out(env: &TestEnv, image: &str) {
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
-    wait_for(
-        &format!("sluice's two replicas of {image} to be ready on the real node"),
-        Duration::from_secs(300),
-        || async {
-            let d = deployments.get("sluice").await.ok()?;
-            let generation = d.metadata.generation?;
-            let s = d.status?;
-            let done = s.observed_generation? >= generation
-                && s.updated_replicas? == 2
-                && s.ready_replicas? == 2
-                && s.replicas? == 2;
-            let list = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
-                .await
-                .ok()?
-                .items;
-            let right = list.iter().all(|p| {
-                p.spec.as_ref().is_some_and(|s| {
-                    s.node_selector.as_ref().is_some_and(|n| {
-                        n.get(NODE_SELECTOR.0).map(String::as_str) == Some(NODE_SELECTOR.1)
-                    }) && s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
-                })
-            });
-            (done && list.len() == 2 && right).then_some(())
-        },
-    )
+    let what = format!("sluice's two replicas of {image} to be ready on the real node");
+    wait_sluice_rolled_out(env, NAMESPACE, &what, Duration::from_secs(300), |p| {
+        p.spec.as_ref().is_some_and(|s| {
+            s.node_selector.as_ref().is_some_and(|n| {
+                n.get(NODE_SELECTOR.0).map(String::as_str) == Some(NODE_SELECTOR.1)
+            }) && s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
+        })
+    })
     .await;
 }
 

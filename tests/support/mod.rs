@@ -158,6 +158,37 @@ where
     .await;
 }
 
+/// Waits until sluice's Deployment in `namespace` (installed in-cluster) has rolled out its two
+/// replicas, the current generation all updated and ready (the status of the generation before a
+/// patch does not count, nor old pods on their way out), and `placed` holds for each of its pods.
+pub async fn wait_sluice_rolled_out(
+    env: &TestEnv,
+    namespace: &str,
+    what: &str,
+    timeout: Duration,
+    placed: impl Fn(&Pod) -> bool,
+) {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), namespace);
+    wait_for(what, timeout, || async {
+        let d = deployments.get("sluice").await.ok()?;
+        let generation = d.metadata.generation?;
+        let s = d.status?;
+        let rolled_out = s.observed_generation? >= generation
+            && s.updated_replicas? == 2
+            && s.ready_replicas? == 2
+            && s.replicas? == 2;
+        let list = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
+            .await
+            .ok()?
+            .items;
+        (rolled_out && list.len() == 2 && list.iter().all(&placed)).then_some(())
+    })
+    .await;
+}
+
 /// Waits until `api` lists an object that matches `params`; returns the first listed.
 pub async fn wait_first<K>(api: &Api<K>, params: &ListParams, what: &str, timeout: Duration) -> K
 where
@@ -183,6 +214,19 @@ macro_rules! env_or_skip {
 }
 #[allow(unused_imports)]
 pub(crate) use env_or_skip;
+
+/// `env_or_skip!(prefix)` and the test's CapacityQueue `q` with `quota` and `strategy`
+/// ([`TestEnv::queue`]): `let (mut env, queue) = env_and_queue!("name", json!({"cpu": "2"}), "StrictFIFO");`.
+#[allow(unused_macros)]
+macro_rules! env_and_queue {
+    ($prefix:expr, $quota:expr, $strategy:expr) => {{
+        let mut env = env_or_skip!($prefix);
+        let queue = env.queue("q", $quota, $strategy).await;
+        (env, queue)
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use env_and_queue;
 
 pub struct TestEnv {
     pub client: Client,
@@ -312,6 +356,21 @@ impl TestEnv {
             .delete(name, &DeleteParams::default().grace_period(0))
             .await
             .unwrap_or_else(|e| panic!("delete pod {name}: {e}"));
+    }
+
+    /// Applies the merge patch `patch` to the pod `name`, which must be refused, and returns what
+    /// the refusal says; `why` says why it must be refused.
+    pub async fn patch_refused(
+        &self,
+        name: &str,
+        patch: impl serde::Serialize + std::fmt::Debug,
+        why: &str,
+    ) -> String {
+        self.pods()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect_err(why)
+            .to_string()
     }
 
     /// Creates `pods` all at once (concurrent requests), each as the API server returned it.
