@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sluice::api::CapacityQueue;
 
 use super::support::*;
-use super::{NODE_LABEL, NODE_TAINT, real_node_name, sluice_in_cluster};
+use super::{NODE_LABEL, NODE_TAINT};
 
 /// hack/images/images.sh: sluice.local/ray:<RAY_VERSION of hack/versions.sh>.
 const RAY_IMAGE: &str = "sluice.local/ray:2.52.0";

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use serde_json::{Value, json};
-use sluice::api::{SCAVENGER_JOB_LABEL, ScavengerJob, ScavengerJobStatus, ScavengerPhase};
+use sluice::api::{SCAVENGER_JOB_LABEL, ScavengerJob, ScavengerPhase};
 
 use super::support::*;
 use super::{BUSYBOX, NODE_LABEL, NODE_TAINT, RUN_TIMEOUT, real_node_name, sluice_in_cluster};

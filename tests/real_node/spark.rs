@@ -13,12 +13,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use serde_json::json;
 use sluice::api::{CapacityQueue, DynamicWorkloadStatus};
 
 use super::support::*;
-use super::{NODE_LABEL, NODE_TAINT, real_node_name, sluice_in_cluster};
+use super::{NODE_LABEL, NODE_TAINT};
 
 /// hack/images/images.sh: sluice.local/spark:<pyspark version> (hack/versions.sh PYSPARK_VERSION).
 const SPARK_IMAGE: &str = "sluice.local/spark:4.0.4";
