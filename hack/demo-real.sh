@@ -6,9 +6,9 @@
 # pending) as quota frees, the computed results, the quota given back. Holds
 # /tmp/sluice-real-node.lock while the real node is up (one per machine) and brings it down at the end.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+# shellcheck source=hack/lib/script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/script.sh"   # ROOT (the working directory), usage_if_asked
+usage_if_asked "$0" "$@"
 ((EUID == 0)) || { echo "demo-real.sh: the real node needs root" >&2; exit 1; }
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 

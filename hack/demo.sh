@@ -4,9 +4,9 @@
 # operator, a SparkApplication through the real Spark operator), shows the queue, ends pods and shows
 # the waiting ones being admitted. The cluster stays up afterwards: hack/cluster.sh down removes it.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+# shellcheck source=hack/lib/script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/script.sh"   # ROOT (the working directory), usage_if_asked
+usage_if_asked "$0" "$@"
 
 hack/cluster.sh up --with-sluice --with-kuberay --with-spark-operator
 eval "$(hack/cluster.sh env)"

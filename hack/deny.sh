@@ -11,10 +11,8 @@
 # on GitHub that this machine cannot reach, and no package registry serves it. With
 # SLUICE_DENY_ADVISORIES=1 (where GitHub is reachable) they are checked too.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
 # shellcheck source=hack/lib/cargo-tools.sh
-source "$ROOT/hack/lib/cargo-tools.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cargo-tools.sh"   # ROOT (the working directory), usage_if_asked
 usage_if_asked "$0" "$@"
 CARGO_DENY_VERSION=0.20.2
 ensure_cargo_tool deny.sh cargo-deny "cargo-deny $CARGO_DENY_VERSION" cargo-deny "$CARGO_DENY_VERSION"

@@ -13,10 +13,8 @@
 # it. Links, the commands in the book and the generated reference are checked by
 # `cargo test --test docs` (docs/src/development/docs.md says what is and is not executed).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
 # shellcheck source=hack/lib/cargo-tools.sh
-source "$ROOT/hack/lib/cargo-tools.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cargo-tools.sh"   # ROOT (the working directory), usage_if_asked
 usage_if_asked "$0" "$@"
 MDBOOK_VERSION=0.5.4
 die() { echo "docs.sh: $*" >&2; exit 1; }

@@ -20,10 +20,8 @@
 # $SLUICE_CACHE/cargo-tools, the build goes to $SLUICE_CACHE/fuzz-target, new corpus entries to
 # $SLUICE_CACHE/fuzz-corpus.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
 # shellcheck source=hack/lib/cargo-tools.sh
-source "$ROOT/hack/lib/cargo-tools.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cargo-tools.sh"   # ROOT (the working directory), usage_if_asked
 usage_if_asked "$0" "$@"
 CARGO_FUZZ_VERSION=0.13.2
 export CARGO_TARGET_DIR=$CACHE/fuzz-target

@@ -18,12 +18,9 @@
 # network. The Dockerfile's target/ cache mount stays in buildah's cache between builds, so a second
 # build recompiles only sluice's own crates. Prints the archive's path on stdout.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-  exit 0
-fi
+# shellcheck source=hack/lib/script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/script.sh"   # ROOT (the working directory), usage_if_asked
+usage_if_asked "$0" "$@"
 # shellcheck source=hack/versions.sh
 source "$ROOT/hack/versions.sh"
 CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}

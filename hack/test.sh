@@ -30,12 +30,9 @@
 #   CARGO_TARGET_DIR           cargo's target directory (default target/ of the repository)
 # Exits with cargo test's status (or the cluster's, if it could not come up).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
-  exit 0
-fi
+# shellcheck source=hack/lib/script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/script.sh"   # ROOT (the working directory), usage_if_asked
+usage_if_asked "$0" "$@"
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH (install Rust with rustup: ~/.cargo/bin)" >&2; exit 1; }
 read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay --with-spark-operator --with-argo}"
@@ -90,35 +87,28 @@ if [[ " $* " == *" --test real_node_install "* || " $* " == *" --test=real_node_
   exit 0
 fi
 
-# Prometheus (promtool and the server) for the monitoring tests: Debian's package at the pinned
-# version, installed when missing (root); the tests then require it rather than skip.
-ensure_prometheus() {
+# A Debian package the tests need, at its pinned version (hack/versions.sh), installed when one of
+# its programs is missing (as root, apt-get; first time only); the tests then require it rather
+# than skip. Args: package, version variable of hack/versions.sh, what needs it, programs...
+ensure_deb() {
+  local package=$1 version_var=$2 needed_by=$3 program missing=0
   # shellcheck source=hack/versions.sh
   source "$ROOT/hack/versions.sh"
-  if [[ ! -x /usr/bin/prometheus || ! -x /usr/bin/promtool ]]; then
+  local version=${!version_var}
+  for program in "${@:4}"; do [[ -x $program ]] || missing=1; done
+  if ((missing)); then
     ((EUID == 0)) && command -v apt-get >/dev/null \
-      || { echo "test.sh: the monitoring tests need Prometheus (Debian: apt-get install prometheus=$PROMETHEUS_DEB_VERSION)" >&2; exit 1; }
-    echo "test.sh: installing prometheus $PROMETHEUS_DEB_VERSION (apt-get, first time only)" >&2
+      || { echo "test.sh: $needed_by need $package (Debian: apt-get install $package=$version)" >&2; exit 1; }
+    echo "test.sh: installing $package $version (apt-get, first time only)" >&2
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "prometheus=$PROMETHEUS_DEB_VERSION"; } >&2 || { echo "test.sh: apt-get install prometheus failed" >&2; exit 1; }
+        "$package=$version"; } >&2 || { echo "test.sh: apt-get install $package failed" >&2; exit 1; }
   fi
-  export SLUICE_REQUIRE_PROMTOOL=1
 }
-ensure_prometheus
-
-ensure_chromium() {
-  # shellcheck source=hack/versions.sh
-  source "$ROOT/hack/versions.sh"
-  if [[ ! -x /usr/bin/chromium ]]; then
-    ((EUID == 0)) && command -v apt-get >/dev/null \
-      || { echo "test.sh: the dashboard's browser tests need Chromium (Debian: apt-get install chromium=$CHROMIUM_DEB_VERSION)" >&2; exit 1; }
-    echo "test.sh: installing chromium $CHROMIUM_DEB_VERSION (apt-get, first time only)" >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "chromium=$CHROMIUM_DEB_VERSION"; } >&2 || { echo "test.sh: apt-get install chromium failed" >&2; exit 1; }
-  fi
-  export SLUICE_REQUIRE_CHROMIUM=1
-}
-ensure_chromium
+# Prometheus (promtool and the server) for the monitoring tests; Chromium for the dashboard's.
+ensure_deb prometheus PROMETHEUS_DEB_VERSION "the monitoring tests" /usr/bin/prometheus /usr/bin/promtool
+export SLUICE_REQUIRE_PROMTOOL=1
+ensure_deb chromium CHROMIUM_DEB_VERSION "the dashboard's browser tests" /usr/bin/chromium
+export SLUICE_REQUIRE_CHROMIUM=1
 
 # The project's own rules first (a full run: what CI runs): formatted, and clippy clean.
 if (($# == 0)) && [[ ${SLUICE_TEST_LINT:-1} != 0 ]]; then

@@ -45,9 +45,7 @@ async fn has_crd(client: &Client, name: &str) -> bool {
 
 #[tokio::test]
 async fn a_deployment_runs_on_kwok_nodes() {
-    let Some(env) = TestEnv::new_or_skip("smoke-deploy").await else {
-        return;
-    };
+    let env = env_or_skip!("smoke-deploy");
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), &env.namespace);
     let d: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},
@@ -91,9 +89,7 @@ async fn a_deployment_runs_on_kwok_nodes() {
 
 #[tokio::test]
 async fn a_gated_pod_waits_until_its_gate_is_removed() {
-    let Some(env) = TestEnv::new_or_skip("smoke-gate").await else {
-        return;
-    };
+    let env = env_or_skip!("smoke-gate");
     let p: Pod = serde_json::from_value(json!({
         "metadata": {"name": "gated"},
         "spec": {"schedulingGates": [{"name": "example.com/hold"}], "containers": [{"name": "c", "image": "busybox"}]},
@@ -141,9 +137,7 @@ async fn a_gated_pod_waits_until_its_gate_is_removed() {
 
 #[tokio::test]
 async fn pods_are_ended_on_purpose_by_annotation() {
-    let Some(env) = TestEnv::new_or_skip("smoke-end").await else {
-        return;
-    };
+    let env = env_or_skip!("smoke-end");
     for name in ["ok", "bad"] {
         let p: Pod = serde_json::from_value(
             json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
@@ -190,33 +184,18 @@ async fn pods_are_ended_on_purpose_by_annotation() {
 
 #[tokio::test]
 async fn kuberay_reconciles_a_raycluster_into_a_head_pod() {
-    let Some(env) = TestEnv::new_or_skip("smoke-ray").await else {
-        return;
-    };
+    let env = env_or_skip!("smoke-ray");
     assert!(
         has_crd(&env.client, "rayclusters.ray.io").await,
         "the RayCluster CRD is missing: run the tests with hack/test.sh (it starts the cluster with --with-kuberay)"
     );
-    let clusters = dynamic(
-        &env.client,
-        Some(&env.namespace),
-        ("ray.io", "v1", "RayCluster"),
-        "rayclusters",
+    let clusters = rayclusters(&env);
+    let container = |name: &str| ray_container(name, "1", "2Gi");
+    let rc = raycluster(
+        "smoke",
+        None,
+        raycluster_spec([1, 1, 3], container, json!({})),
     );
-    let container = |name: &str| {
-        json!({"name": name, "image": "rayproject/ray:2.41.0",
-               "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}})
-    };
-    let rc: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": "smoke"},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 3, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster");
     clusters
         .create(&PostParams::default(), &rc)
         .await
@@ -240,9 +219,7 @@ async fn kuberay_reconciles_a_raycluster_into_a_head_pod() {
 /// operator runs spark-submit on the host, which creates the driver pod.
 #[tokio::test]
 async fn the_spark_operator_submits_a_driver_pod() {
-    let Some(env) = TestEnv::new_or_skip("smoke-spark").await else {
-        return;
-    };
+    let env = env_or_skip!("smoke-spark");
     if !has_crd(&env.client, "sparkapplications.sparkoperator.k8s.io").await {
         eprintln!(
             "skipped: no Spark operator in this cluster (hack/cluster.sh up --with-spark-operator)"
@@ -250,25 +227,15 @@ async fn the_spark_operator_submits_a_driver_pod() {
         env.cleanup().await;
         return;
     }
-    let apps = dynamic(
-        &env.client,
-        Some(&env.namespace),
-        ("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
-        "sparkapplications",
+    let apps = spark_applications(&env);
+    let app = spark_application(
+        "pi",
+        None,
+        spark_pi(
+            json!({"serviceAccount": "default"}),
+            json!({"instances": 1}),
+        ),
     );
-    let app: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "pi"},
-        "spec": {
-            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-            "image": "docker.io/apache/spark:4.0.4",
-            "mainClass": "org.apache.spark.examples.SparkPi",
-            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-            "driver": {"cores": 1, "memory": "512m", "serviceAccount": "default"},
-            "executor": {"instances": 1, "cores": 1, "memory": "512m"},
-        },
-    }))
-    .expect("SparkApplication");
     apps.create(&PostParams::default(), &app)
         .await
         .expect("create SparkApplication");
@@ -320,9 +287,7 @@ async fn the_spark_operator_submits_a_driver_pod() {
 /// admitted, runs on kwok nodes and completes.
 #[tokio::test]
 async fn kueue_admits_a_job() {
-    let Some(env) = TestEnv::new_or_skip("smoke-kueue").await else {
-        return;
-    };
+    let env = env_or_skip!("smoke-kueue");
     if !has_crd(&env.client, "clusterqueues.kueue.x-k8s.io").await {
         eprintln!("skipped: no Kueue in this cluster (hack/cluster.sh up --with-kueue)");
         env.cleanup().await;

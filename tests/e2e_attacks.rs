@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
 
@@ -36,10 +35,7 @@ async fn wait_admitted(env: &TestEnv, name: &str) -> Pod {
 /// fits the queue alone, so it is not refused as one that could never start: issue 31.)
 #[tokio::test]
 async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
-    let Some(mut env) = TestEnv::new_or_skip("replay").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("replay", json!({"cpu": "2"}), "BestEffortFIFO");
     let small = env.create_pod(pod("small", &queue, "1")).await;
     let token = small
         .annotations()
@@ -75,16 +71,13 @@ async fn big_pods_replaying_an_admission_token_are_gated_and_the_quota_holds() {
 /// once counted as negative usage and let 3 cpu into a 2-cpu queue.
 #[tokio::test]
 async fn a_pod_with_a_negative_cpu_request_is_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("negative").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &pod("minus", &queue, "-1000"))
-        .await
-        .expect_err("a negative request is refused");
-    let message = err.to_string();
+    let (env, queue) = env_and_queue!("negative", json!({"cpu": "2"}), "BestEffortFIFO");
+    let message = env
+        .refused(
+            &pod("minus", &queue, "-1000"),
+            "a negative request is refused",
+        )
+        .await;
     assert!(
         message.contains("spec.containers[0].resources.requests.cpu")
             && message.contains("negative"),
@@ -99,38 +92,27 @@ async fn a_pod_with_a_negative_cpu_request_is_refused_naming_the_field() {
     env.cleanup().await;
 }
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn raycluster(name: &str, queue: &str, worker_cpu: &str) -> DynamicObject {
-    let container = |n: &str, cpu: &str| json!({"name": n, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head", "1")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 4, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker", worker_cpu)]}}}],
-        },
-    }))
-    .expect("raycluster")
+/// A RayCluster in `queue`: a 1-cpu head, one worker of `worker_cpu`.
+fn raycluster_with_worker_cpu(name: &str, queue: &str, worker_cpu: &str) -> DynamicObject {
+    let container =
+        |n: &str| ray_container(n, if n == "ray-worker" { worker_cpu } else { "1" }, "1Gi");
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([1, 1, 4], container, json!({})),
+    )
 }
 
 /// Hole 2: application templates are never validated as pods, so a negative worker request
 /// reached the DynamicWorkload and its reservations.
 #[tokio::test]
 async fn a_raycluster_with_a_negative_worker_cpu_is_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("ray-negative").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("ray-negative", json!({"cpu": "4"}), "BestEffortFIFO");
     let err = rayclusters(&env)
-        .create(&PostParams::default(), &raycluster("minus", &queue, "-8"))
+        .create(
+            &PostParams::default(),
+            &raycluster_with_worker_cpu("minus", &queue, "-8"),
+        )
         .await
         .expect_err("a negative template request is refused");
     let message = err.to_string();
@@ -145,9 +127,7 @@ async fn a_raycluster_with_a_negative_worker_cpu_is_refused_naming_the_field() {
 /// no fit check.
 #[tokio::test]
 async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
-    let Some(mut env) = TestEnv::new_or_skip("relabel").await else {
-        return;
-    };
+    let mut env = env_or_skip!("relabel");
     let home = env
         .queue("home", json!({"cpu": "4"}), "BestEffortFIFO")
         .await;
@@ -155,9 +135,12 @@ async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
         .queue("tiny", json!({"cpu": "1"}), "BestEffortFIFO")
         .await;
     let api = rayclusters(&env);
-    api.create(&PostParams::default(), &raycluster("rc", &home, "1"))
-        .await
-        .expect("create raycluster");
+    api.create(
+        &PostParams::default(),
+        &raycluster_with_worker_cpu("rc", &home, "1"),
+    )
+    .await
+    .expect("create raycluster");
     env.wait_queue_counts(&home, 0, 2).await;
     let patch = json!({"metadata": {"labels": {"sluice.dev/queue": tiny}}});
     let err = api
@@ -185,10 +168,7 @@ async fn relabelling_a_running_raycluster_into_another_queue_is_refused() {
 /// level and 100m in its container was admitted into a 2-cpu queue.
 #[tokio::test]
 async fn a_pod_level_cpu_request_counts_against_the_quota() {
-    let Some(mut env) = TestEnv::new_or_skip("podlevel").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("podlevel", json!({"cpu": "2"}), "BestEffortFIFO");
     let pod_level = |name: &str, cpu: &str| {
         let mut p = pod(name, &queue, "100m");
         p.spec.as_mut().expect("spec").resources = Some(
@@ -199,11 +179,12 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
     };
     // Counted at 8 cpu, not 100m: more than the queue could ever give, refused with the numbers.
     let err = env
-        .pods()
-        .create(&PostParams::default(), &pod_level("huge", "8"))
-        .await
-        .expect_err("8 cpu in a 2-cpu queue could never start");
-    assert!(err.to_string().contains("needs 8 cpu"), "{err}");
+        .refused(
+            &pod_level("huge", "8"),
+            "8 cpu in a 2-cpu queue could never start",
+        )
+        .await;
+    assert!(err.contains("needs 8 cpu"), "{err}");
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let created = env.create_pod(pod_level("pod-level", "2")).await;
@@ -223,10 +204,7 @@ async fn a_pod_level_cpu_request_counts_against_the_quota() {
 /// Hole 5: in-place resize (`pods/resize`) grew admitted pods past the quota.
 #[tokio::test]
 async fn an_inplace_resize_growing_an_admitted_pod_is_refused_and_shrinking_is_allowed() {
-    let Some(mut env) = TestEnv::new_or_skip("resize").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("resize", json!({"cpu": "2"}), "BestEffortFIFO");
     // Admitted but never scheduled (no node matches): the API server refuses resizes of pods
     // bound to kwok nodes on its own ("node without support for resize") before any webhook.
     let mut unscheduled = pod("p", &queue, "1");

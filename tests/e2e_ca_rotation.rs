@@ -148,12 +148,7 @@ struct Record {
 
 #[tokio::test]
 async fn a_ca_rotation_refuses_no_creation_and_ends_with_the_new_ca_alone() {
-    let Some(mut env) = TestEnv::new_or_skip("ca-rotation").await else {
-        return;
-    };
-    let queue = env
-        .queue("q", json!({"cpu": "1000"}), "BestEffortFIFO")
-        .await;
+    let (env, queue) = env_and_queue!("ca-rotation", json!({"cpu": "1000"}), "BestEffortFIFO");
     let client = env.client.clone();
 
     stop_sluice();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 use sluice::api::CapacityQueue;
 use support::*;
@@ -141,9 +141,7 @@ fn in_gang(pod: Pod, workload: &str, min_count: i32) -> Pod {
 
 #[tokio::test]
 async fn a_lender_reclaims_only_what_was_borrowed_and_limits_hold() {
-    let Some(mut env) = TestEnv::new_or_skip("cohort-reclaim").await else {
-        return;
-    };
+    let mut env = env_or_skip!("cohort-reclaim");
     let cohort = env.namespace.clone();
     // a: 2 cpu, may borrow 3 more; b: 4 cpu, lends 3 of them (keeps 1 whatever happens).
     let a = cohort_queue(
@@ -242,9 +240,7 @@ async fn a_lender_reclaims_only_what_was_borrowed_and_limits_hold() {
 
 #[tokio::test]
 async fn fair_sharing_serves_two_borrowers_in_turn() {
-    let Some(mut env) = TestEnv::new_or_skip("cohort-fair").await else {
-        return;
-    };
+    let mut env = env_or_skip!("cohort-fair");
     let cohort = env.namespace.clone();
     // a and b keep their one core each (they lend nothing): only the lender's 4 are shared.
     let keep = json!({"lendingLimit": {"cpu": "0"}});
@@ -298,9 +294,7 @@ fn sluice_queue(args: &[&str]) -> String {
 
 #[tokio::test]
 async fn positions_follow_admissions_and_deletions() {
-    let Some(mut env) = TestEnv::new_or_skip("positions").await else {
-        return;
-    };
+    let mut env = env_or_skip!("positions");
     let q = env
         .queue_with_spec(
             "q",
@@ -363,10 +357,7 @@ async fn positions_follow_admissions_and_deletions() {
         row.contains("cpu=1") && row.contains("needs 1 cpu more"),
         "{row}"
     );
-    env.pods()
-        .delete("p2", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete p2");
+    env.delete_pod_now("p2").await;
     positions(vec![("p1", Some(1)), ("p3", Some(2))]).await;
     end_pod(&env.pods(), "p0", "Succeeded").await;
     positions(vec![("p1", None), ("p3", Some(1))]).await;
@@ -376,9 +367,7 @@ async fn positions_follow_admissions_and_deletions() {
 
 #[tokio::test]
 async fn hostile_cohort_settings_are_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("cohort-hostile").await else {
-        return;
-    };
+    let mut env = env_or_skip!("cohort-hostile");
     let api: Api<CapacityQueue> = Api::all(env.client.clone());
     // A cohort name that is no DNS label is refused by the API server (the CRD's rule).
     for bad in [
@@ -438,9 +427,7 @@ fn unschedulable(pod: Pod) -> Pod {
 
 #[tokio::test]
 async fn an_admitted_pod_no_node_takes_gives_its_quota_back_then_fails_past_the_limit() {
-    let Some(mut env) = TestEnv::new_or_skip("pods-ready").await else {
-        return;
-    };
+    let mut env = env_or_skip!("pods-ready");
     let q = env
         .queue_with_spec(
             "q",
@@ -496,9 +483,7 @@ async fn an_admitted_pod_no_node_takes_gives_its_quota_back_then_fails_past_the_
     // other ends: stuck's next pod is admitted, not taken either, and past the limit it fails.
     end_pod(&env.pods(), "other", "Succeeded").await;
     let status = env
-        .wait_workload_status("stuck", "stuck to be Failed", TIMEOUT, |s| {
-            s.phase == sluice::api::WorkloadPhase::Failed
-        })
+        .wait_workload_phase("stuck", sluice::api::WorkloadPhase::Failed, TIMEOUT)
         .await;
     assert!(status.requeue_count >= 2, "{status:?}");
     assert!(

@@ -375,10 +375,8 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
         )
         .await;
     let text = operator
-        .eval("document.getElementById('view-workload').innerText")
-        .await
-        .unwrap_or_default();
-    let text = text.as_str().unwrap_or_default();
+        .text("document.getElementById('view-workload')")
+        .await;
     assert!(
         !text.contains("Forged") && !text.contains("secret-b"),
         "an event of another namespace about the workload is shown:\n{text}"
@@ -418,11 +416,7 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
     log_in(&mut viewer, &viewer_token).await;
     for view in ["#queues", "#waiting", "#preemptions", "#history"] {
         show(&mut viewer, view).await;
-        let text = viewer
-            .eval("document.body.innerText")
-            .await
-            .unwrap_or_default();
-        let text = text.as_str().unwrap_or_default();
+        let text = viewer.text("document.body").await;
         assert!(
             !text.contains(&ns_b) && !text.contains("secret-b"),
             "{view} shows namespace B:\n{text}"
@@ -449,11 +443,7 @@ async fn the_dashboard_shows_queues_waiting_work_and_preemptions_per_tenant() {
             r#"document.querySelector('[data-testid=events] tr[data-reason="Admitted"]') !== null"#,
         )
         .await;
-    let text = viewer
-        .eval("document.body.innerText")
-        .await
-        .unwrap_or_default();
-    let text = text.as_str().unwrap_or_default();
+    let text = viewer.text("document.body").await;
     assert!(
         !text.contains(&ns_b) && !text.contains("secret-b"),
         "its workload page shows namespace B:\n{text}"

@@ -321,9 +321,7 @@ async fn follower_refuses_a_pod_joining_another_queues_workload(env: &mut TestEn
 
 #[tokio::test]
 async fn the_other_replica_takes_over_a_killed_leader_and_two_never_admit_at_once() {
-    let Some(mut env) = TestEnv::new_or_skip("failover").await else {
-        return;
-    };
+    let mut env = env_or_skip!("failover");
     let r1_metrics = std::env::var("SLUICE_METRICS_ADDR")
         .expect("SLUICE_METRICS_ADDR (hack/cluster.sh env, with --with-sluice)");
     let mut r2 = start_replica2();

@@ -7,19 +7,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use sluice::api::WorkloadPhase;
 use support::*;
 
 #[tokio::test]
 async fn quota_holds_and_ended_pods_give_it_back() {
-    let Some(mut env) = TestEnv::new_or_skip("quota").await else {
-        return;
-    };
-    let queue = env
-        .queue("q", json!({"cpu": "4", "memory": "8Gi"}), "BestEffortFIFO")
-        .await;
+    let (env, queue) = env_and_queue!(
+        "quota",
+        json!({"cpu": "4", "memory": "8Gi"}),
+        "BestEffortFIFO"
+    );
     for i in 0..10 {
         env.create_pod(pod(&format!("p{i}"), &queue, "1")).await;
     }
@@ -52,10 +51,7 @@ async fn quota_holds_and_ended_pods_give_it_back() {
     // Delete two admitted pods: exactly two more are admitted.
     let admitted: Vec<String> = holding(&pods).iter().map(|p| p.name_any()).collect();
     for name in &admitted[..2] {
-        env.pods()
-            .delete(name, &DeleteParams::default().grace_period(0))
-            .await
-            .expect("delete");
+        env.delete_pod_now(name).await;
     }
     env.wait_queue_counts(&queue, 4, 4).await;
     let pods = env.list_pods().await;
@@ -90,10 +86,7 @@ async fn quota_holds_and_ended_pods_give_it_back() {
 
 #[tokio::test]
 async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
-    let Some(mut env) = TestEnv::new_or_skip("gang").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("gang", json!({"cpu": "3"}), "BestEffortFIFO");
     // One pod holds 1 cpu: room for 2 more, the gang needs 3.
     env.create_pod(pod("holder", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -129,10 +122,7 @@ async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
     assert_eq!(dwl.spec.pod_sets[0].min_count, 3);
 
     // Free the room: the whole gang goes at once.
-    env.pods()
-        .delete("holder", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    env.delete_pod_now("holder").await;
     env.wait_queue_counts(&queue, 0, 3).await;
     let pods = env.list_pods().await;
     assert_eq!(holding(&pods).len(), 3);
@@ -187,9 +177,7 @@ async fn strict_fifo_holds_the_line_best_effort_lets_smaller_pods_pass() {
 
 #[tokio::test]
 async fn a_higher_priority_workload_goes_first() {
-    let Some(mut env) = TestEnv::new_or_skip("prio").await else {
-        return;
-    };
+    let mut env = env_or_skip!("prio");
     // Ordering alone: with preemption on (the default), the high pod would evict the holder
     // (tests/e2e_preemption.rs covers that).
     let queue = env
@@ -211,10 +199,7 @@ async fn a_higher_priority_workload_goes_first() {
     env.create_pod(late).await;
     env.wait_queue_counts(&queue, 2, 1).await;
 
-    env.pods()
-        .delete("holder", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    env.delete_pod_now("holder").await;
     env.wait_queue_counts(&queue, 1, 1).await;
     assert!(
         !is_gated(&env.pods().get("late-high").await.expect("pod")),
@@ -230,10 +215,7 @@ async fn a_higher_priority_workload_goes_first() {
 
 #[tokio::test]
 async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
-    let Some(mut env) = TestEnv::new_or_skip("tamper").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("tamper", json!({"cpu": "1"}), "BestEffortFIFO");
     env.create_pod(pod("holder", &queue, "1")).await;
     env.create_pod(pod("waiting", &queue, "1")).await;
     env.wait_queue_counts(&queue, 1, 1).await;
@@ -257,10 +239,8 @@ async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
 
     let relabel = json!({"metadata": {"labels": {"sluice.dev/queue": "elsewhere"}}});
     let err = env
-        .pods()
-        .patch("waiting", &PatchParams::default(), &Patch::Merge(&relabel))
-        .await
-        .expect_err("relabelling must be refused");
+        .patch_refused("waiting", &relabel, "relabelling must be refused")
+        .await;
     assert!(err.to_string().contains("sluice.dev/"), "{err}");
 
     // Other edits stay allowed.
@@ -275,9 +255,7 @@ async fn a_user_cannot_remove_the_gate_or_relabel_a_governed_pod() {
 
 #[tokio::test]
 async fn an_ungoverned_pod_is_untouched() {
-    let Some(env) = TestEnv::new_or_skip("plain").await else {
-        return;
-    };
+    let env = env_or_skip!("plain");
     let plain: Pod = serde_json::from_value(json!({
         "metadata": {"name": "plain", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -310,10 +288,7 @@ fn admitted_at_creation(pod: &Pod) -> bool {
 
 #[tokio::test]
 async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_quota() {
-    let Some(mut env) = TestEnv::new_or_skip("atcreation").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("atcreation", json!({"cpu": "5"}), "BestEffortFIFO");
 
     // Room and nobody waiting: the pod comes back from its creation without the gate.
     let first = env.create_pod(pod("first", &queue, "1")).await;
@@ -344,10 +319,7 @@ async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_q
     .await;
 
     // Freed room goes to the waiting pods through a pass, never to a newcomer at creation.
-    env.pods()
-        .delete("first", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete");
+    env.delete_pod_now("first").await;
     let late = env.create_pod(pod("late", &queue, "1")).await;
     assert!(is_gated(&late), "a pod created while others wait waits too");
     env.wait_queue_counts(&queue, 16, 5).await;
@@ -357,9 +329,7 @@ async fn a_pod_that_fits_is_admitted_at_creation_and_a_burst_never_exceeds_the_q
 
 #[tokio::test]
 async fn a_queue_admitting_in_pass_gates_every_pod() {
-    let Some(mut env) = TestEnv::new_or_skip("inpass").await else {
-        return;
-    };
+    let mut env = env_or_skip!("inpass");
     let queue = env
         .queue_with_spec("q", json!({"quota": {"cpu": "5"}, "admission": "InPass"}))
         .await;
@@ -375,10 +345,7 @@ async fn a_queue_admitting_in_pass_gates_every_pod() {
 /// start): pods that cannot start leave the workload Admitted.
 #[tokio::test]
 async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
-    let Some(mut env) = TestEnv::new_or_skip("settling").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("settling", json!({"cpu": "4"}), "BestEffortFIFO");
     let mut stuck = pod("stuck", &queue, "1");
     if let Some(spec) = stuck.spec.as_mut() {
         // No node has this label: admitted by sluice, never scheduled.
@@ -388,12 +355,7 @@ async fn an_admitted_workload_whose_pods_cannot_start_shows_admitted() {
     env.create_pod(stuck).await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let status = env
-        .wait_workload_status(
-            "stuck",
-            "the DynamicWorkload of an admitted pod that cannot start to say Admitted",
-            Duration::from_secs(30),
-            |s| s.phase == WorkloadPhase::Admitted,
-        )
+        .wait_workload_phase("stuck", WorkloadPhase::Admitted, Duration::from_secs(30))
         .await;
     assert_eq!(status.admitted_pods, 1);
     assert_eq!(status.pod_sets.iter().map(|s| s.admitted).sum::<i32>(), 1);
@@ -419,12 +381,7 @@ async fn a_burst_of_workloads_loses_no_status_and_the_pending_gauge_drains() {
         std::env::var("SLUICE_METRICS_ADDR").is_ok(),
         "SLUICE_METRICS_ADDR is not set: run through hack/test.sh, which sets it"
     );
-    let Some(mut env) = TestEnv::new_or_skip("budget").await else {
-        return;
-    };
-    let queue = env
-        .queue("q", json!({"cpu": "100"}), "BestEffortFIFO")
-        .await;
+    let (env, queue) = env_and_queue!("budget", json!({"cpu": "100"}), "BestEffortFIFO");
     const WORKLOADS: usize = 60;
     env.create_pods_at_once((0..WORKLOADS).map(|i| pod(&format!("single-{i}"), &queue, "100m")))
         .await;

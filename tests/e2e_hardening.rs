@@ -38,10 +38,7 @@ mod leader_and_ungate {
 
     #[tokio::test]
     async fn a_pod_recreated_under_the_same_name_is_not_ungated_by_its_predecessors_patch() {
-        let Some(mut env) = TestEnv::new_or_skip("same-name").await else {
-            return;
-        };
-        let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+        let (env, queue) = env_and_queue!("same-name", json!({"cpu": "1"}), "BestEffortFIFO");
         env.create_pod(pod("holder", &queue, "1")).await;
         env.create_pod(pod("a", &queue, "1")).await;
         env.wait_queue_counts(&queue, 1, 1).await;
@@ -227,9 +224,7 @@ mod leader_and_ungate {
 
     #[tokio::test]
     async fn a_stalled_leader_stops_admitting_before_another_replica_takes_over() {
-        let Some(env) = TestEnv::new_or_skip("two-leaders").await else {
-            return;
-        };
+        let env = env_or_skip!("two-leaders");
         let config = kube::Config::infer().await.expect("kubeconfig");
         let target = format!(
             "{}:{}",

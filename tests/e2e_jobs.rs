@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -117,10 +117,7 @@ async fn wait_pod_set(env: &TestEnv, workload: &str, min: i32, max: Option<i32>)
 
 #[tokio::test]
 async fn a_job_is_one_workload_admitted_as_a_gang_that_gives_its_quota_back_when_it_ends() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("jobs", json!({"cpu": "4"}), "BestEffortFIFO");
 
     // A: a gang of 3 (parallelism 3, completions 3): admitted together.
     create(
@@ -174,10 +171,8 @@ async fn a_job_is_one_workload_admitted_as_a_gang_that_gives_its_quota_back_when
     end_pods(&env, "a").await;
     wait_job_condition(&env, "a", "Complete").await;
     env.wait_queue_counts(&queue, 0, 2).await;
-    env.wait_workload_status("job-a", "job-a Finished", Duration::from_secs(30), |s| {
-        s.phase == WorkloadPhase::Finished
-    })
-    .await;
+    env.wait_workload_phase("job-a", WorkloadPhase::Finished, Duration::from_secs(30))
+        .await;
     end_pods(&env, "b").await;
     wait_job_condition(&env, "b", "Complete").await;
     env.wait_queue_counts(&queue, 0, 0).await;
@@ -186,10 +181,7 @@ async fn a_job_is_one_workload_admitted_as_a_gang_that_gives_its_quota_back_when
 
 #[tokio::test]
 async fn an_elastic_job_grows_and_shrinks_its_ledger_and_its_gang_never_grows() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-elastic").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("jobs-elastic", json!({"cpu": "3"}), "BestEffortFIFO");
     // A work queue (no completions): parallelism 2 is the gang.
     create(
         &env,
@@ -214,10 +206,7 @@ async fn an_elastic_job_grows_and_shrinks_its_ledger_and_its_gang_never_grows() 
 
 #[tokio::test]
 async fn a_suspended_job_holds_nothing_until_it_is_resumed() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-suspend").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("jobs-suspend", json!({"cpu": "2"}), "BestEffortFIFO");
     create(
         &env,
         &job(
@@ -253,10 +242,7 @@ async fn a_suspended_job_holds_nothing_until_it_is_resumed() {
 
 #[tokio::test]
 async fn indexed_jobs_and_pod_failure_policies_keep_working() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-indexed").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("jobs-indexed", json!({"cpu": "3"}), "BestEffortFIFO");
     let spec = json!({
         "completionMode": "Indexed", "completions": 3, "parallelism": 3, "backoffLimit": 0,
         "podFailurePolicy": {"rules": [
@@ -289,22 +275,14 @@ async fn indexed_jobs_and_pod_failure_policies_keep_working() {
             Some("job-idx")
         );
     }
-    env.wait_workload_status(
-        "job-idx",
-        "job-idx Finished",
-        Duration::from_secs(30),
-        |s| s.phase == WorkloadPhase::Finished,
-    )
-    .await;
+    env.wait_workload_phase("job-idx", WorkloadPhase::Finished, Duration::from_secs(30))
+        .await;
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn hostile_jobs_are_refused_naming_the_field_and_scavenger_jobs_are_left_alone() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-hostile").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("jobs-hostile", json!({"cpu": "4"}), "BestEffortFIFO");
     let refusal = |result: Result<Job, kube::Error>| match result {
         Ok(job) => panic!("accepted: {:?}", job.metadata.name),
         Err(e) => e.to_string(),
@@ -364,14 +342,7 @@ async fn hostile_jobs_are_refused_naming_the_field_and_scavenger_jobs_are_left_a
 
     // A namespace with a default queue: an unlabelled Job gets it; a ScavengerJob's Job is left
     // alone (no queue, no ledger: another part of sluice governs it).
-    Api::<Namespace>::all(env.client.clone())
-        .patch(
-            &env.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
-        )
-        .await
-        .expect("label namespace");
+    env.set_default_queue(&queue).await;
     // The API server sees the namespace's new label a moment later: until then a Job is created
     // as it is (and deleted here).
     let defaulted = wait_for(
@@ -449,20 +420,35 @@ async fn holding(env: &TestEnv, job: &str) -> Vec<String> {
 
 /// Preemption reads the ledger a Job's integration fills: pods above the gang (a raised
 /// `parallelism`) go first; a Job whose gang must go goes whole.
+/// `job` with its pods in the PriorityClass `class`.
+fn with_class(mut job: Job, class: &str) -> Job {
+    if let Some(spec) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.priority_class_name = Some(class.to_string());
+    }
+    job
+}
+
+/// Creates the Job `name` of `parallelism` pods in the PriorityClass `class` and waits until all
+/// of them hold quota.
+async fn run_high_job(env: &TestEnv, name: &str, queue: &str, class: &str, parallelism: usize) {
+    let spec = json!({"parallelism": parallelism});
+    create(env, &with_class(job(name, Some(queue), spec, true), class))
+        .await
+        .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    wait_for(
+        &format!("{name} admitted"),
+        Duration::from_secs(60),
+        || async { (holding(env, name).await.len() == parallelism).then_some(()) },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
-    let Some(mut env) = TestEnv::new_or_skip("jobs-preempt").await else {
-        return;
-    };
+    let mut env = env_or_skip!("jobs-preempt");
     let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
     let (low, high) = (classes.name("low"), classes.name("high"));
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
-    let with_class = |mut job: Job, class: &str| {
-        if let Some(spec) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
-            spec.priority_class_name = Some(class.to_string());
-        }
-        job
-    };
     // Evicted pods do not count against the Job (podFailurePolicy: Ignore disruptions).
     let ignore =
         json!({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
@@ -488,19 +474,7 @@ async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
     env.wait_queue_counts(&queue, 0, 3).await;
 
     // A high Job of 1 pod: the elastic pod above the gang is the victim, the gang keeps running.
-    create(
-        &env,
-        &with_class(
-            job("high1", Some(&queue), json!({"parallelism": 1}), true),
-            &high,
-        ),
-    )
-    .await
-    .expect("create high1");
-    wait_for("high1 admitted", Duration::from_secs(60), || async {
-        (holding(&env, "high1").await.len() == 1).then_some(())
-    })
-    .await;
+    run_high_job(&env, "high1", &queue, &high, 1).await;
     // A Job's pods are interchangeable and creation timestamps have one-second resolution, so
     // which of the three goes is not fixed: one went (the one above the gang), the gang of 2 runs.
     let kept = holding(&env, "low").await;
@@ -512,19 +486,7 @@ async fn preemption_takes_a_jobs_elastic_pods_first_then_its_gang_whole() {
     );
 
     // A high Job of 2 pods: the low Job's gang goes whole (its replacements wait).
-    create(
-        &env,
-        &with_class(
-            job("high2", Some(&queue), json!({"parallelism": 2}), true),
-            &high,
-        ),
-    )
-    .await
-    .expect("create high2");
-    wait_for("high2 admitted", Duration::from_secs(60), || async {
-        (holding(&env, "high2").await.len() == 2).then_some(())
-    })
-    .await;
+    run_high_job(&env, "high2", &queue, &high, 2).await;
     assert!(holding(&env, "low").await.is_empty(), "the whole gang went");
     let status = env
         .wait_workload_status(

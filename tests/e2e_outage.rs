@@ -57,45 +57,41 @@ fn outage_configurations(
 ) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
     let endpoint = unreachable_endpoint();
     let user = webhook_config::service_account_user("sluice-system");
-    let mut mutating = webhook_config::mutating(&endpoint, "sluice-system", None);
-    mutating.metadata.name = Some(name.into());
-    mutating.webhooks = Some(
-        mutating
-            .webhooks
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|w| w.name == "applications.sluice.dev")
-            .map(|mut w| {
-                assert!(
-                    w.match_conditions.is_some(),
-                    "the mutating application webhook has matchConditions"
-                );
-                w.name = format!("mutate-applications.{OUTAGE_WEBHOOK_SUFFIX}");
-                w.namespace_selector = Some(only_namespace(namespace));
-                w
-            })
-            .collect(),
+    // The two configurations' webhooks are of two types with the same fields: one macro for both.
+    macro_rules! only_the_application_webhook {
+        ($config:expr, $what:literal, $verb:literal) => {{
+            let mut config = $config;
+            config.metadata.name = Some(name.into());
+            config.webhooks = Some(
+                config
+                    .webhooks
+                    .take()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|w| w.name == "applications.sluice.dev")
+                    .map(|mut w| {
+                        assert!(
+                            w.match_conditions.is_some(),
+                            concat!("the ", $what, " application webhook has matchConditions")
+                        );
+                        w.name = format!(concat!($verb, "-applications.{}"), OUTAGE_WEBHOOK_SUFFIX);
+                        w.namespace_selector = Some(only_namespace(namespace));
+                        w
+                    })
+                    .collect(),
+            );
+            config
+        }};
+    }
+    let mutating = only_the_application_webhook!(
+        webhook_config::mutating(&endpoint, "sluice-system", None),
+        "mutating",
+        "mutate"
     );
-    let mut validating = webhook_config::validating(&endpoint, "sluice-system", &user, None);
-    validating.metadata.name = Some(name.into());
-    validating.webhooks = Some(
-        validating
-            .webhooks
-            .take()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|w| w.name == "applications.sluice.dev")
-            .map(|mut w| {
-                assert!(
-                    w.match_conditions.is_some(),
-                    "the validating application webhook has matchConditions"
-                );
-                w.name = format!("validate-applications.{OUTAGE_WEBHOOK_SUFFIX}");
-                w.namespace_selector = Some(only_namespace(namespace));
-                w
-            })
-            .collect(),
+    let validating = only_the_application_webhook!(
+        webhook_config::validating(&endpoint, "sluice-system", &user, None),
+        "validating",
+        "validate"
     );
     assert_eq!(mutating.webhooks.as_ref().map(Vec::len), Some(1));
     assert_eq!(validating.webhooks.as_ref().map(Vec::len), Some(1));
@@ -132,10 +128,7 @@ fn refused_by_outage(result: Result<(), String>, what: &str) {
 
 #[tokio::test]
 async fn during_an_outage_application_finalizers_and_metadata_can_be_edited_but_not_the_spec() {
-    let Some(mut env) = TestEnv::new_or_skip("outage").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("outage", json!({"cpu": "2"}), "BestEffortFIFO");
     let clusters: Api<TaskCluster> = Api::namespaced(env.client.clone(), &env.namespace);
     // No worker is ever wanted (minWorkers 0, no Tasks): the object alone is what is edited.
     let cluster: TaskCluster = serde_json::from_value(json!({

@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use sluice::api::{ConditionStatus, DynamicWorkload, DynamicWorkloadStatus};
@@ -226,6 +225,7 @@ impl SamplerReport {
 /// Lists the queue's pods every [`SAMPLE_EVERY`] while the test runs (a list is one moment of the
 /// API server's state).
 struct QuotaSampler {
+    quota_millis: i64,
     stop: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<SamplerReport>>,
 }
@@ -250,18 +250,24 @@ impl QuotaSampler {
             }
         });
         QuotaSampler {
+            quota_millis,
             stop,
             task: Some(task),
         }
     }
 
+    /// Stops sampling; fails if any sampled moment was over the quota (see
+    /// [`SamplerReport::assert_within`]).
     async fn finish(mut self) -> SamplerReport {
         self.stop.store(true, Ordering::SeqCst);
-        self.task
+        let report = self
+            .task
             .take()
             .expect("running")
             .await
-            .expect("the sampler")
+            .expect("the sampler");
+        report.assert_within(self.quota_millis);
+        report
     }
 }
 
@@ -491,34 +497,21 @@ async fn said_anywhere(
 // ---------------------------------------------------------------------------------------------
 // Ray.
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
 /// A RayCluster of 1-cpu pods: the head and one worker group, its pods in PriorityClass `class`.
-fn raycluster(name: &str, queue: &str, class: &str, replicas: i64, min: i64) -> DynamicObject {
-    let template = |container: &str| {
-        json!({"spec": {
-            "priorityClassName": class,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": container, "image": "rayproject/ray:2.41.0",
-                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}],
-        }})
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": template("ray-head")},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": replicas, "minReplicas": min, "maxReplicas": 4,
-                                  "rayStartParams": {}, "template": template("ray-worker")}],
-        },
-    }))
-    .expect("raycluster")
+fn raycluster_of_class(
+    name: &str,
+    queue: &str,
+    class: &str,
+    replicas: i64,
+    min: i64,
+) -> DynamicObject {
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    let pod = json!({"priorityClassName": class, "terminationGracePeriodSeconds": 0});
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([replicas, min, 4], container, pod),
+    )
 }
 
 fn ray_node_type(labels: &BTreeMap<String, String>) -> Option<&str> {
@@ -526,16 +519,63 @@ fn ray_node_type(labels: &BTreeMap<String, String>) -> Option<&str> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The scene of one test: its namespace, PriorityClasses, the DynamicWorkloads' history and the queue.
+
+struct Scene {
+    env: TestEnv,
+    classes: Priorities,
+    history: WorkloadHistory,
+    queue: String,
+}
+
+impl Scene {
+    /// [`Scene::with_spec`] with a BestEffortFIFO queue of `cpu`.
+    async fn new(env: TestEnv, classes: &[(&str, i32)], cpu: &str) -> Scene {
+        let spec = json!({"quota": {"cpu": cpu}, "queueingStrategy": "BestEffortFIFO"});
+        Scene::with_spec(env, classes, spec).await
+    }
+
+    /// The PriorityClasses `(short name, value)`, the history watch, then the queue `q` with `spec`.
+    async fn with_spec(
+        mut env: TestEnv,
+        classes: &[(&str, i32)],
+        spec: serde_json::Value,
+    ) -> Scene {
+        let classes = Priorities::create(&env, classes).await;
+        let history = WorkloadHistory::start(&env).await;
+        let queue = env.queue_with_spec("q", spec).await;
+        Scene {
+            env,
+            classes,
+            history,
+            queue,
+        }
+    }
+
+    /// A pod of the queue asking for `cpu`, in the PriorityClass `class` (its short name).
+    fn pod(&self, name: &str, cpu: &str, class: &str) -> Pod {
+        prio_pod(name, &self.queue, cpu, &self.classes.name(class))
+    }
+
+    async fn create(&self, name: &str, cpu: &str, class: &str) -> Pod {
+        self.env.create_pod(self.pod(name, cpu, class)).await
+    }
+
+    /// No workload was preempted twice; the PriorityClasses and the namespace go.
+    async fn end(self) {
+        self.history.assert_no_workload_preempted_twice();
+        drop(self.classes);
+        self.env.cleanup().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The tests.
 
 #[tokio::test]
 async fn a_high_priority_pod_preempts_exactly_as_many_low_priority_pods_as_it_needs() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-count").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let env = env_or_skip!("preempt-count");
+    let s = Scene::new(env, &[("lowest", 10), ("low", 100), ("high", 1000)], "4").await;
     // Four 1-cpu pods fill the queue: two at the lowest priority, two a little above.
     for (name, class) in [
         ("low-a", "low"),
@@ -543,126 +583,101 @@ async fn a_high_priority_pod_preempts_exactly_as_many_low_priority_pods_as_it_ne
         ("lowest-a", "lowest"),
         ("lowest-b", "lowest"),
     ] {
-        env.create_pod(prio_pod(name, &queue, "1", &classes.name(class)))
-            .await;
+        s.create(name, "1", class).await;
     }
-    env.wait_queue_counts(&queue, 0, 4).await;
-    let sampler = QuotaSampler::start(&env, &queue, 4000);
+    s.env.wait_queue_counts(&s.queue, 0, 4).await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 4000);
 
     // 2 cpu more: the two lowest go, the two above them stay.
-    env.create_pod(prio_pod("urgent", &queue, "2", &classes.name("high")))
-        .await;
+    s.create("urgent", "2", "high").await;
     let victims = ["lowest-a", "lowest-b"];
-    wait_gone(&env, &victims).await;
-    wait_admitted(&env, "urgent").await;
-    env.wait_queue_counts(&queue, 0, 3).await;
-    let pods = env.list_pods().await;
+    wait_gone(&s.env, &victims).await;
+    wait_admitted(&s.env, "urgent").await;
+    s.env.wait_queue_counts(&s.queue, 0, 3).await;
+    let pods = s.env.list_pods().await;
     assert_eq!(
         holding_cpu(&pods),
         4000,
         "nothing more was taken than needed: the quota is full again"
     );
     for victim in victims {
-        history.wait_preempted(victim, "urgent").await;
-        wait_preemption_event(&env, "Pod", victim).await;
-        wait_preemption_event(&env, "DynamicWorkload", victim).await;
+        s.history.wait_preempted(victim, "urgent").await;
+        wait_preemption_event(&s.env, "Pod", victim).await;
+        wait_preemption_event(&s.env, "DynamicWorkload", victim).await;
     }
-    holding_and_waiting(&env, &["low-a", "low-b", "urgent"], &[])
+    holding_and_waiting(&s.env, &["low-a", "low-b", "urgent"], &[])
         .await
         .expect("the pods above the lowest are untouched");
 
     let report = sampler.finish().await;
-    report.assert_within(4000);
     assert_eq!(
         report.taken_names(),
         victims,
         "exactly the two lowest were evicted"
     );
-    history.assert_no_workload_preempted_twice();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn a_gang_victim_is_evicted_whole_never_in_part() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-gang").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("low", 10), ("mid", 100), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let env = env_or_skip!("preempt-gang");
+    let s = Scene::new(env, &[("low", 10), ("mid", 100), ("high", 1000)], "4").await;
     // The gang `batch` (3 pods, all or nothing) at the lowest priority, one pod above it.
     let gang = ["batch-0", "batch-1", "batch-2"];
-    env.create_pods_at_once(gang.iter().map(|name| {
-        member(
-            prio_pod(name, &queue, "1", &classes.name("low")),
-            "batch",
-            3,
+    s.env
+        .create_pods_at_once(
+            gang.iter()
+                .map(|name| member(s.pod(name, "1", "low"), "batch", 3)),
         )
-    }))
-    .await;
-    env.wait_queue_counts(&queue, 0, 3).await;
-    env.create_pod(prio_pod("steady", &queue, "1", &classes.name("mid")))
         .await;
-    env.wait_queue_counts(&queue, 0, 4).await;
-    let sampler = QuotaSampler::start(&env, &queue, 4000);
+    s.env.wait_queue_counts(&s.queue, 0, 3).await;
+    s.create("steady", "1", "mid").await;
+    s.env.wait_queue_counts(&s.queue, 0, 4).await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 4000);
 
     // 1 cpu is needed; the victim is the gang, and a gang goes whole.
-    env.create_pod(prio_pod("urgent", &queue, "1", &classes.name("high")))
-        .await;
-    wait_gone(&env, &gang).await;
-    wait_admitted(&env, "urgent").await;
-    env.wait_queue_counts(&queue, 0, 2).await;
-    holding_and_waiting(&env, &["steady", "urgent"], &[])
+    s.create("urgent", "1", "high").await;
+    wait_gone(&s.env, &gang).await;
+    wait_admitted(&s.env, "urgent").await;
+    s.env.wait_queue_counts(&s.queue, 0, 2).await;
+    holding_and_waiting(&s.env, &["steady", "urgent"], &[])
         .await
         .expect("the pod above the gang is untouched");
-    history.wait_preempted("batch", "urgent").await;
-    wait_preemption_event(&env, "DynamicWorkload", "batch").await;
+    s.history.wait_preempted("batch", "urgent").await;
+    wait_preemption_event(&s.env, "DynamicWorkload", "batch").await;
     for member in gang {
-        wait_preemption_event(&env, "Pod", member).await;
+        wait_preemption_event(&s.env, "Pod", member).await;
     }
 
     let report = sampler.finish().await;
-    report.assert_within(4000);
     assert_eq!(
         report.taken_names(),
         gang,
         "the whole gang and nothing else"
     );
-    history.assert_no_workload_preempted_twice();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn elastic_pods_above_the_minimum_go_before_any_whole_workload() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-elastic").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let env = env_or_skip!("preempt-elastic");
+    let s = Scene::new(env, &[("lowest", 10), ("low", 100), ("high", 1000)], "4").await;
     // `spread`: a minimum of 1 pod and 2 elastic pods above it, Spark-executor style.
     for (i, name) in ["spread-0", "spread-1", "spread-2"].into_iter().enumerate() {
-        env.create_pod(member(
-            prio_pod(name, &queue, "1", &classes.name("low")),
-            "spread",
-            1,
-        ))
-        .await;
-        env.wait_queue_counts(&queue, 0, i as i32 + 1).await;
+        s.env
+            .create_pod(member(s.pod(name, "1", "low"), "spread", 1))
+            .await;
+        s.env.wait_queue_counts(&s.queue, 0, i as i32 + 1).await;
     }
     // A whole workload of even lower priority, and the newest admitted.
-    env.create_pod(prio_pod("whole", &queue, "1", &classes.name("lowest")))
-        .await;
-    env.wait_queue_counts(&queue, 0, 4).await;
-    let sampler = QuotaSampler::start(&env, &queue, 4000);
+    s.create("whole", "1", "lowest").await;
+    s.env.wait_queue_counts(&s.queue, 0, 4).await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 4000);
 
-    env.create_pod(prio_pod("urgent", &queue, "2", &classes.name("high")))
-        .await;
-    wait_admitted(&env, "urgent").await;
-    env.wait_queue_counts(&queue, 0, 3).await;
-    let pods = env.list_pods().await;
+    s.create("urgent", "2", "high").await;
+    wait_admitted(&s.env, "urgent").await;
+    s.env.wait_queue_counts(&s.queue, 0, 3).await;
+    let pods = s.env.list_pods().await;
     let spread_left: Vec<String> = pods
         .iter()
         .filter(|p| p.name_any().starts_with("spread-") && holds_quota(p))
@@ -673,62 +688,53 @@ async fn elastic_pods_above_the_minimum_go_before_any_whole_workload() {
         1,
         "spread keeps its minimum: {spread_left:?}"
     );
-    holding_and_waiting(&env, &["whole", "urgent"], &[])
+    holding_and_waiting(&s.env, &["whole", "urgent"], &[])
         .await
         .expect("the whole workload is untouched while elastic pods could go");
     assert_eq!(holding_cpu(&pods), 4000, "the quota is full again");
     // spread still runs: its ledger records the preemption.
-    history.wait_preempted("spread", "urgent").await;
-    wait_preemption_event(&env, "DynamicWorkload", "spread").await;
+    s.history.wait_preempted("spread", "urgent").await;
+    wait_preemption_event(&s.env, "DynamicWorkload", "spread").await;
 
     let report = sampler.finish().await;
-    report.assert_within(4000);
     let taken = report.taken_names();
     assert!(
         taken.len() == 2 && taken.iter().all(|n| n.starts_with("spread-")),
         "exactly two of spread's elastic pods were evicted: {taken:?}"
     );
     for name in taken {
-        wait_preemption_event(&env, "Pod", name).await;
+        wait_preemption_event(&s.env, "Pod", name).await;
     }
-    history.assert_no_workload_preempted_twice();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn raycluster_workers_above_min_replicas_go_before_any_whole_workload_and_come_back_gated() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-ray").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "5"}), "BestEffortFIFO").await;
+    let env = env_or_skip!("preempt-ray");
+    let s = Scene::new(env, &[("low", 100), ("high", 1000)], "5").await;
     // The head and 1 worker are the gang; 2 workers above minReplicas are elastic.
-    rayclusters(&env)
+    rayclusters(&s.env)
         .create(
             &PostParams::default(),
-            &raycluster("rc", &queue, &classes.name("low"), 3, 1),
+            &raycluster_of_class("rc", &s.queue, &s.classes.name("low"), 3, 1),
         )
         .await
         .expect("create the RayCluster");
-    env.wait_queue_counts(&queue, 0, 4).await;
+    s.env.wait_queue_counts(&s.queue, 0, 4).await;
     // A whole workload of the same priority, admitted after the cluster (the newest).
-    env.create_pod(prio_pod("whole", &queue, "1", &classes.name("low")))
-        .await;
-    env.wait_queue_counts(&queue, 0, 5).await;
-    let sampler = QuotaSampler::start(&env, &queue, 5000);
+    s.create("whole", "1", "low").await;
+    s.env.wait_queue_counts(&s.queue, 0, 5).await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 5000);
 
-    env.create_pod(prio_pod("urgent", &queue, "2", &classes.name("high")))
-        .await;
-    wait_admitted(&env, "urgent").await;
+    s.create("urgent", "2", "high").await;
+    wait_admitted(&s.env, "urgent").await;
     // KubeRay recreates the two evicted workers; they wait behind the gate (nothing of lower
     // priority is left for them, and equal priority never preempts).
     wait_for(
         "the RayCluster to hold its head and 1 worker, with 2 recreated workers gated",
         PREEMPTION_TIMEOUT,
         || async {
-            let pods = env.list_pods().await;
+            let pods = s.env.list_pods().await;
             let of = |kind: &str, admitted: bool| {
                 pods.iter()
                     .filter(|p| ray_node_type(p.labels()) == Some(kind))
@@ -747,15 +753,14 @@ async fn raycluster_workers_above_min_replicas_go_before_any_whole_workload_and_
         },
     )
     .await;
-    env.wait_queue_counts(&queue, 2, 4).await;
-    holding_and_waiting(&env, &["whole", "urgent"], &[])
+    s.env.wait_queue_counts(&s.queue, 2, 4).await;
+    holding_and_waiting(&s.env, &["whole", "urgent"], &[])
         .await
         .expect("the whole workload is untouched while Ray workers could go");
-    history.wait_preempted("raycluster-rc", "urgent").await;
-    wait_preemption_event(&env, "DynamicWorkload", "raycluster-rc").await;
+    s.history.wait_preempted("raycluster-rc", "urgent").await;
+    wait_preemption_event(&s.env, "DynamicWorkload", "raycluster-rc").await;
 
     let report = sampler.finish().await;
-    report.assert_within(5000);
     assert!(
         report.taken.len() == 2
             && report
@@ -766,113 +771,95 @@ async fn raycluster_workers_above_min_replicas_go_before_any_whole_workload_and_
         report.taken_names()
     );
     for name in report.taken_names() {
-        wait_preemption_event(&env, "Pod", name).await;
+        wait_preemption_event(&s.env, "Pod", name).await;
     }
-    history.assert_no_workload_preempted_twice();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn equal_priority_never_preempts() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-equal").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("same", 500)]).await;
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let same = classes.name("same");
-    env.create_pod(prio_pod("first", &queue, "1", &same)).await;
-    env.create_pod(prio_pod("second", &queue, "1", &same)).await;
-    env.wait_queue_counts(&queue, 0, 2).await;
-    let sampler = QuotaSampler::start(&env, &queue, 2000);
+    let env = env_or_skip!("preempt-equal");
+    let s = Scene::new(env, &[("same", 500)], "2").await;
+    s.create("first", "1", "same").await;
+    s.create("second", "1", "same").await;
+    s.env.wait_queue_counts(&s.queue, 0, 2).await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 2000);
 
-    env.create_pod(prio_pod("third", &queue, "1", &same)).await;
-    let message = wait_seen_waiting(&env, "third").await;
+    s.create("third", "1", "same").await;
+    let message = wait_seen_waiting(&s.env, "third").await;
     assert!(message.contains("cpu"), "it waits for cpu: {message}");
     stays("an equal-priority pod must wait, never preempt", || {
-        holding_and_waiting(&env, &["first", "second"], &["third"])
+        holding_and_waiting(&s.env, &["first", "second"], &["third"])
     })
     .await;
-    env.wait_queue_counts(&queue, 1, 2).await;
+    s.env.wait_queue_counts(&s.queue, 1, 2).await;
 
     let report = sampler.finish().await;
-    report.assert_within(2000);
     report.assert_nothing_taken();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn a_queue_with_within_queue_never_never_preempts() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-never").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("low", 10), ("high", 1000)]).await;
-    let queue = env
-        .queue_with_spec(
-            "q",
-            json!({"quota": {"cpu": "2"}, "preemption": {"withinQueue": "Never"}}),
-        )
-        .await;
-    env.create_pod(prio_pod("low-a", &queue, "1", &classes.name("low")))
-        .await;
-    env.create_pod(prio_pod("low-b", &queue, "1", &classes.name("low")))
-        .await;
-    env.wait_queue_counts(&queue, 0, 2).await;
-    let sampler = QuotaSampler::start(&env, &queue, 2000);
+    let env = env_or_skip!("preempt-never");
+    let s = Scene::with_spec(
+        env,
+        &[("low", 10), ("high", 1000)],
+        json!({"quota": {"cpu": "2"}, "preemption": {"withinQueue": "Never"}}),
+    )
+    .await;
+    s.create("low-a", "1", "low").await;
+    s.create("low-b", "1", "low").await;
+    s.env.wait_queue_counts(&s.queue, 0, 2).await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 2000);
 
-    env.create_pod(prio_pod("urgent", &queue, "1", &classes.name("high")))
-        .await;
-    wait_seen_waiting(&env, "urgent").await;
+    s.create("urgent", "1", "high").await;
+    wait_seen_waiting(&s.env, "urgent").await;
     stays(
         "in a queue with withinQueue: Never a high-priority pod must wait, never preempt",
-        || holding_and_waiting(&env, &["low-a", "low-b"], &["urgent"]),
+        || holding_and_waiting(&s.env, &["low-a", "low-b"], &["urgent"]),
     )
     .await;
 
     let report = sampler.finish().await;
-    report.assert_within(2000);
     report.assert_nothing_taken();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn a_pod_above_the_queues_max_priority_is_refused_at_creation_naming_the_cap() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-cap").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("under", 400), ("over", 1000)]).await;
-    let queue = env
-        .queue_with_spec(
-            "q",
-            json!({"quota": {"cpu": "4"}, "preemption": {"maxPriority": 500}}),
+    let env = env_or_skip!("preempt-cap");
+    let s = Scene::with_spec(
+        env,
+        &[("under", 400), ("over", 1000)],
+        json!({"quota": {"cpu": "4"}, "preemption": {"maxPriority": 500}}),
+    )
+    .await;
+    let message = s
+        .env
+        .refused(
+            &s.pod("too-high", "1", "over"),
+            "a pod above the queue's maxPriority is refused",
         )
         .await;
-    let err = env
-        .pods()
-        .create(
-            &PostParams::default(),
-            &prio_pod("too-high", &queue, "1", &classes.name("over")),
-        )
-        .await
-        .expect_err("a pod above the queue's maxPriority is refused");
-    let message = err.to_string();
     assert!(
         message.contains("500") && message.contains("maxPriority"),
         "the refusal names the cap: {message}"
     );
     assert!(
-        env.pods().get_opt("too-high").await.expect("get").is_none(),
+        s.env
+            .pods()
+            .get_opt("too-high")
+            .await
+            .expect("get")
+            .is_none(),
         "the refused pod does not exist"
     );
     // At or below the cap, and without a class, pods are accepted as usual.
-    env.create_pod(prio_pod("under", &queue, "1", &classes.name("under")))
-        .await;
-    env.create_pod(pod("plain", &queue, "1")).await;
-    env.wait_queue_counts(&queue, 0, 2).await;
-    drop(classes);
-    env.cleanup().await;
+    s.create("under", "1", "under").await;
+    s.env.create_pod(pod("plain", &s.queue, "1")).await;
+    s.env.wait_queue_counts(&s.queue, 0, 2).await;
+    s.end().await;
 }
 
 /// A PodDisruptionBudget covering `app=<app>` that allows no disruption while its one pod is
@@ -905,148 +892,127 @@ async fn blocking_pdb(env: &TestEnv, app: &str) -> String {
 
 #[tokio::test]
 async fn a_pod_disruption_budget_is_honoured_and_another_victim_is_chosen() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-pdb").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let env = env_or_skip!("preempt-pdb");
+    let s = Scene::new(env, &[("lowest", 10), ("low", 100), ("high", 1000)], "3").await;
     // The natural victim (lowest priority) is protected by a budget.
-    env.create_pod(with_labels(
-        prio_pod("protected", &queue, "1", &classes.name("lowest")),
-        &[("app", "protected")],
-    ))
-    .await;
-    env.create_pod(prio_pod("other-a", &queue, "1", &classes.name("low")))
+    s.env
+        .create_pod(with_labels(
+            s.pod("protected", "1", "lowest"),
+            &[("app", "protected")],
+        ))
         .await;
-    env.create_pod(prio_pod("other-b", &queue, "1", &classes.name("low")))
-        .await;
-    env.wait_queue_counts(&queue, 0, 3).await;
-    let budget = blocking_pdb(&env, "protected").await;
-    let sampler = QuotaSampler::start(&env, &queue, 3000);
+    s.create("other-a", "1", "low").await;
+    s.create("other-b", "1", "low").await;
+    s.env.wait_queue_counts(&s.queue, 0, 3).await;
+    let budget = blocking_pdb(&s.env, "protected").await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 3000);
 
-    env.create_pod(prio_pod("urgent", &queue, "1", &classes.name("high")))
-        .await;
-    wait_admitted(&env, "urgent").await;
-    env.wait_queue_counts(&queue, 0, 3).await;
-    holding_and_waiting(&env, &["protected", "urgent"], &[])
+    s.create("urgent", "1", "high").await;
+    wait_admitted(&s.env, "urgent").await;
+    s.env.wait_queue_counts(&s.queue, 0, 3).await;
+    holding_and_waiting(&s.env, &["protected", "urgent"], &[])
         .await
         .expect("the protected pod still holds its quota");
     let needles = ["disruption", budget.as_str()];
     let said = wait_for(
         "an Event or a DynamicWorkload status saying the disruption budget kept a victim",
         PREEMPTION_TIMEOUT,
-        || said_anywhere(&env, &history, &needles),
+        || said_anywhere(&s.env, &s.history, &needles),
     )
     .await;
     eprintln!("the budget was reported: {said}");
 
     let report = sampler.finish().await;
-    report.assert_within(3000);
     let taken = report.taken_names();
     assert!(
         taken == ["other-a"] || taken == ["other-b"],
         "one unprotected pod was evicted instead, and only one: {taken:?}"
     );
-    history.wait_preempted(taken[0], "urgent").await;
-    drop(classes);
-    env.cleanup().await;
+    s.history.wait_preempted(taken[0], "urgent").await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn a_preemptor_waits_when_its_only_victim_is_protected_by_a_disruption_budget() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-pdb-wait").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("low", 10), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
-    env.create_pod(with_labels(
-        prio_pod("protected", &queue, "1", &classes.name("low")),
-        &[("app", "protected")],
-    ))
-    .await;
-    env.wait_queue_counts(&queue, 0, 1).await;
-    let budget = blocking_pdb(&env, "protected").await;
-    let sampler = QuotaSampler::start(&env, &queue, 1000);
-
-    env.create_pod(prio_pod("urgent", &queue, "1", &classes.name("high")))
+    let env = env_or_skip!("preempt-pdb-wait");
+    let s = Scene::new(env, &[("low", 10), ("high", 1000)], "1").await;
+    s.env
+        .create_pod(with_labels(
+            s.pod("protected", "1", "low"),
+            &[("app", "protected")],
+        ))
         .await;
-    wait_seen_waiting(&env, "urgent").await;
+    s.env.wait_queue_counts(&s.queue, 0, 1).await;
+    let budget = blocking_pdb(&s.env, "protected").await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 1000);
+
+    s.create("urgent", "1", "high").await;
+    wait_seen_waiting(&s.env, "urgent").await;
     let needles = ["disruption", budget.as_str()];
     let said = wait_for(
         "an Event or a DynamicWorkload status saying the disruption budget blocks the preemption",
         PREEMPTION_TIMEOUT,
-        || said_anywhere(&env, &history, &needles),
+        || said_anywhere(&s.env, &s.history, &needles),
     )
     .await;
     eprintln!("the budget was reported: {said}");
     stays("the protected pod must not be evicted", || {
-        holding_and_waiting(&env, &["protected"], &["urgent"])
+        holding_and_waiting(&s.env, &["protected"], &["urgent"])
     })
     .await;
 
     let report = sampler.finish().await;
-    report.assert_within(1000);
     report.assert_nothing_taken();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }
 
 #[tokio::test]
 async fn admitted_requests_stay_within_the_quota_at_every_sampled_moment_of_a_preemption_run() {
-    let Some(mut env) = TestEnv::new_or_skip("preempt-run").await else {
-        return;
-    };
-    let classes = Priorities::create(&env, &[("lowest", 10), ("low", 100), ("high", 1000)]).await;
-    let history = WorkloadHistory::start(&env).await;
-    let queue = env.queue("q", json!({"cpu": "6"}), "BestEffortFIFO").await;
-    let sampler = QuotaSampler::start(&env, &queue, 6000);
-    let (low, lowest) = (classes.name("low"), classes.name("lowest"));
+    let env = env_or_skip!("preempt-run");
+    let s = Scene::new(env, &[("lowest", 10), ("low", 100), ("high", 1000)], "6").await;
+    let sampler = QuotaSampler::start(&s.env, &s.queue, 6000);
 
     // 6 cpu of low work: a gang of 2, an elastic workload of 1 + 2, and a single pod.
-    env.create_pods_at_once(
-        ["gang-0", "gang-1"]
-            .iter()
-            .map(|name| member(prio_pod(name, &queue, "1", &low), "gang", 2)),
-    )
-    .await;
-    env.wait_queue_counts(&queue, 0, 2).await;
+    s.env
+        .create_pods_at_once(
+            ["gang-0", "gang-1"]
+                .iter()
+                .map(|name| member(s.pod(name, "1", "low"), "gang", 2)),
+        )
+        .await;
+    s.env.wait_queue_counts(&s.queue, 0, 2).await;
     for (i, name) in ["elastic-0", "elastic-1", "elastic-2"]
         .into_iter()
         .enumerate()
     {
-        env.create_pod(member(prio_pod(name, &queue, "1", &low), "elastic", 1))
+        s.env
+            .create_pod(member(s.pod(name, "1", "low"), "elastic", 1))
             .await;
-        env.wait_queue_counts(&queue, 0, 3 + i as i32).await;
+        s.env.wait_queue_counts(&s.queue, 0, 3 + i as i32).await;
     }
-    env.create_pod(prio_pod("single", &queue, "1", &lowest))
-        .await;
-    env.wait_queue_counts(&queue, 0, 6).await;
+    s.create("single", "1", "lowest").await;
+    s.env.wait_queue_counts(&s.queue, 0, 6).await;
 
     // Three preemptors at once, 5 cpu together.
     let urgent = [("urgent-0", "2"), ("urgent-1", "1"), ("urgent-2", "2")];
-    env.create_pods_at_once(
-        urgent
-            .iter()
-            .map(|(name, cpu)| prio_pod(name, &queue, cpu, &classes.name("high"))),
-    )
-    .await;
+    s.env
+        .create_pods_at_once(urgent.iter().map(|(name, cpu)| s.pod(name, cpu, "high")))
+        .await;
     for (name, _) in urgent {
-        wait_admitted(&env, name).await;
+        wait_admitted(&s.env, name).await;
     }
     wait_for(
         "the queue to settle with nothing terminating",
         PREEMPTION_TIMEOUT,
         || async {
-            let pods = env.list_pods().await;
+            let pods = s.env.list_pods().await;
             pods.iter()
                 .all(|p| p.metadata.deletion_timestamp.is_none())
                 .then_some(())
         },
     )
     .await;
-    let pods = env.list_pods().await;
+    let pods = s.env.list_pods().await;
     assert_eq!(
         holding_cpu(&pods),
         6000,
@@ -1054,7 +1020,6 @@ async fn admitted_requests_stay_within_the_quota_at_every_sampled_moment_of_a_pr
     );
 
     let report = sampler.finish().await;
-    report.assert_within(6000);
     let taken = report.taken_names();
     assert!(
         !taken.is_empty() && taken.iter().all(|n| !n.starts_with("urgent")),
@@ -1064,7 +1029,5 @@ async fn admitted_requests_stay_within_the_quota_at_every_sampled_moment_of_a_pr
         "{} samples, at most {}m cpu admitted; evicted {taken:?}",
         report.samples, report.most
     );
-    history.assert_no_workload_preempted_twice();
-    drop(classes);
-    env.cleanup().await;
+    s.end().await;
 }

@@ -36,10 +36,7 @@ fn dry_run() -> PostParams {
 /// what its own pods hold.
 #[tokio::test]
 async fn a_pod_joining_a_workload_of_a_ghost_queue_is_refused_naming_both_queues() {
-    let Some(mut env) = TestEnv::new_or_skip("ghost").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "StrictFIFO").await;
+    let (env, queue) = env_and_queue!("ghost", json!({"cpu": "2"}), "StrictFIFO");
     let ghost = format!("{}-ghost", env.namespace);
     let w1 = [("sluice.dev/workload", "w1")];
     env.create_pod(with_labels(pod("small", &ghost, "100m"), &w1))
@@ -60,12 +57,8 @@ async fn a_pod_joining_a_workload_of_a_ghost_queue_is_refused_naming_both_queues
         refusal.contains(&format!("{queue:?}")) && refusal.contains(&format!("{ghost:?}")),
         "both queues are named: {refusal}"
     );
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &big)
-        .await
-        .expect_err("the join is refused");
-    assert!(err.to_string().contains("w1"), "{err}");
+    let err = env.refused(&big, "the join is refused").await;
+    assert!(err.contains("w1"), "{err}");
     // The real queue still admits its own pods, and holds no more than its quota.
     env.create_pod(pod("own", &queue, "2")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -83,10 +76,7 @@ async fn a_pod_joining_a_workload_of_a_ghost_queue_is_refused_naming_both_queues
 /// the controller writes the pods' queue back into the ledger it recorded.
 #[tokio::test]
 async fn moving_a_ledger_to_another_queue_moves_none_of_its_pods() {
-    let Some(mut env) = TestEnv::new_or_skip("ledgermove").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (mut env, queue) = env_and_queue!("ledgermove", json!({"cpu": "2"}), "BestEffortFIFO");
     let theirs = env
         .queue("theirs", json!({"cpu": "8"}), "BestEffortFIFO")
         .await;
@@ -131,10 +121,7 @@ async fn moving_a_ledger_to_another_queue_moves_none_of_its_pods() {
 /// gang, is refused naming the key; an unrelated label may still change.
 #[tokio::test]
 async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_key() {
-    let Some(mut env) = TestEnv::new_or_skip("relabel").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("relabel", json!({"cpu": "4"}), "BestEffortFIFO");
     let worker = with_labels(
         pod("worker", &queue, "1"),
         &[
@@ -145,14 +132,12 @@ async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_
     );
     env.create_pod(worker).await;
     let err = env
-        .pods()
-        .patch(
+        .patch_refused(
             "worker",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"ray.io/cluster": "theirs"}}})),
+            json!({"metadata": {"labels": {"ray.io/cluster": "theirs"}}}),
+            "moving it to another cluster is refused",
         )
-        .await
-        .expect_err("moving it to another cluster is refused");
+        .await;
     assert!(err.to_string().contains("ray.io/cluster"), "{err}");
 
     env.create_pod(with_labels(
@@ -161,14 +146,12 @@ async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_
     ))
     .await;
     let err = env
-        .pods()
-        .patch(
+        .patch_refused(
             "plain",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"sluice.dev/min-count": "100000"}}})),
+            json!({"metadata": {"annotations": {"sluice.dev/min-count": "100000"}}}),
+            "growing its gang is refused",
         )
-        .await
-        .expect_err("growing its gang is refused");
+        .await;
     assert!(err.to_string().contains("sluice.dev/min-count"), "{err}");
     env.pods()
         .patch(
@@ -186,16 +169,10 @@ async fn relabelling_a_governed_pod_into_another_workload_is_refused_naming_the_
 /// left to block the pods behind it.
 #[tokio::test]
 async fn a_pod_or_gang_that_could_never_fit_is_refused_with_the_numbers() {
-    let Some(mut env) = TestEnv::new_or_skip("neverfits").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "StrictFIFO").await;
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &pod("huge", &queue, "3"))
-        .await
-        .expect_err("3 cpu in a 2-cpu queue");
-    let message = err.to_string();
+    let (env, queue) = env_and_queue!("neverfits", json!({"cpu": "2"}), "StrictFIFO");
+    let message = env
+        .refused(&pod("huge", &queue, "3"), "3 cpu in a 2-cpu queue")
+        .await;
     assert!(
         message.contains("needs 3 cpu") && message.contains("a quota of 2 cpu"),
         "{message}"
@@ -204,12 +181,8 @@ async fn a_pod_or_gang_that_could_never_fit_is_refused_with_the_numbers() {
         with_labels(pod("gang", &queue, "100m"), &[("sluice.dev/workload", "g")]),
         &[("sluice.dev/min-count", "100000")],
     );
-    let err = env
-        .pods()
-        .create(&PostParams::default(), &gang)
-        .await
-        .expect_err("a gang of 100000");
-    assert!(err.to_string().contains("100000"), "{err}");
+    let err = env.refused(&gang, "a gang of 100000").await;
+    assert!(err.contains("100000"), "{err}");
     // Nothing blocks the queue: an ordinary pod is admitted.
     env.create_pod(pod("fits", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -228,9 +201,7 @@ fn scavengers(env: &TestEnv) -> Api<DynamicObject> {
 /// its queue's scavengerQuota: the API server refuses changing them once it exists.
 #[tokio::test]
 async fn shrinking_or_unqueueing_a_scavenger_job_is_refused() {
-    let Some(mut env) = TestEnv::new_or_skip("sjfixed").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sjfixed");
     let queue = env
         .queue_with_spec(
             "q",
@@ -273,10 +244,7 @@ async fn shrinking_or_unqueueing_a_scavenger_job_is_refused() {
 /// pod: a pass may have decided to admit it at its old size.
 #[tokio::test]
 async fn growing_a_gated_pod_by_resize_is_refused() {
-    let Some(mut env) = TestEnv::new_or_skip("resizegated").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "1"}), "StrictFIFO").await;
+    let (env, queue) = env_and_queue!("resizegated", json!({"cpu": "1"}), "StrictFIFO");
     env.create_pod(pod("holder", &queue, "1")).await;
     let waiting = env.create_pod(pod("waiting", &queue, "1")).await;
     assert!(is_gated(&waiting), "the queue is full: it waits");
@@ -307,27 +275,10 @@ async fn growing_a_gated_pod_by_resize_is_refused() {
 #[tokio::test]
 async fn a_victim_asking_a_day_to_stop_is_evicted_with_the_grace_cap() {
     use futures::StreamExt;
-    use k8s_openapi::api::scheduling::v1::PriorityClass;
-    use kube::api::DeleteParams;
     use kube::runtime::{WatchStreamExt, watcher};
-    let Some(mut env) = TestEnv::new_or_skip("gracecap").await else {
-        return;
-    };
-    let classes: Api<PriorityClass> = Api::all(env.client.clone());
-    let (low, high) = (
-        format!("{}-low", env.namespace),
-        format!("{}-high", env.namespace),
-    );
-    for (name, value) in [(&low, 0), (&high, 1000)] {
-        let class: PriorityClass = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"sluice-e2e": "true"}}, "value": value,
-        }))
-        .expect("priority class");
-        classes
-            .create(&PostParams::default(), &class)
-            .await
-            .expect("create PriorityClass");
-    }
+    let mut env = env_or_skip!("gracecap");
+    let classes = Priorities::create(&env, &[("low", 0), ("high", 1000)]).await;
+    let (low, high) = (classes.name("low"), classes.name("high"));
     let queue = env.queue("q", json!({"cpu": "1"}), "StrictFIFO").await;
     let mut victim = pod("victim", &queue, "1");
     let spec = victim.spec.as_mut().expect("spec");
@@ -360,9 +311,7 @@ async fn a_victim_asking_a_day_to_stop_is_evicted_with_the_grace_cap() {
         Some(120),
         "the eviction gave the cap, not the pod's day"
     );
-    for name in [&low, &high] {
-        let _ = classes.delete(name, &DeleteParams::default()).await;
-    }
+    drop(classes);
     env.cleanup().await;
 }
 
@@ -372,9 +321,7 @@ async fn a_victim_asking_a_day_to_stop_is_evicted_with_the_grace_cap() {
 #[tokio::test]
 async fn a_job_whose_gang_fits_only_with_its_cohorts_help_is_admitted_by_borrowing() {
     use k8s_openapi::api::batch::v1::Job;
-    let Some(mut env) = TestEnv::new_or_skip("cohortgang").await else {
-        return;
-    };
+    let mut env = env_or_skip!("cohortgang");
     let cohort = env.namespace.clone();
     let mine = env
         .queue_with_spec("mine", json!({"quota": {"cpu": "4"}, "cohort": cohort}))

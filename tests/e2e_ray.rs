@@ -5,32 +5,28 @@ mod support;
 
 use std::time::Duration;
 
-use kube::Api;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::*;
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
+/// A RayCluster in `queue` of 1-cpu pods: `replicas` workers, at least `min`, at most 4.
+fn cluster(name: &str, queue: &str, replicas: i64, min: i64) -> DynamicObject {
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([replicas, min, 4], container, json!({})),
+    )
 }
 
-fn raycluster(name: &str, queue: &str, replicas: i64, min: i64) -> DynamicObject {
-    let container = |n: &str| json!({"name": n, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": replicas, "minReplicas": min, "maxReplicas": 4, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster")
+/// How many of `pods` hold quota and belong to the RayCluster `cluster`.
+fn holding_of_cluster(pods: &[Pod], cluster: &str) -> usize {
+    holding(pods)
+        .iter()
+        .filter(|p| p.labels().get("ray.io/cluster").map(String::as_str) == Some(cluster))
+        .count()
 }
 
 async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
@@ -46,14 +42,11 @@ async fn scale(api: &Api<DynamicObject>, name: &str, replicas: i64, min: i64) {
 
 #[tokio::test]
 async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
-    let Some(mut env) = TestEnv::new_or_skip("ray").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("ray", json!({"cpu": "3"}), "BestEffortFIFO");
     let api = rayclusters(&env);
 
     // A: head + 2 minimum workers = 3 cpu: admitted together.
-    api.create(&PostParams::default(), &raycluster("a", &queue, 2, 2))
+    api.create(&PostParams::default(), &cluster("a", &queue, 2, 2))
         .await
         .expect("create a");
     env.wait_queue_counts(&queue, 0, 3).await;
@@ -63,14 +56,8 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
         || async { env.workloads().get("raycluster-a").await.ok() },
     )
     .await;
-    let sets: Vec<(String, i32)> = dwl
-        .spec
-        .pod_sets
-        .iter()
-        .map(|s| (s.name.clone(), s.min_count))
-        .collect();
     assert_eq!(
-        sets,
+        pod_set_minimums(&dwl),
         vec![("head".to_string(), 1), ("workers".to_string(), 2)]
     );
     assert_eq!(
@@ -87,22 +74,12 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     );
 
     // B: head + 1 worker = 2 cpu, no room: nothing of it is admitted.
-    api.create(&PostParams::default(), &raycluster("b", &queue, 1, 1))
+    api.create(&PostParams::default(), &cluster("b", &queue, 1, 1))
         .await
         .expect("create b");
     env.wait_queue_counts(&queue, 2, 3).await;
     let pods = env.list_pods().await;
-    let b_admitted = holding(&pods)
-        .iter()
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("ray.io/cluster"))
-                .map(String::as_str)
-                == Some("b")
-        })
-        .count();
+    let b_admitted = holding_of_cluster(&pods, "b");
     assert_eq!(b_admitted, 0, "no part of B's gang runs");
     let message = wait_for("B's message", Duration::from_secs(30), || async {
         env.workloads()
@@ -127,29 +104,14 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     scale(&api, "a", 0, 0).await;
     env.wait_queue_counts(&queue, 0, 3).await;
     let pods = env.list_pods().await;
-    let by_cluster = |c: &str| {
-        holding(&pods)
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("ray.io/cluster"))
-                    .map(String::as_str)
-                    == Some(c)
-            })
-            .count()
-    };
+    let by_cluster = |c: &str| holding_of_cluster(&pods, c);
     assert_eq!((by_cluster("a"), by_cluster("b")), (1, 2));
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
-    let Some(mut env) = TestEnv::new_or_skip("ray-deny").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("ray-deny", json!({"cpu": "2"}), "BestEffortFIFO");
     let api = rayclusters(&env);
     // The queue cache of the webhook may lag the queue's creation by a moment: retry until it answers
     // about the quota rather than a missing queue.
@@ -158,7 +120,7 @@ async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
         Duration::from_secs(30),
         || async {
             match api
-                .create(&PostParams::default(), &raycluster("big", &queue, 3, 3))
+                .create(&PostParams::default(), &cluster("big", &queue, 3, 3))
                 .await
             {
                 Ok(_) => panic!("a 4-cpu gang in a 2-cpu queue must be refused"),
@@ -174,7 +136,7 @@ async fn a_raycluster_whose_gang_can_never_fit_is_refused_at_submit_time() {
     let err = api
         .create(
             &PostParams::default(),
-            &raycluster("lost", "no-such-queue", 1, 1),
+            &cluster("lost", "no-such-queue", 1, 1),
         )
         .await
         .expect_err("missing queue");

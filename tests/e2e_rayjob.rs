@@ -6,30 +6,20 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use sluice::api::WorkloadPhase;
 use support::*;
 
-fn api(env: &TestEnv, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("ray.io", "v1", kind), plural);
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn container(name: &str, cpu: &str) -> Value {
-    json!({"name": name, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}, "limits": {"cpu": cpu, "memory": "1Gi"}}})
-}
-
+/// A RayCluster spec of 1-cpu pods: the head and `min` workers (at most 4).
 fn cluster_spec(min: i64) -> Value {
-    json!({
-        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head", "1")]}}},
-        "workerGroupSpecs": [{"groupName": "workers", "replicas": min, "minReplicas": min, "maxReplicas": 4, "rayStartParams": {},
-                              "template": {"spec": {"containers": [container("ray-worker", "1")]}}}],
-    })
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    raycluster_spec([min, min, 4], container, json!({}))
+}
+
+fn rayjobs(env: &TestEnv) -> Api<DynamicObject> {
+    dynamic_api(env, ("ray.io", "v1", "RayJob"), "rayjobs")
 }
 
 fn rayjob(name: &str, queue: &str, cluster: Value, extra: Value) -> DynamicObject {
@@ -51,22 +41,12 @@ fn refusal(result: Result<DynamicObject, kube::Error>) -> String {
     }
 }
 
-async fn pods_labelled(env: &TestEnv, selector: &str) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels(selector))
-        .await
-        .expect("list pods")
-        .items
-}
-
 #[tokio::test]
 async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_back_when_it_ends() {
-    let Some(mut env) = TestEnv::new_or_skip("rayjob").await else {
-        return;
-    };
+    let mut env = env_or_skip!("rayjob");
     // Head 1 + one worker 1 + the submitter's 500m = 2.5 cpu.
     let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
-    let rayjobs = api(&env, "RayJob", "rayjobs");
+    let rayjobs = rayjobs(&env);
     // The deadline ends it (kwok runs no Ray dashboard to report the job's end): Failed, and
     // shutdownAfterJobFinishes has KubeRay delete the cluster.
     let extra = json!({"shutdownAfterJobFinishes": true, "ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 25});
@@ -84,14 +64,8 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
         || async { env.workloads().get("rayjob-rj").await.ok() },
     )
     .await;
-    let sets: Vec<(String, i32)> = dwl
-        .spec
-        .pod_sets
-        .iter()
-        .map(|s| (s.name.clone(), s.min_count))
-        .collect();
     assert_eq!(
-        sets,
+        pod_set_minimums(&dwl),
         [
             ("head".to_string(), 1),
             ("workers".to_string(), 1),
@@ -100,19 +74,12 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
     );
 
     // KubeRay's RayCluster, owned by the RayJob, carries the queue; it has no ledger of its own.
-    let clusters = api(&env, "RayCluster", "rayclusters");
-    let cluster = wait_for(
+    let clusters = rayclusters(&env);
+    let cluster = wait_first(
+        &clusters,
+        &ListParams::default(),
         "the RayJob's RayCluster",
         Duration::from_secs(30),
-        || async {
-            clusters
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .next()
-        },
     )
     .await;
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
@@ -150,7 +117,7 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
     // The submitter pod KubeRay's Job creates is the RayJob's too (once the cluster is ready).
     let submitter = wait_for("the submitter pod", Duration::from_secs(60), || async {
-        pods_labelled(&env, "batch.kubernetes.io/job-name=rj")
+        env.pods_labelled("batch.kubernetes.io/job-name=rj")
             .await
             .into_iter()
             .next()
@@ -167,18 +134,13 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
     );
 
     // The deadline passes: the RayJob fails, KubeRay deletes the cluster, the quota comes back.
-    env.wait_workload_status(
-        "rayjob-rj",
-        "rayjob-rj Failed",
-        Duration::from_secs(90),
-        |s| s.phase == WorkloadPhase::Failed,
-    )
-    .await;
+    env.wait_workload_phase("rayjob-rj", WorkloadPhase::Failed, Duration::from_secs(90))
+        .await;
     wait_for(
         "the cluster's pods to be gone",
         Duration::from_secs(60),
         || async {
-            pods_labelled(&env, &format!("ray.io/cluster={cluster_name}"))
+            env.pods_labelled(&format!("ray.io/cluster={cluster_name}"))
                 .await
                 .is_empty()
                 .then_some(())
@@ -191,11 +153,8 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
 
 #[tokio::test]
 async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("rayjob-hostile").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
-    let rayjobs = api(&env, "RayJob", "rayjobs");
+    let (env, queue) = env_and_queue!("rayjob-hostile", json!({"cpu": "3"}), "BestEffortFIFO");
+    let rayjobs = rayjobs(&env);
     let create = |app: DynamicObject| {
         let rayjobs = rayjobs.clone();
         async move { rayjobs.create(&PostParams::default(), &app).await }
@@ -246,7 +205,7 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
     }))
     .expect("raycluster");
     let err = refusal(
-        api(&env, "RayCluster", "rayclusters")
+        rayclusters(&env)
             .create(&PostParams::default(), &stray)
             .await,
     );
@@ -262,9 +221,7 @@ async fn hostile_rayjobs_and_clusters_are_refused_naming_the_field() {
 /// minimum go before anything of its gang.
 #[tokio::test]
 async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
-    let Some(mut env) = TestEnv::new_or_skip("rayjob-preempt").await else {
-        return;
-    };
+    let mut env = env_or_skip!("rayjob-preempt");
     let classes = Priorities::create(&env, &[("low", 100), ("high", 1000)]).await;
     let (low, high) = (classes.name("low"), classes.name("high"));
     // Head 1 + 2 workers (minimum 1) + submitter 500m = 3.5 of 4 cpu.
@@ -279,7 +236,7 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
             spec["priorityClassName"] = json!(low);
         }
     }
-    api(&env, "RayJob", "rayjobs")
+    rayjobs(&env)
         .create(
             &PostParams::default(),
             &rayjob("low", &queue, cluster, json!({})),
@@ -287,13 +244,13 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
         .await
         .expect("create low");
     let holding_workers = || async {
-        let mut names: Vec<String> =
-            pods_labelled(&env, "sluice.dev/ray-job=low,ray.io/node-type=worker")
-                .await
-                .into_iter()
-                .filter(|p| !is_gated(p) && !is_ended(p) && p.metadata.deletion_timestamp.is_none())
-                .filter_map(|p| p.metadata.name)
-                .collect();
+        let mut names: Vec<String> = env
+            .pods_labelled("sluice.dev/ray-job=low,ray.io/node-type=worker")
+            .await
+            .into_iter()
+            .filter(|p| !is_gated(p) && !is_ended(p) && p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name)
+            .collect();
         names.sort();
         names
     };
@@ -303,7 +260,7 @@ async fn preemption_takes_a_rayjobs_workers_above_the_minimum_first() {
     })
     .await;
     let head = wait_for("the head admitted", Duration::from_secs(60), || async {
-        pods_labelled(&env, "sluice.dev/ray-job=low,ray.io/node-type=head")
+        env.pods_labelled("sluice.dev/ray-job=low,ray.io/node-type=head")
             .await
             .into_iter()
             .find(|p| !is_gated(p))

@@ -13,10 +13,7 @@ use support::*;
 
 #[tokio::test]
 async fn killed_controller_never_over_admits_and_admits_everyone_after_restart() {
-    let Some(mut env) = TestEnv::new_or_skip("restart").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "3"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("restart", json!({"cpu": "3"}), "BestEffortFIFO");
     let (peak, watch_task) = watch_usage(env.pods());
 
     const PODS: usize = 12;

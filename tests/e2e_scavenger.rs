@@ -20,7 +20,7 @@ use sluice::api::{
 };
 
 mod support;
-use support::{TestEnv, wait_for};
+use support::{TestEnv, env_or_skip, wait_for};
 
 /// The threshold sluice runs with in the local cluster (its default).
 const THRESHOLD: f64 = 0.7;
@@ -54,19 +54,6 @@ async fn status(env: &TestEnv, name: &str) -> Option<ScavengerJobStatus> {
     scavengers(env).get(name).await.ok()?.status
 }
 
-/// Waits until the ScavengerJob's status satisfies `ok`.
-async fn wait_status(
-    env: &TestEnv,
-    name: &str,
-    what: &str,
-    ok: impl Fn(&ScavengerJobStatus) -> bool,
-) -> ScavengerJobStatus {
-    wait_for(&format!("ScavengerJob {name}: {what}"), WAIT, || async {
-        status(env, name).await.filter(|s| ok(s))
-    })
-    .await
-}
-
 /// The running pods of a ScavengerJob.
 async fn running_pods(env: &TestEnv, name: &str) -> Vec<Pod> {
     env.pods()
@@ -85,7 +72,7 @@ async fn running_pods(env: &TestEnv, name: &str) -> Vec<Pod> {
 /// Waits until the ScavengerJob is Running with `pods` pods running, `interrupted` times
 /// interrupted; returns its pods.
 async fn wait_running(env: &TestEnv, name: &str, pods: usize, interrupted: i32) -> Vec<Pod> {
-    wait_status(env, name, "Running", |s| {
+    env.wait_scavenger_status(name, "Running", WAIT, |s| {
         s.phase == ScavengerPhase::Running && s.interrupted_count == interrupted
     })
     .await;
@@ -220,9 +207,7 @@ async fn node_cpu(client: &Client, node: &str) -> i64 {
 
 #[tokio::test]
 async fn runs_on_idle_capacity_is_preempted_by_the_scheduler_and_runs_again() {
-    let Some(env) = TestEnv::new_or_skip("sj-preempt").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-preempt");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, free) = cpu_room(&env.client).await;
@@ -232,10 +217,11 @@ async fn runs_on_idle_capacity_is_preempted_by_the_scheduler_and_runs_again() {
     );
     create_sj(&env, "work", spec(1000)).await.expect("create");
     let pods = wait_running(&env, "work", 1, 0).await;
-    let first = wait_status(&env, "work", "a start recorded", |s| {
-        s.running_timestamps.len() == 1
-    })
-    .await;
+    let first = env
+        .wait_scavenger_status("work", "a start recorded", WAIT, |s| {
+            s.running_timestamps.len() == 1
+        })
+        .await;
     assert!(first.job_name.is_some());
     let node = pods[0]
         .spec
@@ -268,20 +254,22 @@ async fn runs_on_idle_capacity_is_preempted_by_the_scheduler_and_runs_again() {
             .then_some(())
     })
     .await;
-    let s = wait_status(&env, "work", "interrupted once and running again", |s| {
-        s.interrupted_count == 1 && s.running_timestamps.len() == 2
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("work", "interrupted once and running again", WAIT, |s| {
+            s.interrupted_count == 1 && s.running_timestamps.len() == 2
+        })
+        .await;
     assert_eq!(s.interrupted_timestamps.len(), 1, "{s:?}");
     // Room is back on the other node: it runs again.
     let again = wait_running(&env, "work", 1, 1).await;
     assert_ne!(again[0].name_any(), victim);
     // It finishes with exit code 0: Completed.
     end_pods(&env, &again, "Succeeded").await;
-    let s = wait_status(&env, "work", "Completed", |s| {
-        s.phase == ScavengerPhase::Completed
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("work", "Completed", WAIT, |s| {
+            s.phase == ScavengerPhase::Completed
+        })
+        .await;
     assert!(s.finished_timestamp.is_some());
     assert_eq!(s.interrupted_count, 1);
     finish(env).await;
@@ -304,9 +292,7 @@ async fn end_pods(env: &TestEnv, pods: &[Pod], phase: &str) {
 
 #[tokio::test]
 async fn an_interrupted_one_starts_before_a_fresh_one() {
-    let Some(env) = TestEnv::new_or_skip("sj-order").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-order");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, _) = cpu_room(&env.client).await;
@@ -322,7 +308,7 @@ async fn an_interrupted_one_starts_before_a_fresh_one() {
         .expect("create");
     let pods = wait_running(&env, "started", 1, 0).await;
     create_sj(&env, "fresh", spec(1000)).await.expect("create");
-    wait_status(&env, "fresh", "waiting for capacity", |s| {
+    env.wait_scavenger_status("fresh", "waiting for capacity", WAIT, |s| {
         s.phase == ScavengerPhase::Waiting && s.message.contains("idle capacity")
     })
     .await;
@@ -340,9 +326,7 @@ async fn an_interrupted_one_starts_before_a_fresh_one() {
 
 #[tokio::test]
 async fn the_threshold_holds_and_the_least_progressed_goes_first() {
-    let Some(env) = TestEnv::new_or_skip("sj-threshold").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-threshold");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let (room, free) = cpu_room(&env.client).await;
@@ -399,15 +383,16 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
     // all but one, the least progressed first, so the oldest keeps running.
     let blocker = room_now - unit * 3 / 2;
     env.create_pod(unplaceable_pod("owner", blocker)).await;
-    wait_status(&env, "oldest", "still running", |s| {
+    env.wait_scavenger_status("oldest", "still running", WAIT, |s| {
         s.phase == ScavengerPhase::Running
     })
     .await;
     for n in running.iter().filter(|n| *n != "oldest") {
-        let s = wait_status(&env, n, "interrupted by sluice", |s| {
-            s.interrupted_count == 1
-        })
-        .await;
+        let s = env
+            .wait_scavenger_status(n, "interrupted by sluice", WAIT, |s| {
+                s.interrupted_count == 1
+            })
+            .await;
         assert!(s.interrupted_timestamps.len() == 1, "{n}: {s:?}");
     }
     let oldest = status(&env, "oldest").await.expect("status");
@@ -418,9 +403,7 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
 
 #[tokio::test]
 async fn a_failing_pod_fails_it_for_good() {
-    let Some(env) = TestEnv::new_or_skip("sj-fail").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-fail");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let mut s = spec(500);
@@ -428,10 +411,11 @@ async fn a_failing_pod_fails_it_for_good() {
     create_sj(&env, "crash", s).await.expect("create");
     let pods = wait_running(&env, "crash", 2, 0).await;
     end_pods(&env, &pods[..1], "Failed").await;
-    let s = wait_status(&env, "crash", "Failed", |s| {
-        s.phase == ScavengerPhase::Failed
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("crash", "Failed", WAIT, |s| {
+            s.phase == ScavengerPhase::Failed
+        })
+        .await;
     assert!(s.message.contains("exit"), "{s:?}");
     assert_eq!(s.running_timestamps.len(), 1, "never retried: {s:?}");
     assert_eq!(s.interrupted_count, 0);
@@ -440,9 +424,7 @@ async fn a_failing_pod_fails_it_for_good() {
 
 #[tokio::test]
 async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one() {
-    let Some(env) = TestEnv::new_or_skip("sj-refuse").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-refuse");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let mut missing = spec(100);
@@ -493,19 +475,18 @@ async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one
     cms.delete("settings", &DeleteParams::default())
         .await
         .expect("delete");
-    let s = wait_status(&env, "missing", "Failed", |s| {
-        s.phase == ScavengerPhase::Failed
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("missing", "Failed", WAIT, |s| {
+            s.phase == ScavengerPhase::Failed
+        })
+        .await;
     assert!(s.message.contains("spec.mounts[0].configMap"), "{s:?}");
     finish(env).await;
 }
 
 #[tokio::test]
 async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
-    let Some(env) = TestEnv::new_or_skip("sj-abuse").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-abuse");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let base = ordinary_pod("forged", 100, None);
@@ -554,29 +535,27 @@ async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
     // Labelling an ordinary running pod as a scavenger's afterwards is refused too.
     env.create_pod(ordinary_pod("plain", 100, None)).await;
     let e = env
-        .pods()
-        .patch(
+        .patch_refused(
             "plain",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}}})),
+            json!({"metadata": {"labels": {SCAVENGER_JOB_LABEL: "x"}}}),
+            "relabel",
         )
-        .await
-        .expect_err("relabel");
+        .await;
     assert!(e.to_string().contains("only sluice"), "{e}");
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
-    let Some(env) = TestEnv::new_or_skip("sj-unschedulable").await else {
-        return;
-    };
+    let env = env_or_skip!("sj-unschedulable");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let mut s = spec(100);
     s["nodeSelector"] = json!({"sluice.dev/e2e-no-such-node": "true"});
     create_sj(&env, "nowhere", s).await.expect("create");
-    let started = wait_status(&env, "nowhere", "started", |s| s.job_name.is_some()).await;
+    let started = env
+        .wait_scavenger_status("nowhere", "started", WAIT, |s| s.job_name.is_some())
+        .await;
     let job = started.job_name.clone().unwrap_or_default();
     // sluice's default --scavenger-start-timeout is 60 s; a pass runs at least every 5 s.
     let waiting = wait_for(
@@ -603,20 +582,11 @@ async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
 
 #[tokio::test]
 async fn a_scavenger_job_in_a_namespace_with_a_default_queue_is_not_gated() {
-    let Some(mut env) = TestEnv::new_or_skip("sj-default-queue").await else {
-        return;
-    };
+    let mut env = env_or_skip!("sj-default-queue");
     let _one = LOCK.lock().await;
     let _clean = OnPanic(env.client.clone(), env.namespace.clone());
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
-        .patch(
-            &env.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
-        )
-        .await
-        .expect("label the namespace");
+    env.set_default_queue(&queue).await;
     create_sj(&env, "outside-the-gate", spec(500))
         .await
         .expect("create");

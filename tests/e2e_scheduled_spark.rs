@@ -9,29 +9,25 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use sluice::api::WorkloadPhase;
 use support::*;
 
-fn api(env: &TestEnv, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("sparkoperator.k8s.io", "v1beta2", kind),
-        plural,
+fn scheduled_spark_applications(env: &TestEnv) -> Api<DynamicObject> {
+    let kind = (
+        "sparkoperator.k8s.io",
+        "v1beta2",
+        "ScheduledSparkApplication",
     );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
+    dynamic_api(env, kind, "scheduledsparkapplications")
 }
 
 fn template(executor_instances: i64) -> Value {
-    json!({
-        "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-        "image": "docker.io/apache/spark:4.0.4",
-        "mainClass": "org.apache.spark.examples.SparkPi",
-        "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-        "driver": {"cores": 1, "memory": "512m", "serviceAccount": "spark"},
-        "executor": {"cores": 1, "memory": "512m", "instances": executor_instances},
-    })
+    spark_pi(
+        json!({"serviceAccount": "spark"}),
+        json!({"instances": executor_instances}),
+    )
 }
 
 fn scheduled(name: &str, queue: &str, schedule: &str, template: Value) -> DynamicObject {
@@ -44,7 +40,7 @@ fn scheduled(name: &str, queue: &str, schedule: &str, template: Value) -> Dynami
 }
 
 async fn runs(env: &TestEnv, name: &str) -> Vec<DynamicObject> {
-    let mut items = api(env, "SparkApplication", "sparkapplications")
+    let mut items = spark_applications(env)
         .list(
             &ListParams::default()
                 .labels(&format!("sparkoperator.k8s.io/scheduled-app-name={name}")),
@@ -80,10 +76,7 @@ async fn driver_of(env: &TestEnv, run: &str) -> String {
 
 #[tokio::test]
 async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
-    let Some(mut env) = TestEnv::new_or_skip("sspark").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("sspark", json!({"cpu": "4"}), "BestEffortFIFO");
     let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
     sas.create(
         &PostParams::default(),
@@ -92,11 +85,7 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     .await
     .expect("sa");
 
-    let schedules = api(
-        &env,
-        "ScheduledSparkApplication",
-        "scheduledsparkapplications",
-    );
+    let schedules = scheduled_spark_applications(&env);
     let created = schedules
         .create(
             &PostParams::default(),
@@ -179,11 +168,10 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     // The first run's driver ends: the operator completes it, and the next time starts a second
     // run, with its own ledger.
     end_pod(&env.pods(), &driver, "Succeeded").await;
-    env.wait_workload_status(
+    env.wait_workload_phase(
         &first_workload,
-        "the first run Finished",
+        WorkloadPhase::Finished,
         Duration::from_secs(60),
-        |s| s.phase == WorkloadPhase::Finished,
     )
     .await;
     let second = wait_for("a second run", Duration::from_secs(60), || async {
@@ -207,15 +195,8 @@ async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
 
 #[tokio::test]
 async fn a_schedule_whose_run_could_never_fit_is_refused_naming_the_field() {
-    let Some(mut env) = TestEnv::new_or_skip("sspark-hostile").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let schedules = api(
-        &env,
-        "ScheduledSparkApplication",
-        "scheduledsparkapplications",
-    );
+    let (env, queue) = env_and_queue!("sspark-hostile", json!({"cpu": "2"}), "BestEffortFIFO");
+    let schedules = scheduled_spark_applications(&env);
     let err = schedules
         .create(
             &PostParams::default(),

@@ -10,61 +10,14 @@
 
 mod support;
 
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
 use support::*;
-
-/// The pyspark installation hack/cluster.sh --with-spark-operator made.
-fn spark_home() -> PathBuf {
-    if let Some(home) = std::env::var_os("SPARK_HOME") {
-        return PathBuf::from(home);
-    }
-    let cache = std::env::var_os("SLUICE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/sluice")
-        });
-    let venv = std::fs::read_dir(&cache)
-        .ok()
-        .and_then(|d| d.filter_map(Result::ok).map(|e| e.path()).find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pyspark-"))))
-        .unwrap_or_else(|| panic!("no pyspark in {}: run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)", cache.display()));
-    let lib = venv.join("lib");
-    let python = std::fs::read_dir(&lib).ok().and_then(|d| {
-        d.filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.join("site-packages/pyspark").exists())
-    });
-    python
-        .map(|p| p.join("site-packages/pyspark"))
-        .unwrap_or_else(|| panic!("no pyspark package under {}", lib.display()))
-}
-
-/// A spark-submit in its own process group, stopped (group and all) when dropped.
-struct SparkSubmit(Child);
-
-impl Drop for SparkSubmit {
-    fn drop(&mut self) {
-        let pgid = self.0.id() as i32;
-        // SIGKILL: the JVM runs shutdown hooks on TERM that can wait on the API server; the
-        // namespace deletion removes the executors anyway.
-        // `--` is vital: procps' kill reads "-KILL -<pgid>" as kill(-1), every process there is.
-        if pgid > 1 {
-            let _ = Command::new("kill")
-                .args(["-s", "KILL", "--", &format!("-{pgid}")])
-                .status();
-        }
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts Spark's own spark-submit in client mode: a job of 20 one-core tasks with dynamic allocation
 /// (1 to `max_executors` executors of 1 cpu, 512m), in the test namespace, with `extra` confs.
@@ -74,7 +27,10 @@ async fn spark_submit(
     max_executors: u32,
     extra: &[String],
 ) -> SparkSubmit {
-    let home = spark_home();
+    let home = spark_home(
+        "pyspark-",
+        "run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)",
+    );
     let job = std::env::temp_dir().join(format!("{}-{name}-job.py", env.namespace));
     std::fs::write(&job, "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nprint(spark.sparkContext.parallelize(range(100), 20).count())\n").expect("job");
     let server = {
@@ -85,75 +41,32 @@ async fn spark_submit(
             .trim_end_matches('/')
             .to_string()
     };
-    let python = home
-        .ancestors()
-        .nth(4)
-        .map(|venv| venv.join("bin/python"))
-        .expect("venv python");
-    let log_path = std::env::temp_dir().join(format!("{}-{name}-spark.log", env.namespace));
-    eprintln!("spark-submit log: {}", log_path.display());
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut command = Command::new(home.join("bin/spark-submit"));
-    command
-        .args([
-            "--master",
-            &format!("k8s://{server}"),
-            "--deploy-mode",
-            "client",
-            "--name",
-            name,
-        ])
-        .args([
-            "--conf",
-            &format!("spark.kubernetes.namespace={}", env.namespace),
-        ])
-        .args([
-            "--conf",
-            "spark.kubernetes.container.image=apache/spark:4.0.0",
-        ])
-        .args([
-            "--conf",
-            "spark.kubernetes.authenticate.driver.serviceAccountName=spark",
-        ])
-        .args([
-            "--conf",
-            "spark.dynamicAllocation.enabled=true",
-            "--conf",
-            "spark.dynamicAllocation.shuffleTracking.enabled=true",
-        ])
-        .args([
-            "--conf",
-            "spark.dynamicAllocation.minExecutors=1",
-            "--conf",
-            "spark.dynamicAllocation.initialExecutors=1",
-        ])
-        .args([
-            "--conf",
-            &format!("spark.dynamicAllocation.maxExecutors={max_executors}"),
-        ])
-        .args([
-            "--conf",
-            "spark.executor.cores=1",
-            "--conf",
-            "spark.executor.memory=512m",
-            "--conf",
-            "spark.driver.host=127.0.0.1",
-        ]);
-    for conf in extra {
-        command.args(["--conf", conf]);
+    let log = std::env::temp_dir().join(format!("{}-{name}-spark.log", env.namespace));
+    eprintln!("spark-submit log: {}", log.display());
+    let mut confs = vec![
+        format!("spark.kubernetes.namespace={}", env.namespace),
+        "spark.kubernetes.container.image=apache/spark:4.0.0".to_string(),
+        "spark.kubernetes.authenticate.driver.serviceAccountName=spark".to_string(),
+        "spark.dynamicAllocation.enabled=true".to_string(),
+        "spark.dynamicAllocation.shuffleTracking.enabled=true".to_string(),
+        "spark.dynamicAllocation.minExecutors=1".to_string(),
+        "spark.dynamicAllocation.initialExecutors=1".to_string(),
+        format!("spark.dynamicAllocation.maxExecutors={max_executors}"),
+        "spark.executor.cores=1".to_string(),
+        "spark.executor.memory=512m".to_string(),
+        "spark.driver.host=127.0.0.1".to_string(),
+    ];
+    confs.extend_from_slice(extra);
+    Submission {
+        server: &server,
+        name,
+        confs: &confs,
+        job: &job,
+        args: &[],
+        local_ip: "127.0.0.1",
+        log: &log,
     }
-    let child = command
-        .arg(&job)
-        .env("SPARK_HOME", &home)
-        .env("PYSPARK_PYTHON", &python)
-        .env("SPARK_LOCAL_IP", "127.0.0.1")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .expect("spark-submit");
-    SparkSubmit(child)
+    .start(&home)
 }
 
 async fn service_account(env: &TestEnv, name: &str) {
@@ -168,10 +81,7 @@ async fn service_account(env: &TestEnv, name: &str) {
 
 #[tokio::test]
 async fn spark_dynamic_allocation_is_governed_and_bounded() {
-    let Some(mut env) = TestEnv::new_or_skip("spark").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("spark", json!({"cpu": "4"}), "BestEffortFIFO");
     service_account(&env, "spark").await;
     // Another workload holds 1 cpu; Spark gets the other 3.
     env.create_pod(pod("other", &queue, "1")).await;
@@ -191,12 +101,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     // The driver's JVM start is the slow, load-dependent part: wait for its pods before the queue.
     wait_for_executors(&env, 6).await;
     env.wait_queue_counts(&queue, 3, 4).await;
-    let executors = executor_pods(&env).await;
-    assert_eq!(
-        executors.len(),
-        6,
-        "Spark created exactly maxExecutors pods: its allocator does not hot-loop"
-    );
+    let executors = exactly_max_executors(&env, 6).await;
     let app_id = executors[0]
         .labels()
         .get("spark-app-selector")
@@ -223,12 +128,9 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     );
 
     // Another workload ends: one waiting executor takes its place.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     env.wait_queue_counts(&queue, 2, 4).await;
-    let executors = executor_pods(&env).await;
+    let executors = env.pods_labelled("spark-role=executor").await;
     assert_eq!(executors.len(), 6, "still no extra pods");
     assert_eq!(holding(&executors).len(), 4);
     drop(spark);
@@ -237,30 +139,25 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
 
 /// Waits until Spark's driver has created `count` executor pods. Its JVM starts on the host, beside
 /// the cluster and the other tests: on a loaded two-core machine that alone can take a minute.
+/// The executor pods, which must be exactly `max` (Spark's maxExecutors): its allocator does not
+/// hot-loop.
+async fn exactly_max_executors(env: &TestEnv, max: usize) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    let executors = env.pods_labelled("spark-role=executor").await;
+    assert_eq!(
+        executors.len(),
+        max,
+        "Spark created exactly maxExecutors pods: its allocator does not hot-loop"
+    );
+    executors
+}
+
 async fn wait_for_executors(env: &TestEnv, count: usize) {
     wait_for(
         &format!("Spark's driver to create {count} executor pods"),
         Duration::from_secs(240),
-        || async { (executor_pods(env).await.len() >= count).then_some(()) },
+        || async { (env.pods_labelled("spark-role=executor").await.len() >= count).then_some(()) },
     )
     .await;
-}
-
-/// Every executor pod in the test namespace.
-async fn executor_pods(env: &TestEnv) -> Vec<k8s_openapi::api::core::v1::Pod> {
-    env.pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("list executor pods")
-        .items
-}
-
-fn spark_applications(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
-        "sparkapplications",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
 }
 
 /// A SparkApplication submitted with no queue label in a namespace whose default queue is `q`: the
@@ -269,38 +166,18 @@ fn spark_applications(env: &TestEnv) -> Api<DynamicObject> {
 /// COMPLETED, its ledger says so and nothing is reserved for it any more.
 #[tokio::test]
 async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_driver_to_executors() {
-    let Some(mut env) = TestEnv::new_or_skip("sparkapp").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
-    Api::<Namespace>::all(env.client.clone())
-        .patch(
-            &env.namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}})),
-        )
-        .await
-        .expect("label the namespace with its default queue");
+    let (env, queue) = env_and_queue!("sparkapp", json!({"cpu": "4"}), "BestEffortFIFO");
+    env.set_default_queue(&queue).await;
     service_account(&env, "spark").await;
     // 3 of the 4 cpu are taken: the application's gang (driver 1 + 1 minimum executor) must wait.
     env.create_pod(pod("other", &queue, "3")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
 
     let apps = spark_applications(&env);
-    let app: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "etl"},
-        "spec": {
-            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-            "image": "docker.io/apache/spark:4.0.4",
-            "mainClass": "org.apache.spark.examples.SparkPi",
-            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-            "driver": {"cores": 1, "memory": "512m", "serviceAccount": "spark"},
-            "executor": {"cores": 1, "memory": "512m"},
-            "dynamicAllocation": {"enabled": true, "minExecutors": 1, "initialExecutors": 1, "maxExecutors": 4},
-        },
-    }))
-    .expect("SparkApplication");
+    let mut spec = spark_pi(json!({"serviceAccount": "spark"}), json!({}));
+    spec["dynamicAllocation"] =
+        json!({"enabled": true, "minExecutors": 1, "initialExecutors": 1, "maxExecutors": 4});
+    let app = spark_application("etl", None, spec);
     let created = apps
         .create(&PostParams::default(), &app)
         .await
@@ -314,18 +191,11 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     // The operator's spark-submit creates the driver pod, which waits: its gang does not fit.
     let driver_pods =
         ListParams::default().labels("spark-role=driver,sparkoperator.k8s.io/app-name=etl");
-    let driver = wait_for(
+    let driver = wait_first(
+        &env.pods(),
+        &driver_pods,
         "the operator to create the driver pod",
         Duration::from_secs(120),
-        || async {
-            env.pods()
-                .list(&driver_pods)
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .next()
-        },
     )
     .await;
     assert!(is_gated(&driver), "the driver waits for its gang's quota");
@@ -345,10 +215,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     );
 
     // Room for the gang: the driver is admitted with one executor's quota reserved.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     let driver_name = driver.name_any();
     wait_for("the driver pod to run", Duration::from_secs(60), || async {
         let p = env.pods().get(&driver_name).await.ok()?;
@@ -380,12 +247,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     // 4 cpu: the driver and 3 executors run, the 4th executor waits.
     wait_for_executors(&env, 4).await;
     env.wait_queue_counts(&queue, 1, 4).await;
-    let executors = executor_pods(&env).await;
-    assert_eq!(
-        executors.len(),
-        4,
-        "Spark created exactly maxExecutors pods"
-    );
+    let executors = exactly_max_executors(&env, 4).await;
     for e in &executors {
         assert_eq!(
             e.labels().get("sluice.dev/queue"),
@@ -403,12 +265,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     }
     assert_eq!(holding(&executors).len(), 3);
     let status = env
-        .wait_workload_status(
-            "sparkapplication-etl",
-            "the ledger to count driver and executors",
-            Duration::from_secs(30),
-            |s| s.admitted_pods == 4 && s.pending_pods == 1,
-        )
+        .wait_workload_pods("sparkapplication-etl", 4, 1, Duration::from_secs(30))
         .await;
     assert_eq!(status.phase, WorkloadPhase::Running);
 
@@ -430,11 +287,10 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     .await;
     assert_eq!(dwl.spec.application_ended, Some(ApplicationEnd::Succeeded));
     let status = env
-        .wait_workload_status(
+        .wait_workload_phase(
             "sparkapplication-etl",
-            "the ledger to say Finished",
+            WorkloadPhase::Finished,
             Duration::from_secs(30),
-            |s| s.phase == WorkloadPhase::Finished,
         )
         .await;
     assert!(

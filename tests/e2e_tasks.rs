@@ -24,9 +24,7 @@ const T: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn http_executor_extracts_the_result_and_fails_on_500() {
-    let Some(env) = TestEnv::new_or_skip("task-http").await else {
-        return;
-    };
+    let env = env_or_skip!("task-http");
     let server = test_server(Duration::ZERO).await;
     let base = format!("http://{}", server.addr);
     create_task(
@@ -90,9 +88,7 @@ async fn http_executor_extracts_the_result_and_fails_on_500() {
 
 #[tokio::test]
 async fn resource_executor_waits_for_the_success_condition_and_reads_inputs() {
-    let Some(env) = TestEnv::new_or_skip("task-res").await else {
-        return;
-    };
+    let env = env_or_skip!("task-res");
     // The input, as structured JSON, feeds the manifest.
     let objects: Api<sluice::api::TaskObject> = Api::namespaced(env.client.clone(), &env.namespace);
     let input: sluice::api::TaskObject = serde_json::from_value(json!({
@@ -174,10 +170,7 @@ fn pod_task(name: &str, queue: &str, extra: serde_json::Value) -> serde_json::Va
 
 #[tokio::test]
 async fn pod_executor_tasks_go_through_the_gate() {
-    let Some(mut env) = TestEnv::new_or_skip("task-pod").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-pod", json!({"cpu": "1"}), "BestEffortFIFO");
     create_task(&env, pod_task("first", &queue, json!({}))).await;
     wait_phase(&env, "first", TaskPhase::Running, T).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -210,10 +203,7 @@ async fn pod_executor_tasks_go_through_the_gate() {
 
 #[tokio::test]
 async fn kill_and_timeout_end_a_long_task() {
-    let Some(mut env) = TestEnv::new_or_skip("task-kill").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-kill", json!({"cpu": "4"}), "BestEffortFIFO");
     create_task(&env, pod_task("long", &queue, json!({}))).await;
     create_task(&env, pod_task("timed", &queue, json!({"timeout": "3s"}))).await;
     wait_phase(&env, "long", TaskPhase::Running, T).await;
@@ -222,33 +212,10 @@ async fn kill_and_timeout_end_a_long_task() {
         (p.status?.phase.as_deref() == Some("Running")).then_some(())
     })
     .await;
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "long",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("set killTimestamp");
-    let killed = wait_phase(&env, "long", TaskPhase::Killed, T).await;
-    let status = killed.status.expect("status");
-    assert!(status.killing_at.is_some(), "went through Killing");
-    assert!(
-        status.message.contains("killTimestamp"),
-        "{}",
-        status.message
-    );
-    wait_for("long's pod to be gone", T, || async {
-        env.pods()
-            .get_opt("long-task")
-            .await
-            .ok()
-            .and_then(|p| p.is_none().then_some(()))
-    })
-    .await;
+    kill_now(&env, "long").await;
+    let killed = wait_killed(&env, "long", "killTimestamp", T).await;
+    assert!(went_through_killing(&killed), "went through Killing");
+    wait_absent(&env.pods(), "long-task", T).await;
 
     let timed = wait_phase(&env, "timed", TaskPhase::Killed, T).await;
     let status = timed.status.expect("status");
@@ -259,10 +226,7 @@ async fn kill_and_timeout_end_a_long_task() {
 
 #[tokio::test]
 async fn task_cluster_admits_only_what_the_queue_allows_and_runs_every_task_in_order() {
-    let Some(mut env) = TestEnv::new_or_skip("task-cluster").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-cluster", json!({"cpu": "2"}), "BestEffortFIFO");
     let clusters: Api<TaskCluster> = Api::namespaced(env.client.clone(), &env.namespace);
     create_pool(
         &env,

@@ -187,9 +187,7 @@ async fn message_of(env: &TestEnv, name: &str, phase: TaskPhase) -> String {
 
 #[tokio::test]
 async fn https_with_the_tasks_ca_in_har_form() {
-    let Some(env) = TestEnv::new_or_skip("task-https").await else {
-        return;
-    };
+    let env = env_or_skip!("task-https");
     let ca = TestCa::new("task test CA");
     let addr = https_server(&ca, None).await;
     create_configmap(&env, "echo-ca", "ca.crt", &ca.pem).await;
@@ -267,27 +265,14 @@ async fn https_with_the_tasks_ca_in_har_form() {
     )
     .await;
     wait_phase(&env, "hung", TaskPhase::Running, T).await;
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "hung",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("kill");
-    let message = message_of(&env, "hung", TaskPhase::Killed).await;
-    assert!(message.contains("killTimestamp"), "{message}");
+    kill_now(&env, "hung").await;
+    wait_killed(&env, "hung", "killTimestamp", T).await;
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn https_with_a_client_certificate_from_a_labelled_secret() {
-    let Some(env) = TestEnv::new_or_skip("task-mtls").await else {
-        return;
-    };
+    let env = env_or_skip!("task-mtls");
     let ca = TestCa::new("server CA");
     let clients = TestCa::new("client CA");
     let addr = https_server(&ca, Some(&clients)).await;

@@ -11,44 +11,13 @@ mod task_support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use sluice::api::{Task, TaskPhase};
 use support::*;
 use task_support::*;
 
 const T: Duration = Duration::from_secs(60);
-
-/// Sets the Task's killTimestamp to now.
-async fn kill_now(env: &TestEnv, name: &str) {
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(env)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("set killTimestamp of {name}: {e}"));
-}
-
-/// Waits for Killed and checks it went through Killing with `reason` in its message.
-async fn wait_killed(env: &TestEnv, name: &str, reason: &str) -> Task {
-    let killed = wait_phase(env, name, TaskPhase::Killed, T).await;
-    let status = killed.status.clone().expect("status");
-    assert!(
-        status.message.contains(reason),
-        "{name}: {}",
-        status.message
-    );
-    killed
-}
-
-fn went_through_killing(task: &Task) -> bool {
-    task.status.as_ref().is_some_and(|s| s.killing_at.is_some())
-}
 
 /// The samples of `src/api/task.rs`' duration rule test, submitted to the API server.
 const VALID: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
@@ -66,9 +35,7 @@ const INVALID: &[&str] = &[
 
 #[tokio::test]
 async fn a_timeout_that_does_not_parse_is_refused_at_submit() {
-    let Some(env) = TestEnv::new_or_skip("task-timeout-rule").await else {
-        return;
-    };
+    let env = env_or_skip!("task-timeout-rule");
     let task = |name: &str, timeout: &str| -> Task {
         serde_json::from_value(json!({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "Task",
@@ -109,9 +76,7 @@ fn http_task(name: &str, url: &str, timeout: Option<&str>) -> Value {
 
 #[tokio::test]
 async fn http_kill_and_timeout_cancel_the_request() {
-    let Some(env) = TestEnv::new_or_skip("task-http-kill").await else {
-        return;
-    };
+    let env = env_or_skip!("task-http-kill");
     let server = test_server(Duration::from_secs(300)).await;
     let base = format!("http://{}", server.addr);
     create_task(
@@ -129,9 +94,9 @@ async fn http_kill_and_timeout_cancel_the_request() {
     })
     .await;
     kill_now(&env, "killed").await;
-    let killed = wait_killed(&env, "killed", "killTimestamp").await;
+    let killed = wait_killed(&env, "killed", "killTimestamp", T).await;
     assert!(went_through_killing(&killed));
-    let timed = wait_killed(&env, "timed", "killed: timeout 2s exceeded").await;
+    let timed = wait_killed(&env, "timed", "killed: timeout 2s exceeded", T).await;
     assert!(went_through_killing(&timed));
     // The kill severed the connection: the server's handler was dropped before it answered.
     for path in ["/slow/killed", "/slow/timed"] {
@@ -157,24 +122,9 @@ fn configmap_task(name: &str, timeout: Option<&str>) -> Value {
     json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "Task", "metadata": {"name": name}, "spec": spec})
 }
 
-async fn wait_gone<K>(api: &Api<K>, name: &str)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    wait_for(&format!("{name} to be gone"), T, || async {
-        api.get_opt(name)
-            .await
-            .ok()
-            .and_then(|o| o.is_none().then_some(()))
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn resource_kill_timeout_and_deletion() {
-    let Some(env) = TestEnv::new_or_skip("task-res-kill").await else {
-        return;
-    };
+    let env = env_or_skip!("task-res-kill");
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     create_task(&env, configmap_task("killed", None)).await;
     create_task(&env, configmap_task("timed", Some("2s"))).await;
@@ -187,27 +137,24 @@ async fn resource_kill_timeout_and_deletion() {
         .await;
     }
     kill_now(&env, "killed").await;
-    let killed = wait_killed(&env, "killed", "killTimestamp").await;
+    let killed = wait_killed(&env, "killed", "killTimestamp", T).await;
     assert!(went_through_killing(&killed));
-    wait_gone(&cms, "killed-cm").await;
+    wait_absent(&cms, "killed-cm", T).await;
 
-    let timed = wait_killed(&env, "timed", "killed: timeout 2s exceeded").await;
+    let timed = wait_killed(&env, "timed", "killed: timeout 2s exceeded", T).await;
     assert!(went_through_killing(&timed));
-    wait_gone(&cms, "timed-cm").await;
+    wait_absent(&cms, "timed-cm", T).await;
 
     cms.delete("deleted-cm", &DeleteParams::default())
         .await
         .expect("delete the ConfigMap");
-    wait_killed(&env, "deleted", "ConfigMap deleted-cm was deleted").await;
+    wait_killed(&env, "deleted", "ConfigMap deleted-cm was deleted", T).await;
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn pod_deleted_from_outside_ends_the_task_killed() {
-    let Some(mut env) = TestEnv::new_or_skip("task-pod-del").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-pod-del", json!({"cpu": "2"}), "BestEffortFIFO");
     create_task(
         &env,
         json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "Task", "metadata": {"name": "victim"},
@@ -222,11 +169,8 @@ async fn pod_deleted_from_outside_ends_the_task_killed() {
         env.pods().get_opt("victim-task").await.ok().flatten()
     })
     .await;
-    env.pods()
-        .delete("victim-task", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete the pod");
-    wait_killed(&env, "victim", "pod victim-task was deleted").await;
+    env.delete_pod_now("victim-task").await;
+    wait_killed(&env, "victim", "pod victim-task was deleted", T).await;
     env.cleanup().await;
 }
 
@@ -258,10 +202,7 @@ async fn worker_of(env: &TestEnv, name: &str) -> String {
 
 #[tokio::test]
 async fn container_kill_timeout_and_worker_deletion() {
-    let Some(mut env) = TestEnv::new_or_skip("task-ctr-kill").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
+    let (env, queue) = env_and_queue!("task-ctr-kill", json!({"cpu": "4"}), "BestEffortFIFO");
     create_pool(
         &env,
         &queue,
@@ -274,12 +215,12 @@ async fn container_kill_timeout_and_worker_deletion() {
     let killed_worker = worker_of(&env, "killed").await;
     let orphan_worker = worker_of(&env, "orphan").await;
     kill_now(&env, "killed").await;
-    let killed = wait_killed(&env, "killed", "killTimestamp").await;
+    let killed = wait_killed(&env, "killed", "killTimestamp", T).await;
     assert!(went_through_killing(&killed));
     // An ephemeral container cannot be stopped: its worker went.
-    wait_gone(&env.pods(), &killed_worker).await;
+    wait_absent(&env.pods(), &killed_worker, T).await;
 
-    let timed = wait_killed(&env, "timed", "killed: timeout 3s exceeded").await;
+    let timed = wait_killed(&env, "timed", "killed: timeout 3s exceeded", T).await;
     assert!(went_through_killing(&timed));
 
     env.pods()
@@ -290,6 +231,7 @@ async fn container_kill_timeout_and_worker_deletion() {
         &env,
         "orphan",
         &format!("worker {orphan_worker} was deleted"),
+        T,
     )
     .await;
     env.cleanup().await;

@@ -22,10 +22,7 @@ use task_support::*;
 
 #[tokio::test]
 async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
-    let Some(mut env) = TestEnv::new_or_skip("task-restart").await else {
-        return;
-    };
-    let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
+    let (mut env, queue) = env_and_queue!("task-restart", json!({"cpu": "2"}), "BestEffortFIFO");
     let server = test_server(Duration::from_secs(30)).await;
 
     // Every pod a Task ever had, by uid: a Task run twice would show two.

@@ -17,44 +17,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sluice::api::TaskPhase;
 use support::*;
 use task_support::*;
 
 const T: Duration = Duration::from_secs(90);
-
-fn argo(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind),
-        plural,
-    )
-}
-
-fn workflows(env: &TestEnv) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &argo("Workflow", "workflows"),
-    )
-}
-
-async fn require_argo(env: &TestEnv) {
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        Api::all(env.client.clone());
-    assert!(
-        crds.get_opt("workflows.argoproj.io")
-            .await
-            .ok()
-            .flatten()
-            .is_some(),
-        "Argo Workflows is not installed on this cluster: start it with hack/cluster.sh up --with-argo (hack/test.sh does)"
-    );
-}
 
 /// A step that asks for 1 cpu and outputs the parameter `out` (written by argoexec in real life).
 fn step(name: &str) -> Value {
@@ -80,14 +49,6 @@ fn workflow_task(name: &str, queue: &str, template: Value, timeout: Option<&str>
         spec["timeout"] = json!(t);
     }
     json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "Task", "metadata": {"name": name}, "spec": spec})
-}
-
-async fn workflow_pods(env: &TestEnv, workflow: &str) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels(&format!("workflows.argoproj.io/workflow={workflow}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
 }
 
 /// Plays argoexec's wait container and the kubelet for a step's pod: reports `out` as the step's
@@ -129,10 +90,12 @@ async fn finish_step(env: &TestEnv, pod: &Pod, workflow: &str, out: &str) {
 
 #[tokio::test]
 async fn a_workflow_task_runs_through_the_gate_and_returns_its_outputs() {
-    let Some(mut env) = TestEnv::new_or_skip("task-wf").await else {
-        return;
-    };
-    require_argo(&env).await;
+    let mut env = env_or_skip!("task-wf");
+    require_argo(
+        &env,
+        "start it with hack/cluster.sh up --with-argo (hack/test.sh does)",
+    )
+    .await;
     // Room for one step at a time: the second step's pod waits at the gate.
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     create_task(
@@ -218,10 +181,12 @@ async fn wait_workflow_and_pods_gone(env: &TestEnv, workflow: &str) {
 
 #[tokio::test]
 async fn a_workflow_task_is_killed_by_kill_timeout_and_deletion() {
-    let Some(mut env) = TestEnv::new_or_skip("task-wf-kill").await else {
-        return;
-    };
-    require_argo(&env).await;
+    let mut env = env_or_skip!("task-wf-kill");
+    require_argo(
+        &env,
+        "start it with hack/cluster.sh up --with-argo (hack/test.sh does)",
+    )
+    .await;
     let queue = env.queue("q", json!({"cpu": "4"}), "BestEffortFIFO").await;
     create_task(
         &env,
@@ -241,25 +206,9 @@ async fn a_workflow_task_is_killed_by_kill_timeout_and_deletion() {
     first_pod_running(&env, "killed-wf").await;
     first_pod_running(&env, "deleted-wf").await;
 
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "killed",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("set killTimestamp");
-    let killed = wait_phase(&env, "killed", TaskPhase::Killed, T).await;
-    let status = killed.status.expect("status");
-    assert!(status.killing_at.is_some(), "went through Killing");
-    assert!(
-        status.message.contains("killTimestamp"),
-        "{}",
-        status.message
-    );
+    kill_now(&env, "killed").await;
+    let killed = wait_killed(&env, "killed", "killTimestamp", T).await;
+    assert!(went_through_killing(&killed), "went through Killing");
     // Killed only once the Workflow and its pods were gone.
     assert!(
         workflows(&env)

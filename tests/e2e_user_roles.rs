@@ -108,9 +108,7 @@ fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> bool {
 
 #[tokio::test]
 async fn namespace_users_with_view_or_edit_read_their_workloads_and_queues_and_nothing_elsewhere() {
-    let Some(mut env) = TestEnv::new_or_skip("roles").await else {
-        return;
-    };
+    let mut env = env_or_skip!("roles");
     let other = TestEnv::new("roles-other").await;
     apply_user_roles(&env.client).await;
     let (viewer, editor) = (

@@ -13,35 +13,26 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 use support::*;
 
-fn dynamic(
-    env: &TestEnv,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    let resource =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
+/// A RayCluster in `queue` of 1-cpu pods: the head and one worker (at most 2).
+fn one_worker_raycluster(name: &str, queue: &str) -> DynamicObject {
+    let container = |n: &str| ray_container(n, "1", "1Gi");
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([1, 1, 2], container, json!({})),
+    )
 }
 
-fn raycluster(name: &str, queue: &str) -> DynamicObject {
-    let container = |n: &str| json!({"name": n, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster")
+async fn create_job(env: &TestEnv, job: serde_json::Value) {
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(job).expect("job");
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create the Job");
 }
 
 /// sluice's events in the namespace (those its Recorder posted), as (kind, name, reason, note).
@@ -90,14 +81,12 @@ async fn full_queue(env: &mut TestEnv) -> String {
 
 #[tokio::test]
 async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queue_and_position() {
-    let Some(mut env) = TestEnv::new_or_skip("why-events").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-events");
     let queue = full_queue(&mut env).await;
     let ns = env.namespace.clone();
 
-    dynamic(&env, "ray.io", "v1", "RayCluster", "rayclusters")
-        .create(&PostParams::default(), &raycluster("rc", &queue))
+    rayclusters(&env)
+        .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
         .await
         .expect("create the RayCluster");
     let note = wait_event(&env, "RayCluster", "rc", "Waiting").await;
@@ -113,29 +102,15 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
         );
     }
 
-    let spark: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "etl", "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "type": "Scala", "mode": "cluster", "sparkVersion": "4.0.4",
-            "image": "docker.io/apache/spark:4.0.4",
-            "mainClass": "org.apache.spark.examples.SparkPi",
-            "mainApplicationFile": "local:///opt/spark/examples/jars/spark-examples.jar",
-            "driver": {"cores": 1, "memory": "512m"},
-            "executor": {"cores": 1, "memory": "512m", "instances": 1},
-        },
-    }))
-    .expect("SparkApplication");
-    dynamic(
-        &env,
-        "sparkoperator.k8s.io",
-        "v1beta2",
-        "SparkApplication",
-        "sparkapplications",
-    )
-    .create(&PostParams::default(), &spark)
-    .await
-    .expect("create the SparkApplication");
+    let spark = spark_application(
+        "etl",
+        Some(&queue),
+        spark_pi(json!({}), json!({"instances": 1})),
+    );
+    spark_applications(&env)
+        .create(&PostParams::default(), &spark)
+        .await
+        .expect("create the SparkApplication");
     let note = wait_event(&env, "SparkApplication", "etl", "Waiting").await;
     assert!(note.contains(&format!("queue {queue}")), "{note}");
     assert!(note.contains("position"), "{note}");
@@ -154,9 +129,7 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
 /// `kubectl create` of a Job into a full queue prints sluice's warning, and still creates it.
 #[tokio::test]
 async fn a_submit_into_a_full_queue_prints_a_warning_in_kubectl() {
-    let Some(mut env) = TestEnv::new_or_skip("why-warn").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-warn");
     let queue = full_queue(&mut env).await;
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",
@@ -200,9 +173,7 @@ async fn kubectl_create(object: Value) -> std::process::Output {
 /// not admit its namespace: kubectl prints why it will wait, and creates it (behind the gate).
 #[tokio::test]
 async fn a_pod_created_behind_the_gate_prints_why_it_waits_in_kubectl() {
-    let Some(mut env) = TestEnv::new_or_skip("why-podwarn").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-podwarn");
     let queue = full_queue(&mut env).await;
     let closed = env
         .queue_with_spec(
@@ -289,25 +260,18 @@ async fn grant_view(env: &TestEnv, user: &str) {
 
 #[tokio::test]
 async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_rights() {
-    let Some(mut env) = TestEnv::new_or_skip("why-plugin").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-plugin");
     let queue = full_queue(&mut env).await;
     let user = format!("alice-{}", env.namespace);
     grant_view(&env, &user).await;
     env.create_pod(pod("lonely", &queue, "1")).await;
-    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+    create_job(&env, json!({
         "metadata": {"name": "batch", "labels": {"sluice.dev/queue": queue}},
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
-    }))
-    .expect("job");
-    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create the Job");
-    dynamic(&env, "ray.io", "v1", "RayCluster", "rayclusters")
-        .create(&PostParams::default(), &raycluster("rc", &queue))
+    })).await;
+    rayclusters(&env)
+        .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
         .await
         .expect("create the RayCluster");
     env.wait_queue_counts(&queue, 1 + 1 + 2, 1).await;
@@ -368,9 +332,7 @@ async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_r
 /// global rate limit and the queue bound the rest). Prints the counts (BENCHMARKS.md quotes them).
 #[tokio::test]
 async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events() {
-    let Some(mut env) = TestEnv::new_or_skip("why-burst").await else {
-        return;
-    };
+    let mut env = env_or_skip!("why-burst");
     const N: usize = 40;
     let queue = full_queue(&mut env).await;
     let burst = (0..N).map(|i| {
@@ -439,37 +401,17 @@ async fn a_burst_of_gated_pods_of_one_workload_posts_a_bounded_number_of_events(
 /// the preemptor (of its own namespace).
 #[tokio::test]
 async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
-    let Some(mut env) = TestEnv::new_or_skip("why-preempt").await else {
-        return;
-    };
-    use k8s_openapi::api::scheduling::v1::PriorityClass;
-    let classes: Api<PriorityClass> = Api::all(env.client.clone());
-    let (low, high) = (
-        format!("{}-low", env.namespace),
-        format!("{}-high", env.namespace),
-    );
-    for (name, value) in [(&low, 10), (&high, 1000)] {
-        let class: PriorityClass =
-            serde_json::from_value(json!({"metadata": {"name": name}, "value": value}))
-                .expect("class");
-        classes
-            .create(&PostParams::default(), &class)
-            .await
-            .expect("create PriorityClass");
-    }
+    let mut env = env_or_skip!("why-preempt");
+    let classes = Priorities::create(&env, &[("low", 10), ("high", 1000)]).await;
+    let (low, high) = (classes.name("low"), classes.name("high"));
     let queue = env.queue("q", json!({"cpu": "2"}), "BestEffortFIFO").await;
-    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+    create_job(&env, json!({
         "metadata": {"name": "low", "labels": {"sluice.dev/queue": queue}},
         "spec": {"parallelism": 2, "completions": 2, "template": {
             "metadata": {"annotations": {"sluice.dev/kwok-hold": "true"}},
             "spec": {"restartPolicy": "Never", "priorityClassName": low,
                 "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
-    }))
-    .expect("job");
-    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create the Job");
+    })).await;
     env.wait_queue_counts(&queue, 0, 2).await;
     let mut urgent = pod("urgent", &queue, "2");
     if let Some(spec) = urgent.spec.as_mut() {
@@ -482,8 +424,6 @@ async fn a_preempted_job_is_told_on_its_object_who_took_its_quota() {
         "the preemptor is not named: {note}"
     );
     assert!(note.contains(&format!("queue {queue}")), "{note}");
-    for name in [&low, &high] {
-        let _ = classes.delete(name, &Default::default()).await;
-    }
+    drop(classes);
     env.cleanup().await;
 }

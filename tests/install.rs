@@ -58,7 +58,8 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-fn template(helm: &Path, sets: &[&str]) -> String {
+/// `helm template` of the chart in sluice-system with each of `sets` as a `--set`, and `extra` flags.
+fn template_with(helm: &Path, sets: &[&str], extra: &[&str]) -> String {
     let mut cmd = Command::new(helm);
     cmd.current_dir(root()).args([
         "template",
@@ -70,7 +71,11 @@ fn template(helm: &Path, sets: &[&str]) -> String {
     for s in sets {
         cmd.args(["--set", s]);
     }
-    run(&mut cmd)
+    run(cmd.args(extra))
+}
+
+fn template(helm: &Path, sets: &[&str]) -> String {
+    template_with(helm, sets, &[])
 }
 
 fn cargo_version() -> &'static str {
@@ -111,18 +116,7 @@ fn helm_template_with_default_values_renders_exactly_the_release_manifest() {
         out.to_str().expect("path"),
     ]));
     let manifest = std::fs::read_to_string(out.join("sluice.yaml")).expect("dist/sluice.yaml");
-    let rendered = {
-        let mut cmd = Command::new(&helm);
-        cmd.current_dir(root()).args([
-            "template",
-            "sluice",
-            "charts/sluice",
-            "--namespace",
-            "sluice-system",
-            "--no-hooks",
-        ]);
-        run(&mut cmd)
-    };
+    let rendered = template_with(&helm, &[], &["--no-hooks"]);
     // The manifest: a header, the Namespace, then exactly what the chart renders.
     let (head, rest) = manifest
         .split_once("\nkind: Namespace\n")

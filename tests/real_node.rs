@@ -11,6 +11,8 @@
 //! hack/test.sh runs it on a cluster of its own; alone: `hack/test.sh --test real_node`.
 
 mod support;
+#[path = "support/tasks.rs"]
+mod task_support;
 
 #[path = "real_node/ray.rs"]
 mod ray;
@@ -81,6 +83,15 @@ async fn wait_running(env: &TestEnv, name: &str) -> Pod {
     .await
 }
 
+/// How a test of a real workload starts: [`HEAVY`] held (returned: held until the test ends), the
+/// real node there (its name returned), sluice deployed in-cluster.
+async fn heavy_start(env: &TestEnv) -> (tokio::sync::MutexGuard<'static, ()>, String) {
+    let heavy = HEAVY.lock().await;
+    let node = real_node_name(env).await;
+    sluice_in_cluster(env).await;
+    (heavy, node)
+}
+
 async fn real_node_name(env: &TestEnv) -> String {
     let nodes: Api<Node> = Api::all(env.client.clone());
     let list = nodes
@@ -129,9 +140,7 @@ async fn real_node_name(env: &TestEnv) -> String {
 
 #[tokio::test]
 async fn a_failing_container_reports_its_exit_code_and_log() {
-    let Some(env) = TestEnv::new_or_skip("real-exit").await else {
-        return;
-    };
+    let env = env_or_skip!("real-exit");
     let node = real_node_name(&env).await;
     env.create_pod(real_pod("exit3", "echo hi; exit 3")).await;
     let pod = wait_for("pod exit3 to fail", RUN_TIMEOUT, || async {
@@ -160,9 +169,7 @@ async fn a_failing_container_reports_its_exit_code_and_log() {
 
 #[tokio::test]
 async fn an_ephemeral_container_runs_in_a_running_pod() {
-    let Some(env) = TestEnv::new_or_skip("real-ephemeral").await else {
-        return;
-    };
+    let env = env_or_skip!("real-ephemeral");
     env.create_pod(real_pod("target", "echo started; exec sleep 3600"))
         .await;
     wait_running(&env, "target").await;
@@ -263,7 +270,6 @@ async fn sluice_in_cluster(env: &TestEnv) {
     .await;
     kubectl(&["apply", "-f", install.to_str().expect("path")]).await;
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "sluice-system");
-    let sluice_pods: Api<Pod> = Api::namespaced(env.client.clone(), "sluice-system");
     let on_real_node = json!({"spec": {"template": {"spec": {
         "nodeSelector": {NODE_LABEL.0: NODE_LABEL.1},
         "tolerations": [{"key": NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
@@ -276,29 +282,14 @@ async fn sluice_in_cluster(env: &TestEnv) {
         )
         .await
         .expect("put sluice on the real node");
-    wait_for(
+    // (The status of the generation before the patch, pods on kwok nodes "ready" at once, does not
+    // count.)
+    wait_sluice_rolled_out(
+        env,
+        "sluice-system",
         "sluice's two replicas to be ready on the real node",
         Duration::from_secs(180),
-        || async {
-            let d = deployments.get("sluice").await.ok()?;
-            let generation = d.metadata.generation?;
-            let s = d.status?;
-            // The status of the generation before the patch (pods on kwok nodes, "ready" at once)
-            // must not count, nor old pods still on their way out.
-            let rolled_out = s.observed_generation? >= generation
-                && s.updated_replicas? == 2
-                && s.ready_replicas? == 2
-                && s.replicas? == 2;
-            let pods = sluice_pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
-                .await
-                .ok()?
-                .items;
-            let all_on_real_node = pods.iter().all(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
-            });
-            (rolled_out && pods.len() == 2 && all_on_real_node).then_some(())
-        },
+        |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()),
     )
     .await;
     *deployed = true;
@@ -306,9 +297,7 @@ async fn sluice_in_cluster(env: &TestEnv) {
 
 #[tokio::test]
 async fn sluice_in_cluster_serves_its_webhooks_through_the_service_and_admits() {
-    let Some(mut env) = TestEnv::new_or_skip("real-sluice").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-sluice");
     let node = real_node_name(&env).await;
     sluice_in_cluster(&env).await;
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
@@ -445,9 +434,7 @@ async fn the_counter_demo_runs_to_its_limit_in_ephemeral_containers() {
     use std::sync::{Arc, Mutex};
 
     const LIMIT: i64 = 10;
-    let Some(mut env) = TestEnv::new_or_skip("real-counter").await else {
-        return;
-    };
+    let mut env = env_or_skip!("real-counter");
     let node = real_node_name(&env).await;
     sluice_in_cluster(&env).await;
     let queue = unique("counter");

@@ -28,7 +28,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, LogParams, PostParams};
+use kube::api::{DynamicObject, ListParams, LogParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::*;
@@ -137,18 +137,14 @@ async fn install(method: Method) {
         }
         Method::Manifest => {
             let manifest = temp_file("sluice.yaml", &on_real_node(&release_manifest().await));
-            command(
-                "kubectl",
-                &[
-                    "apply",
-                    "--server-side",
-                    "-f",
-                    manifest.to_str().expect("path"),
-                ],
-            )
-            .await;
+            apply_server_side(&manifest).await;
         }
     }
+}
+
+async fn apply_server_side(manifest: &std::path::Path) {
+    let path = manifest.to_str().expect("path");
+    command("kubectl", &["apply", "--server-side", "-f", path]).await;
 }
 
 async fn upgrade(method: Method) {
@@ -179,16 +175,7 @@ async fn upgrade(method: Method) {
                 &format!("image: sluice:{UPGRADE_TAG}\n"),
             );
             let manifest = temp_file("sluice-upgrade.yaml", &manifest);
-            command(
-                "kubectl",
-                &[
-                    "apply",
-                    "--server-side",
-                    "-f",
-                    manifest.to_str().expect("path"),
-                ],
-            )
-            .await;
+            apply_server_side(&manifest).await;
         }
     }
 }
@@ -216,34 +203,14 @@ async fn uninstall(method: Method) -> String {
 
 /// Waits until the Deployment runs `replicas` ready pods of `image`, all on the real node.
 async fn wait_rolled_out(env: &TestEnv, image: &str) {
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
-    wait_for(
-        &format!("sluice's two replicas of {image} to be ready on the real node"),
-        Duration::from_secs(300),
-        || async {
-            let d = deployments.get("sluice").await.ok()?;
-            let generation = d.metadata.generation?;
-            let s = d.status?;
-            let done = s.observed_generation? >= generation
-                && s.updated_replicas? == 2
-                && s.ready_replicas? == 2
-                && s.replicas? == 2;
-            let list = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
-                .await
-                .ok()?
-                .items;
-            let right = list.iter().all(|p| {
-                p.spec.as_ref().is_some_and(|s| {
-                    s.node_selector.as_ref().is_some_and(|n| {
-                        n.get(NODE_SELECTOR.0).map(String::as_str) == Some(NODE_SELECTOR.1)
-                    }) && s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
-                })
-            });
-            (done && list.len() == 2 && right).then_some(())
-        },
-    )
+    let what = format!("sluice's two replicas of {image} to be ready on the real node");
+    wait_sluice_rolled_out(env, NAMESPACE, &what, Duration::from_secs(300), |p| {
+        p.spec.as_ref().is_some_and(|s| {
+            s.node_selector.as_ref().is_some_and(|n| {
+                n.get(NODE_SELECTOR.0).map(String::as_str) == Some(NODE_SELECTOR.1)
+            }) && s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
+        })
+    })
     .await;
 }
 
@@ -267,26 +234,14 @@ async fn wait_clean_slate(env: &TestEnv) {
     .await;
 }
 
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
-
-fn raycluster(name: &str, queue: &str) -> DynamicObject {
+/// A RayCluster in `queue` of busybox pods asking 250m: the head and one worker (at most 2).
+fn busybox_raycluster(name: &str, queue: &str) -> DynamicObject {
     let container = |n: &str| json!({"name": n, "image": "busybox", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"sluice.dev/queue": queue}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container("ray-head")]}}},
-            "workerGroupSpecs": [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "rayStartParams": {},
-                                  "template": {"spec": {"containers": [container("ray-worker")]}}}],
-        },
-    }))
-    .expect("raycluster")
+    raycluster(
+        name,
+        Some(queue),
+        raycluster_spec([1, 1, 2], container, json!({})),
+    )
 }
 
 fn gang_pod(name: &str, queue: &str) -> Pod {
@@ -470,7 +425,10 @@ async fn story(method: Method) {
         .queue("ray", json!({"cpu": "500m"}), "BestEffortFIFO")
         .await;
     rayclusters(&env)
-        .create(&PostParams::default(), &raycluster("rc", &ray_queue))
+        .create(
+            &PostParams::default(),
+            &busybox_raycluster("rc", &ray_queue),
+        )
         .await
         .expect("create the RayCluster");
     env.wait_queue_counts(&ray_queue, 0, 2).await;
@@ -635,9 +593,7 @@ async fn helm_then_the_release_manifest_gate_a_gang_and_a_raycluster_upgrade_wit
 /// (docs/src/operations/uninstall.md).
 #[tokio::test]
 async fn deleting_the_namespace_alone_strands_pods_until_sluice_uninstall_recovers() {
-    let Some(mut env) = TestEnv::new_or_skip("nsdelete").await else {
-        return;
-    };
+    let mut env = env_or_skip!("nsdelete");
     let _one = ONE_INSTALL.lock().await;
     wait_clean_slate(&env).await;
     // With Helm: its release record lives in the namespace and goes with it, as it would for a
@@ -701,9 +657,7 @@ async fn deleting_the_namespace_alone_strands_pods_until_sluice_uninstall_recove
 /// Dockerfile prints the version and the commit baked in.
 #[tokio::test]
 async fn the_image_reports_its_version_and_commit() {
-    let Some(env) = TestEnv::new_or_skip("image-version").await else {
-        return;
-    };
+    let env = env_or_skip!("image-version");
     let p: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "version"},

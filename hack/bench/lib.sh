@@ -1,13 +1,21 @@
 # shellcheck shell=bash
-# Helpers of the end-to-end parts run by their own scripts (hack/bench/peer.sh, shapes.sh, large.sh):
-# sourced, with $root (the repository) and $out (target/bench) set; the cluster's environment is
-# set by the time a run starts.
+# Helpers of the end-to-end parts run by their own scripts (hack/bench/peer.sh, shapes.sh, large.sh)
+# and of hack/bench.sh's e2e part: sourced; $root (the repository) and $out (target/bench) are set
+# here unless the caller set them, and the working directory is $root. The cluster's environment is
+# set by the time a run starts (bench_cluster_up).
+root="${root:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+out="${out:-$root/target/bench}"
+mkdir -p "$out"
+cd "$root"
 # The cluster's state directory: SLUICE_CLUSTER_STATE (a second cluster beside the lead's) or .cluster/.
 state="${SLUICE_CLUSTER_STATE:-$root/.cluster}"
 bench_py="$root/hack/bench"
-quick="${QUICK:-0}"
+quick="${quick:-${QUICK:-0}}"
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 no_build=(); [[ ${NO_BUILD:-0} == 1 ]] && no_build=(--no-build)   # NO_BUILD=1: the binaries as they are
+# BENCH_SLUICE_BUILD=debug: sluice's debug build instead of the release one (a smoke run of a script:
+# figures not to quote), as E2E_SLUICE_BUILD does for hack/bench.sh's e2e part.
+sluice_build=(--release-sluice); [[ ${BENCH_SLUICE_BUILD:-release} == debug ]] && sluice_build=()
 
 bench_begin() { # part what: $out/run-<part> says when, what ran, the load and which sluice; the part's old results go
   rm -f "$out/$1"-*
@@ -22,6 +30,36 @@ tool_binary() { # tool: sluice-tools' binary, built unless NO_BUILD=1 (TOOLS_PRO
 
 down_on_exit() { # the cluster goes down when the script ends, unless KEEP_CLUSTER=1
   [[ ${KEEP_CLUSTER:-0} == 1 ]] || trap 'hack/cluster.sh down >&2 || true' EXIT
+}
+
+bench_cluster_up() { # nodes [hack/cluster.sh up flags...]: the part's cluster with sluice's release build, its environment taken; down when the script ends unless KEEP_CLUSTER=1
+  down_on_exit
+  hack/cluster.sh up --nodes "$1" --with-sluice "${sluice_build[@]}" "${no_build[@]}" "${@:2}" >&2
+  eval "$(hack/cluster.sh env)"
+}
+
+kueue_joins() { # nodes [hack/cluster.sh up flags...]: Kueue joins the cluster for its own runs (last: its controller watches every pod), its webhooks scoped
+  hack/cluster.sh up --nodes "$1" --with-sluice "${sluice_build[@]}" --with-kueue --no-build "${@:2}" >&2
+  scope_kueue_webhooks
+}
+
+run_namespace() { # mode part namespace quota-cpu: a run's namespace, labelled for its part (and for Kueue's webhooks under Kueue), with its queue and ServiceAccount ready
+  local mode=$1 part=$2 ns=$3 quota=$4
+  kubectl create namespace "$ns" >&2
+  kubectl label namespace "$ns" "bench.sluice.dev/$part=on" >&2
+  if [[ $mode == kueue ]]; then kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2; fi
+  bench_queue "$mode" "$ns" "$quota"
+  kubectl -n "$ns" wait --for=jsonpath='{.metadata.name}'=default --timeout=60s serviceaccount/default >&2
+}
+
+run_namespace_gone() { # mode namespace: a run's pods ended (Kueue's hold its finalizer), its namespace and queue deleted
+  local mode=$1 ns=$2
+  if [[ $mode == kueue ]]; then end_kueue_pods "$ns"; fi
+  delete_namespaces "kubernetes.io/metadata.name=$ns"
+  case $mode in
+    sluice) kubectl delete capacityqueue "$ns" --ignore-not-found >&2 ;;
+    kueue) kubectl delete clusterqueue "$ns" --ignore-not-found >&2; kubectl delete resourceflavor "$ns" --ignore-not-found >&2 ;;
+  esac
 }
 
 api_metrics() { # file: apiserver_request_total, read with the admin client certificate

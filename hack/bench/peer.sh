@@ -7,23 +7,18 @@
 # PEER_SCALE (fraction of the suite's workload counts, default 1; 0.05 with QUICK=1), E2E_NODES
 # (default 100), PEER_MODES (default "sluice kueue"), PEER_TIMEOUT (seconds each run may take, default
 # 1800: a run stopped there reports how far it got), WRITE (1: write BENCHMARKS.md and bench/results.json),
-# KEEP_CLUSTER=1 (leave it up).
+# KEEP_CLUSTER=1 (leave it up), NO_BUILD=1, BENCH_SLUICE_BUILD=debug and TOOLS_PROFILE=debug (debug
+# builds: a smoke run of the script, figures not to quote).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
-out="$root/target/bench"
-mkdir -p "$out"
 # shellcheck source=hack/bench/lib.sh
-source "$root/hack/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"   # $root (the working directory), $out, $quick and the helpers
 reps="${PEER_REPS:-3}" scale="${PEER_SCALE:-1}"
 [[ $quick == 1 ]] && { reps="${PEER_REPS:-1}"; scale="${PEER_SCALE:-0.05}"; }
 nodes="${E2E_NODES:-100}"
 modes="${PEER_MODES:-sluice kueue}" timeout="${PEER_TIMEOUT:-1800}"
 bench_begin peer "hack/bench.sh --only peer${QUICK:+ (QUICK=$quick)} PEER_REPS=$reps PEER_SCALE=$scale PEER_MODES='$modes' PEER_TIMEOUT=$timeout"
 bin="$(tool_binary peer_suite)"
-down_on_exit
-hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice "${no_build[@]}" >&2
-eval "$(hack/cluster.sh env)"
+bench_cluster_up "$nodes"
 
 peer_run() { # mode rep
   local mode=$1 rep=$2 name="peer-$1-$2" prefix="ps${1:0:1}$2"
@@ -51,8 +46,7 @@ if [[ " $modes " == *" sluice "* ]]; then
   for rep in $(seq "$reps"); do peer_run sluice "$rep"; done
 fi
 if [[ " $modes " == *" kueue "* ]]; then
-  hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kueue --no-build >&2
-  scope_kueue_webhooks
+  kueue_joins "$nodes"
   for rep in $(seq "$reps"); do peer_run kueue "$rep"; done
 fi
 python3 "$bench_py/peers_report.py" "$out" "$root" "${WRITE:-1}" peer

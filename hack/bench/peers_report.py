@@ -6,7 +6,7 @@ own keys of bench/results.json (read-modify-write right before writing; the othe
 usage: peers_report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import glob, json, os, statistics, sys
-from runs import api_requests, put_sections
+from runs import api_requests, build_sections, measured, put_sections, run_of as run_in
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 
 def load(name):
@@ -40,9 +40,21 @@ def seconds(name):
     except ValueError:
         return None
 
+def measured_runs(names, count_key):
+    """Each run of `names` that left results: (name, its JSON, API requests per unit of `count_key`,
+    CPU seconds by component, the gate's CPU seconds: sluice's or Kueue's, None without a gate)."""
+    for name in names:
+        d = load(f"{name}.json")
+        if not d:
+            continue
+        req = requests(name)
+        per = sum(req.values()) / d[count_key] if req and d[count_key] else None
+        c = cpu(name)
+        gate = c.get(d["mode"]) if d["mode"] in ("sluice", "kueue") else None
+        yield name, d, per, c, gate
+
 def run_of(part):
-    lines = open(os.path.join(out, f"run-{part}")).read().split("\n") + [""] * 4
-    return {"started_at": lines[0], "command": lines[1], "load": lines[2].split() or ["?"] * 3, "versions": lines[3] or "?"}
+    return run_in(out, part)
 
 def med(v):
     v = [x for x in v if x is not None]
@@ -122,14 +134,7 @@ def shapes_part():
           "| run | pods (gated) | errors | all running | pods/s | time to admit p50 / p99 | driver / RayCluster step p50 / p99 | executors / scale-up step p50 / p99 | API requests / pod | API server CPU s | gate CPU s | load avg before → after |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     per_mode = {}
-    for name in names:
-        d = load(f"{name}.json")
-        if not d:
-            continue
-        req = requests(name)
-        per = sum(req.values()) / d["pods"] if req and d["pods"] else None
-        c = cpu(name)
-        gate = c.get("sluice") if d["mode"] == "sluice" else c.get("kueue") if d["mode"] == "kueue" else None
+    for name, d, per, c, gate in measured_runs(names, "pods"):
         st = d["steps"]
         first = st.get("driver") or st.get("raycluster") or {}
         later = st.get("executors") or st.get("scale-up") or {}
@@ -158,16 +163,10 @@ def large_part():
           "| run | complete | pods | all running | pods/s | API requests / pod | API server CPU s | API server share | gate CPU s | load avg before → after |",
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     rates = {}
-    for name in names:
-        d = load(f"{name}.json")
-        if not d:
-            continue
-        req = requests(name)
-        per = sum(req.values()) / d["pods"] if req else None
-        c, wall = cpu(name), seconds(name)
+    for name, d, per, c, gate in measured_runs(names, "pods"):
+        wall = seconds(name)
         api = c.get("kube-apiserver", 0.0)
         mode = d["mode"]
-        gate = c.get("sluice") if mode == "sluice" else c.get("kueue") if mode == "kueue" else None
         rate = d["pods"] / d["all_running_s"] if d.get("complete") and d.get("all_running_s") else None
         rates[mode] = rate
         md.append(f"| {name} | {'yes' if d['complete'] else 'no'} | {d['pods']:,} | {d['all_running_s'] or 0:.1f} s | {rate or 0:.1f} | "
@@ -181,20 +180,11 @@ titles = {"peer": "A peer's own benchmark: latest `hack/bench.sh --only peer` ru
           "shapes": "Shapes people run: latest `hack/bench.sh --only shapes` run",
           "large": "Larger: latest `hack/bench.sh --only large` run"}
 build = {"peer": peer_part, "shapes": shapes_part, "large": large_part}
-sections, stamps = {}, {}
-for part in parts:
-    made = build[part]()
-    if made is None:
-        print(f"bench: no raw results of {part} in {out}: its section and keys stay as they are", file=sys.stderr)
-        continue
-    sections[part] = made
-    stamps[part] = run_of(part)["started_at"]
+sections, stamps = build_sections(parts, build, out, "bench")
 
 def header(part):
-    r = run_of(part)
-    return (f"Measured {r['started_at']} by `{r['command']}` — {r['versions']}; machine: {os.cpu_count()} cores, "
-            f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB (load average {' / '.join(r['load'])} "
-            f"when this part started; other work on the machine, if any, is said beside the table).")
+    return measured(out, part, lambda c: c, " (load average {load} when this part started; other work on the "
+                    "machine, if any, is said beside the table).")
 bm = os.path.join(root, "BENCHMARKS.md")
 doc = put_sections(open(bm).read(), sections, titles, header)
 print(json.dumps(results, indent=2))

@@ -7,7 +7,7 @@ parts' sections and keys stay as they are. Prints the sections it writes.
 usage: report.py <raw results directory: target/bench> <repository root> <1: write | 0: print only> <part>...
 """
 import json, os, re, sys
-from runs import api_requests, put_sections
+from runs import api_requests, build_sections, measured, put_sections, run_of as run_in
 out, root, write, parts = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 def load(name, lines=False):
     p = os.path.join(out, name)
@@ -24,9 +24,7 @@ def max_rss_mib(name):
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(p).read())
     return int(m.group(1)) // 1024 if m else None
 def run_of(part):  # target/bench/run-<part>: started_at, command, load average, versions
-    lines = open(os.path.join(out, f"run-{part}")).read().split("\n") + [""] * 4
-    return {"started_at": lines[0], "command": lines[1],
-            "load": lines[2].split() if lines[2].strip() else ["?"] * 3, "versions": lines[3] or "?"}
+    return run_in(out, part)
 
 results_path = os.path.join(root, "bench", "results.json")
 results = json.load(open(results_path)) if os.path.exists(results_path) else {}
@@ -368,13 +366,9 @@ titles = {"admission": "Admission pass: latest `hack/bench.sh --only admission` 
           "e2e": "End to end: latest `hack/bench.sh --only e2e` run"}
 build = {"admission": admission_part, "scale": scale_part, "webhook": webhook_part, "e2e": e2e_part}
 by_part = results.setdefault("measured_at_by_part", {})
-for part in parts:
-    made = build[part]()
-    if made is None:
-        print(f"bench.sh: no raw results of {part} in {out}: its section and keys stay as they are", file=sys.stderr)
-        continue
-    sections[part] = made
-    by_part[part] = run_of(part)["started_at"]
+made, started = build_sections(parts, build, out, "bench.sh")
+sections.update(made)
+by_part.update(started)
 # Keys every results.json has, measured or not.
 for key in ("admission_pass_ms_10k_workloads", "controller_peak_rss_mib_10k_workloads_100k_pods",
             "webhook_p99_ms", "webhook_max_rps_p99_under_1ms"):
@@ -385,10 +379,8 @@ if by_part:
 results.setdefault("measured_at", None)
 
 def header(part):
-    r = run_of(part)
-    return (f"Measured {r['started_at']} by `{('hack/bench.sh ' + r['command']).strip()}` — {r['versions']}; "
-            f"machine: {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, "
-            f"shared with other work (load average {' / '.join(r['load'])} when this part started).")
+    return measured(out, part, lambda c: ("hack/bench.sh " + c).strip(),
+                    ", shared with other work (load average {load} when this part started).")
 bm = os.path.join(root, "BENCHMARKS.md")
 text = put_sections(open(bm).read() if os.path.exists(bm) else "# Benchmarks\n", sections, titles, header)
 if not write:

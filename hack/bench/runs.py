@@ -1,6 +1,6 @@
 """What report.py and peers_report.py both read from the raw results directory (target/bench), and how
 both write their sections into BENCHMARKS.md."""
-import os, re
+import os, re, sys
 
 
 def api_requests(out, name):
@@ -20,6 +20,43 @@ def api_requests(out, name):
             key = (lab.get("verb", ""), lab.get("resource", "") + ("/" + lab["subresource"] if lab.get("subresource") else ""))
             tot[key] = tot.get(key, 0) + sign * float(m.group(2))
     return tot
+
+
+def run_of(out, part):
+    """target/bench/run-<part> (hack/bench/lib.sh's bench_begin, hack/bench.sh): when the part
+    started, the command, the load average then and which sluice ran."""
+    lines = open(os.path.join(out, f"run-{part}")).read().split("\n") + [""] * 4
+    return {"started_at": lines[0], "command": lines[1],
+            "load": lines[2].split() if lines[2].strip() else ["?"] * 3, "versions": lines[3] or "?"}
+
+
+def machine():
+    """This machine's cores and memory, as the sections' headers say them."""
+    gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
+    return f"{os.cpu_count()} cores, {gib} GiB"
+
+
+def measured(out, part, command, load_note):
+    """The paragraph above a part's table: when and by which command it was measured (`command`
+    of the command run-<part> records), which sluice, on which machine; then `load_note` with
+    {load}, the load average when the part started."""
+    r = run_of(out, part)
+    return (f"Measured {r['started_at']} by `{command(r['command'])}` — {r['versions']}; machine: {machine()}"
+            + load_note.format(load=" / ".join(r["load"])))
+
+
+def build_sections(parts, build, out, who):
+    """Each part's (heading, body) from `build[part]()`, and when it was measured; a part without raw
+    results in `out` is said on stderr (as `who`) and left out: its section and keys stay."""
+    sections, started = {}, {}
+    for part in parts:
+        made = build[part]()
+        if made is None:
+            print(f"{who}: no raw results of {part} in {out}: its section and keys stay as they are", file=sys.stderr)
+            continue
+        sections[part] = made
+        started[part] = run_of(out, part)["started_at"]
+    return sections, started
 
 
 def put_sections(text, sections, titles, header):

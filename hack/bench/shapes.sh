@@ -7,42 +7,28 @@
 # on kwok). Ray: RayClusters scaled up; under Kueue elastic ones (kueue.x-k8s.io/elastic-job,
 # ElasticJobsViaWorkloadSlices, Beta and on by default in v0.19). Quota above demand.
 # Env: SHAPES_REPS (default 3; 1 with QUICK=1), SHAPES_APPS (default 40; 5 with QUICK=1), E2E_NODES,
-# WRITE (1: write the report), KEEP_CLUSTER=1.
+# WRITE (1: write the report), KEEP_CLUSTER=1, NO_BUILD=1, BENCH_SLUICE_BUILD=debug and TOOLS_PROFILE=debug
+# (debug builds: a smoke run of the script, figures not to quote).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
-out="$root/target/bench"
-mkdir -p "$out"
 # shellcheck source=hack/bench/lib.sh
-source "$root/hack/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"   # $root (the working directory), $out, $quick and the helpers
 reps="${SHAPES_REPS:-3}" apps="${SHAPES_APPS:-40}"
 [[ $quick == 1 ]] && { reps="${SHAPES_REPS:-1}"; apps="${SHAPES_APPS:-5}"; }
 nodes="${E2E_NODES:-100}"
 bench_begin shapes "hack/bench.sh --only shapes SHAPES_REPS=$reps SHAPES_APPS=$apps"
 bin="$(tool_binary shapes_load)"
-down_on_exit
-hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kuberay "${no_build[@]}" >&2
-eval "$(hack/cluster.sh env)"
+bench_cluster_up "$nodes" --with-kuberay
 
 shapes_run() { # mode shape rep
   local mode=$1 shape=$2 rep=$3 name="shapes-$1-$2-$3" ns="shapes-$1-$2-$3"
   echo "-- shapes: $shape, $mode, run $rep" >&2
-  kubectl create namespace "$ns" >&2
-  kubectl label namespace "$ns" bench.sluice.dev/shapes=on >&2
-  [[ $mode == kueue ]] && kubectl label namespace "$ns" bench.sluice.dev/kueue=on >&2
-  bench_queue "$mode" "$ns" 1000
-  kubectl -n "$ns" wait --for=jsonpath='{.metadata.name}'=default --timeout=60s serviceaccount/default >&2
+  run_namespace "$mode" shapes "$ns" 1000
   measure_begin "$name"
   "$bin" --mode "$mode" --shape "$shape" --namespace "$ns" --queue "$ns" --apps "$apps" > "$out/$name.json"
   measure_end "$name"
   cat "$out/$name.json" >&2
   kubectl -n "$ns" delete rayclusters --all --wait=false >/dev/null 2>&1 || true
-  [[ $mode == kueue ]] && end_kueue_pods "$ns"
-  delete_namespaces "kubernetes.io/metadata.name=$ns"
-  case $mode in
-    sluice) kubectl delete capacityqueue "$ns" --ignore-not-found >&2 ;;
-    kueue) kubectl delete clusterqueue "$ns" --ignore-not-found >&2; kubectl delete resourceflavor "$ns" --ignore-not-found >&2 ;;
-  esac
+  run_namespace_gone "$mode" "$ns"
 }
 
 for rep in $(seq "$reps"); do
@@ -50,8 +36,7 @@ for rep in $(seq "$reps"); do
     for mode in nogate sluice; do shapes_run "$mode" "$shape" "$rep"; done
   done
 done
-hack/cluster.sh up --nodes "$nodes" --with-sluice --release-sluice --with-kuberay --with-kueue --no-build >&2
-scope_kueue_webhooks
+kueue_joins "$nodes" --with-kuberay
 for rep in $(seq "$reps"); do
   for shape in spark ray; do shapes_run kueue "$shape" "$rep"; done
 done

@@ -6,7 +6,8 @@ the load average; into BENCHMARKS.md's status_lag section and bench/results.json
 
 usage: status_lag.py <raw results: target/bench/status_lag> <repository root> <1: write | 0: print only>
 """
-import json, os, re, statistics, sys
+import json, os, statistics, sys
+from runs import api_requests
 
 out, root, write = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 info = {}
@@ -23,22 +24,6 @@ def load(name):
 def text(name):
     p = os.path.join(out, name)
     return open(p).read().strip() if os.path.exists(p) else "?"
-
-
-def requests(name):
-    by = {}
-    p = os.path.join(out, name)
-    if not os.path.exists(p):
-        return by
-    for line in open(p):
-        m = re.match(r'apiserver_request_total\{(.*)\} (\S+)', line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        res = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
-        key = (labels.get("verb", ""), res)
-        by[key] = by.get(key, 0) + float(m.group(2))
-    return by
 
 
 def metric(name, metric_name):
@@ -67,8 +52,7 @@ for tag in tags:
         e2e, lag = load(f"{p}.json"), load(f"{p}.lag.json")
         if not e2e or not lag:
             continue
-        before, after = requests(f"{p}.metrics-before"), requests(f"{p}.metrics-after")
-        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        delta = api_requests(out, p) or {}
         pods = e2e["pods"]
         c0, c1 = cpu(f"{p}.cpu-before"), cpu(f"{p}.cpu-after")
         row[mode] = {

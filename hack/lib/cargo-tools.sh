@@ -2,6 +2,8 @@
 # cargo tool (mdbook, cargo-fuzz, cargo-deny) is installed, the first time, into
 # $SLUICE_CACHE/cargo-tools (default ~/.cache/sluice/cargo-tools; its build in
 # $SLUICE_CACHE/cargo-tools-build). That needs crates.io once.
+# shellcheck source=hack/lib/script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script.sh"   # ROOT, the working directory, usage_if_asked
 CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
 export PATH=$CACHE/cargo-tools/bin:$HOME/.cargo/bin:$PATH
 
@@ -14,16 +16,5 @@ ensure_cargo_tool() {
     echo "$caller: installing $crate $version into $CACHE/cargo-tools" >&2
     CARGO_TARGET_DIR=$CACHE/cargo-tools-build cargo install --locked --quiet "$crate" \
       --version "$version" --root "$CACHE/cargo-tools" "$@"
-  fi
-}
-
-# usage_if_asked SCRIPT [ARGS...]: with -h or --help first in ARGS, prints SCRIPT's header comment
-# (its lines after the shebang up to the first line of code) and exits.
-usage_if_asked() {
-  local script=$1
-  shift
-  if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$script"
-    exit 0
   fi
 }

@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sluice::api::CapacityQueue;
 
 use super::support::*;
-use super::{NODE_LABEL, NODE_TAINT, real_node_name, sluice_in_cluster};
+use super::{NODE_LABEL, NODE_TAINT};
 
 /// hack/images/images.sh: sluice.local/ray:<RAY_VERSION of hack/versions.sh>.
 const RAY_IMAGE: &str = "sluice.local/ray:2.52.0";
@@ -40,14 +39,6 @@ out = ray.get([square.options(scheduling_strategy=PlacementGroupSchedulingStrate
 remove_placement_group(pg)
 print("RESULT " + json.dumps({"sum": sum(v for v, _ in out), "hosts": sorted({h for _, h in out})}), flush=True)
 "#;
-
-fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
-        "rayclusters",
-    );
-    Api::namespaced_with(env.client.clone(), &env.namespace, &resource)
-}
 
 /// Head: 1 Ray CPU, a pod asking 250m (+100m for the autoscaler sidecar); workers: 1 Ray CPU,
 /// 250m each, 0 to 2 of them. Small object stores (80 MB), memory limits of 1.5Gi / 1Gi.
@@ -130,12 +121,8 @@ async fn queue_cpu(env: &TestEnv, queue: &str) -> Option<i64> {
 // each asserting the queue and the ledger; split, the steps would pass many values between them.
 #[tokio::test]
 async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back() {
-    let Some(mut env) = TestEnv::new_or_skip("real-ray").await else {
-        return;
-    };
-    let _heavy = super::HEAVY.lock().await;
-    let node = real_node_name(&env).await;
-    sluice_in_cluster(&env).await;
+    let mut env = env_or_skip!("real-ray");
+    let (_heavy, node) = super::heavy_start(&env).await;
     // 850m: the head (350m) and one worker (250m) beside another workload's 250m; the second
     // worker waits until that workload ends.
     let queue = env
@@ -223,12 +210,7 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
         "two workers, one gated"
     );
     let s = env
-        .wait_workload_status(
-            "raycluster-sq",
-            "the ledger: head and a worker admitted, a worker waiting",
-            Duration::from_secs(60),
-            |s| s.admitted_pods == 2 && s.pending_pods == 1,
-        )
+        .wait_workload_pods("raycluster-sq", 2, 1, Duration::from_secs(60))
         .await;
     eprintln!(
         "ledger while the queue is full: admitted {} pending {} ({}) {}",
@@ -240,17 +222,9 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
     .await;
 
     // The other workload ends: the waiting worker is admitted, the placement group is placed.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     let s = env
-        .wait_workload_status(
-            "raycluster-sq",
-            "both workers admitted",
-            Duration::from_secs(60),
-            |s| s.admitted_pods == 3 && s.pending_pods == 0,
-        )
+        .wait_workload_pods("raycluster-sq", 3, 0, Duration::from_secs(60))
         .await;
     eprintln!(
         "ledger after the other workload ended: admitted {} pending {} ({})",
@@ -303,12 +277,7 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
     .await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let s = env
-        .wait_workload_status(
-            "raycluster-sq",
-            "the ledger: the head only",
-            Duration::from_secs(60),
-            |s| s.admitted_pods == 1 && s.pending_pods == 0,
-        )
+        .wait_workload_pods("raycluster-sq", 1, 0, Duration::from_secs(60))
         .await;
     eprintln!(
         "ledger after scale-down: admitted {} pending {} ({})",

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use serde_json::{Value, json};
-use sluice::api::{SCAVENGER_JOB_LABEL, ScavengerJob, ScavengerJobStatus, ScavengerPhase};
+use sluice::api::{SCAVENGER_JOB_LABEL, ScavengerJob, ScavengerPhase};
 
 use super::support::*;
 use super::{BUSYBOX, NODE_LABEL, NODE_TAINT, RUN_TIMEOUT, real_node_name, sluice_in_cluster};
@@ -57,21 +57,6 @@ async fn create(env: &TestEnv, name: &str, spec: Value) {
     .await;
 }
 
-async fn wait_status(
-    env: &TestEnv,
-    name: &str,
-    what: &str,
-    ok: impl Fn(&ScavengerJobStatus) -> bool,
-) -> ScavengerJobStatus {
-    let api: Api<ScavengerJob> = Api::namespaced(env.client.clone(), &env.namespace);
-    wait_for(
-        &format!("ScavengerJob {name}: {what}"),
-        RUN_TIMEOUT,
-        || async { api.get(name).await.ok()?.status.filter(|s| ok(s)) },
-    )
-    .await
-}
-
 /// The pod of run `run` of the ScavengerJob `name` (its Job is `<name>-run-<run>`).
 async fn run_pod(env: &TestEnv, name: &str, run: usize) -> Pod {
     let job = format!("{name}-run-{run}");
@@ -97,16 +82,15 @@ async fn log(env: &TestEnv, pod: &str) -> String {
 
 #[tokio::test]
 async fn a_scavenger_job_whose_container_exits_3_fails_for_good() {
-    let Some(env) = TestEnv::new_or_skip("real-sj-fail").await else {
-        return;
-    };
+    let env = env_or_skip!("real-sj-fail");
     real_node_name(&env).await;
     sluice_running(&env).await;
     create(&env, "crash", spec("echo working; sleep 2; exit 3")).await;
-    let s = wait_status(&env, "crash", "Failed", |s| {
-        s.phase == ScavengerPhase::Failed
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("crash", "Failed", RUN_TIMEOUT, |s| {
+            s.phase == ScavengerPhase::Failed
+        })
+        .await;
     assert!(s.message.contains("code 3"), "{s:?}");
     assert_eq!(s.running_timestamps.len(), 1, "never retried: {s:?}");
     let pod = run_pod(&env, "crash", 1).await;
@@ -120,9 +104,7 @@ async fn a_scavenger_job_whose_container_exits_3_fails_for_good() {
 /// pass of sluice looks. The deletion came first, and sluice's pod watch saw it: an interruption.
 #[tokio::test]
 async fn a_pod_deleted_while_it_runs_interrupts_even_if_it_exits_1_on_sigterm() {
-    let Some(env) = TestEnv::new_or_skip("real-sj-sigterm").await else {
-        return;
-    };
+    let env = env_or_skip!("real-sj-sigterm");
     real_node_name(&env).await;
     sluice_running(&env).await;
     let script = "trap 'echo stopping; exit 1' TERM; echo working; while true; do sleep 0.2; done";
@@ -136,19 +118,21 @@ async fn a_pod_deleted_while_it_runs_interrupts_even_if_it_exits_1_on_sigterm() 
         .delete(&first, &DeleteParams::default())
         .await
         .expect("delete the pod");
-    let s = wait_status(&env, "impatient", "interrupted, or failed", |s| {
-        s.interrupted_count >= 1 || s.phase == ScavengerPhase::Failed
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("impatient", "interrupted, or failed", RUN_TIMEOUT, |s| {
+            s.interrupted_count >= 1 || s.phase == ScavengerPhase::Failed
+        })
+        .await;
     assert_ne!(
         s.phase,
         ScavengerPhase::Failed,
         "a deletion is not a failure: {s:?}"
     );
-    let s = wait_status(&env, "impatient", "running again", |s| {
-        s.running_timestamps.len() == 2
-    })
-    .await;
+    let s = env
+        .wait_scavenger_status("impatient", "running again", RUN_TIMEOUT, |s| {
+            s.running_timestamps.len() == 2
+        })
+        .await;
     assert_eq!(s.interrupted_count, 1, "{s:?}");
     eprintln!("{} interruption(s); {}", s.interrupted_count, s.message);
     env.cleanup().await;
@@ -167,9 +151,7 @@ echo "done at $n""#;
 
 #[tokio::test]
 async fn the_checkpoint_counter_resumes_after_an_interruption() {
-    let Some(env) = TestEnv::new_or_skip("real-sj-counter").await else {
-        return;
-    };
+    let env = env_or_skip!("real-sj-counter");
     real_node_name(&env).await;
     sluice_running(&env).await;
     // A hostPath volume on the real node, bound to the claim by its own storage class.
@@ -211,15 +193,19 @@ async fn the_checkpoint_counter_resumes_after_an_interruption() {
         .await
         .expect("delete the pod");
     let first_log = log(&env, &first_name).await;
-    wait_status(&env, "counter", "interrupted once and running again", |s| {
-        s.interrupted_count == 1 && s.running_timestamps.len() == 2
-    })
+    env.wait_scavenger_status(
+        "counter",
+        "interrupted once and running again",
+        RUN_TIMEOUT,
+        |s| s.interrupted_count == 1 && s.running_timestamps.len() == 2,
+    )
     .await;
     let second = run_pod(&env, "counter", 2).await;
-    let done = wait_status(&env, "counter", "Completed", |s| {
-        s.phase == ScavengerPhase::Completed
-    })
-    .await;
+    let done = env
+        .wait_scavenger_status("counter", "Completed", RUN_TIMEOUT, |s| {
+            s.phase == ScavengerPhase::Completed
+        })
+        .await;
     let second_log = log(&env, &second.name_any()).await;
     let resumed: u32 = second_log
         .lines()

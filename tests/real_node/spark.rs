@@ -4,9 +4,7 @@
 //! CapacityQueue that admits fewer executors than Spark asks for. The driver stays on the host: the
 //! executors reach it on the real node's bridge address (the pods' gateway).
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,12 +13,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::Api;
 use serde_json::json;
 use sluice::api::{CapacityQueue, DynamicWorkloadStatus};
 
 use super::support::*;
-use super::{NODE_LABEL, NODE_TAINT, real_node_name, sluice_in_cluster};
+use super::{NODE_LABEL, NODE_TAINT};
 
 /// hack/images/images.sh: sluice.local/spark:<pyspark version> (hack/versions.sh PYSPARK_VERSION).
 const SPARK_IMAGE: &str = "sluice.local/spark:4.0.4";
@@ -66,47 +64,6 @@ while not os.path.exists(stop):
 spark.stop()
 "#;
 
-/// The pyspark installation the image was built from (hack/cluster.sh installs it in the cache).
-fn spark_home() -> PathBuf {
-    let cache = std::env::var_os("SLUICE_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/sluice")
-        });
-    let venv = cache.join("pyspark-4.0.4");
-    let lib = venv.join("lib");
-    std::fs::read_dir(&lib)
-        .ok()
-        .and_then(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.path().join("site-packages/pyspark"))
-                .find(|p| p.join("bin/spark-submit").exists())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no pyspark under {}: the real node's phase of hack/test.sh builds the Spark image \
-                 (SLUICE_REAL_NODE_IMAGES=spark), which installs it",
-                lib.display()
-            )
-        })
-}
-
-/// A spark-submit in its own process group, killed (group and all) when dropped.
-struct SparkSubmit(Child);
-
-impl Drop for SparkSubmit {
-    fn drop(&mut self) {
-        let pgid = self.0.id() as i32;
-        // `--`: procps' kill reads "-KILL -<pgid>" as kill(-1) otherwise.
-        if pgid > 1 {
-            let _ = Command::new("kill")
-                .args(["-s", "KILL", "--", &format!("-{pgid}")])
-                .status();
-        }
-        let _ = self.0.wait();
-    }
-}
-
 /// The executors' pod template: the real node's selector and toleration (Spark has confs for
 /// selectors, none for tolerations).
 fn pod_template(dir: &Path) -> PathBuf {
@@ -124,16 +81,14 @@ fn pod_template(dir: &Path) -> PathBuf {
 }
 
 fn submit(env: &TestEnv, queue: &str, dir: &Path) -> SparkSubmit {
-    let home = spark_home();
+    let home = spark_home(
+        "pyspark-4.0.4",
+        "the real node's phase of hack/test.sh builds the Spark image \
+         (SLUICE_REAL_NODE_IMAGES=spark), which installs it",
+    );
     let job = dir.join("job.py");
     std::fs::write(&job, JOB).expect("write the job");
     let server = api_url();
-    let python = home
-        .ancestors()
-        .nth(4)
-        .map(|venv| venv.join("bin/python"))
-        .expect("venv python");
-    let log = std::fs::File::create(dir.join("spark.log")).expect("log");
     let confs = [
         format!("spark.kubernetes.namespace={}", env.namespace),
         format!("spark.kubernetes.container.image={SPARK_IMAGE}"),
@@ -165,33 +120,20 @@ fn submit(env: &TestEnv, queue: &str, dir: &Path) -> SparkSubmit {
         "spark.sql.shuffle.partitions=4".into(),
         "spark.ui.enabled=false".into(),
     ];
-    let mut command = Command::new(home.join("bin/spark-submit"));
-    command.args([
-        "--master",
-        &format!("k8s://{server}"),
-        "--deploy-mode",
-        "client",
-        "--name",
-        "wordcount",
-    ]);
-    for c in &confs {
-        command.args(["--conf", c]);
+    Submission {
+        server: &server,
+        name: "wordcount",
+        confs: &confs,
+        job: &job,
+        args: &[
+            dir.join("stop").display().to_string(),
+            TASKS.to_string(),
+            TASK_MILLIS.to_string(),
+        ],
+        local_ip: DRIVER_HOST,
+        log: &dir.join("spark.log"),
     }
-    let child = command
-        .arg(&job)
-        .arg(dir.join("stop"))
-        .arg(TASKS.to_string())
-        .arg(TASK_MILLIS.to_string())
-        .env("SPARK_HOME", &home)
-        .env("PYSPARK_PYTHON", &python)
-        .env("SPARK_LOCAL_IP", DRIVER_HOST)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .expect("spark-submit");
-    SparkSubmit(child)
+    .start(&home)
 }
 
 /// The API server's URL from the kubeconfig (spark-submit's --master k8s://...).
@@ -202,14 +144,6 @@ fn api_url() -> String {
         .find_map(|l| l.trim().strip_prefix("server: "))
         .map(str::to_string)
         .unwrap_or_else(|| panic!("no server: in {path}"))
-}
-
-async fn executors(env: &TestEnv) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels("spark-role=executor"))
-        .await
-        .expect("list executor pods")
-        .items
 }
 
 /// Executors that run on the real node with their container started.
@@ -237,12 +171,8 @@ fn ledger(s: &DynamicWorkloadStatus) -> String {
 // asserting the ledger; split, the steps would pass half a dozen values between them.
 #[tokio::test]
 async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_it_back() {
-    let Some(mut env) = TestEnv::new_or_skip("real-spark").await else {
-        return;
-    };
-    let _heavy = super::HEAVY.lock().await;
-    let node = real_node_name(&env).await;
-    sluice_in_cluster(&env).await;
+    let mut env = env_or_skip!("real-spark");
+    let (_heavy, node) = super::heavy_start(&env).await;
     // 1 cpu: two executors of 500m. Another workload holds 500m: Spark gets one executor at first.
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     env.create_pod(pod("other", &queue, "500m")).await;
@@ -259,7 +189,7 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
         "Spark to ask for its executors",
         EXECUTOR_TIMEOUT,
         || async {
-            let pods = executors(&env).await;
+            let pods = env.pods_labelled("spark-role=executor").await;
             (pods.len() == MAX_EXECUTORS as usize)
                 .then(|| pods[0].labels().get("spark-app-selector").cloned())?
         },
@@ -297,19 +227,18 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     wait_for(
         "the admitted executor to run on the real node",
         EXECUTOR_TIMEOUT,
-        || async { (running_on(&executors(&env).await, &node) == 1).then_some(()) },
+        || async {
+            (running_on(&env.pods_labelled("spark-role=executor").await, &node) == 1).then_some(())
+        },
     )
     .await;
     assert_eq!(
-        gated(&executors(&env).await).len(),
+        gated(&env.pods_labelled("spark-role=executor").await).len(),
         MAX_EXECUTORS as usize - 1
     );
 
     // The other workload ends: its quota goes to a waiting executor, which runs and registers.
-    env.pods()
-        .delete("other", &DeleteParams::default().grace_period(0))
-        .await
-        .expect("delete other");
+    env.delete_pod_now("other").await;
     let s = env
         .wait_workload_status(
             &dwl,
@@ -322,7 +251,9 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     wait_for(
         "two executors running on the real node",
         EXECUTOR_TIMEOUT,
-        || async { (running_on(&executors(&env).await, &node) == 2).then_some(()) },
+        || async {
+            (running_on(&env.pods_labelled("spark-role=executor").await, &node) == 2).then_some(())
+        },
     )
     .await;
 
@@ -393,7 +324,7 @@ async fn spark_executors_run_on_the_real_node_admitted_as_quota_frees_and_give_i
     )
     .await;
     assert!(
-        executors(&env)
+        env.pods_labelled("spark-role=executor")
             .await
             .iter()
             .all(|p| is_ended(p) || p.metadata.deletion_timestamp.is_some())

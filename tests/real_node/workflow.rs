@@ -10,52 +10,19 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use sluice::api::{Task, TaskPhase};
 
 use super::support::*;
+use super::task_support::*;
 use super::{BUSYBOX, NODE_LABEL, NODE_TAINT, real_node_name, sluice_in_cluster};
 
 /// Steps start within this (local images; the first step also waits for the controller's pass).
 const T: Duration = Duration::from_secs(120);
 /// The ServiceAccount of the step pods: argoexec's wait container reports outputs with it.
 const STEP_ACCOUNT: &str = "workflow-step";
-
-fn argo(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind),
-        plural,
-    )
-}
-
-fn workflows(env: &TestEnv) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        env.client.clone(),
-        &env.namespace,
-        &argo("Workflow", "workflows"),
-    )
-}
-
-fn tasks(env: &TestEnv) -> Api<Task> {
-    Api::namespaced(env.client.clone(), &env.namespace)
-}
-
-async fn require_argo(env: &TestEnv) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    assert!(
-        crds.get_opt("workflows.argoproj.io")
-            .await
-            .ok()
-            .flatten()
-            .is_some(),
-        "Argo Workflows is not installed: hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)"
-    );
-}
 
 /// What argoexec's wait container needs (Argo's own executor Role): create and patch
 /// WorkflowTaskResults in the Workflow's namespace.
@@ -84,6 +51,21 @@ async fn step_account(env: &TestEnv) {
         .create(&pp, &binding)
         .await
         .expect("create the step RoleBinding");
+}
+
+/// How a Workflow test starts: the real node there (its name returned), Argo installed, sluice
+/// in-cluster, [`super::HEAVY`] held (returned: held until the test ends), the steps' ServiceAccount.
+async fn start(env: &TestEnv) -> (tokio::sync::MutexGuard<'static, ()>, String) {
+    let node = real_node_name(env).await;
+    require_argo(
+        env,
+        "hack/test.sh --test real_node brings it up (hack/cluster.sh up --real-node --with-argo)",
+    )
+    .await;
+    sluice_in_cluster(env).await;
+    let heavy = super::HEAVY.lock().await;
+    step_account(env).await;
+    (heavy, node)
 }
 
 /// A busybox step on the real node running `script`, asking for 100m; its output parameter `out`
@@ -147,14 +129,6 @@ fn workflow_task(name: &str, queue: &str, template: Value) -> Task {
     .expect("task")
 }
 
-async fn workflow_pods(env: &TestEnv, workflow: &str) -> Vec<Pod> {
-    env.pods()
-        .list(&ListParams::default().labels(&format!("workflows.argoproj.io/workflow={workflow}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-}
-
 fn main_running(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -214,14 +188,8 @@ fn assert_ran_for_real(pod: &Pod, node: &str) {
 
 #[tokio::test]
 async fn a_workflow_task_runs_real_steps_behind_the_gate_and_returns_argoexecs_outputs() {
-    let Some(mut env) = TestEnv::new_or_skip("real-wf").await else {
-        return;
-    };
-    let node = real_node_name(&env).await;
-    require_argo(&env).await;
-    sluice_in_cluster(&env).await;
-    let _heavy = super::HEAVY.lock().await;
-    step_account(&env).await;
+    let mut env = env_or_skip!("real-wf");
+    let (_heavy, node) = start(&env).await;
     // Room for one 100m step at a time: of the two independent steps, one waits at the gate.
     let queue = env
         .queue("q", json!({"cpu": "100m"}), "BestEffortFIFO")
@@ -353,14 +321,8 @@ fn finished_at(pod: &Pod, container: &str) -> Option<jiff::Timestamp> {
 
 #[tokio::test]
 async fn killing_a_really_running_workflow_stays_killing_until_its_pods_are_gone() {
-    let Some(mut env) = TestEnv::new_or_skip("real-wf-kill").await else {
-        return;
-    };
-    real_node_name(&env).await;
-    require_argo(&env).await;
-    sluice_in_cluster(&env).await;
-    let _heavy = super::HEAVY.lock().await;
-    step_account(&env).await;
+    let mut env = env_or_skip!("real-wf-kill");
+    let (_heavy, _node) = start(&env).await;
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     // A step that ignores SIGTERM (so does its `sleep`): its pod ends only when the kubelet kills
     // it after the grace period, 5 s, so a kill has a Killing phase that lasts.
@@ -389,17 +351,7 @@ async fn killing_a_really_running_workflow_stays_killing_until_its_pods_are_gone
     })
     .await;
 
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    tasks(&env)
-        .patch(
-            "long",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
-        )
-        .await
-        .expect("set killTimestamp");
+    kill_now(&env, "long").await;
     // Killing while the step's pod is still there (its containers stopping).
     wait_for("Killing while the step's pod exists", T, || async {
         let t = tasks(&env).get("long").await.ok()?;

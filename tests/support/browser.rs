@@ -154,6 +154,17 @@ impl Browser {
         Some(r["result"]["value"].clone())
     }
 
+    /// The text the page shows in `element` (an expression: `document.body`, ...); empty if it
+    /// cannot be read.
+    pub async fn text(&mut self, element: &str) -> String {
+        let value = self.eval(&format!("{element}.innerText")).await;
+        value
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// Polls `expression` until it is truthy (not null, false, "" or 0); returns its value and
     /// how long it took. Fails after `timeout`, saying `what`.
     pub async fn wait_for(

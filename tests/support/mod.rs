@@ -15,10 +15,16 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use sluice::api::{ADMISSION_GATE, CapacityQueue, DynamicWorkload, DynamicWorkloadStatus};
 
+mod operators;
 mod priorities;
+mod spark;
 // Each test binary compiles this module; not every one uses every helper.
 #[allow(unused_imports)]
+pub use operators::*;
+#[allow(unused_imports)]
 pub use priorities::Priorities;
+#[allow(unused_imports)]
+pub use spark::*;
 
 /// Set to 1 by `hack/test.sh`: a test that finds no cluster then fails instead of being skipped.
 pub const REQUIRE_CLUSTER: &str = "SLUICE_REQUIRE_CLUSTER";
@@ -138,6 +144,90 @@ where
     }
 }
 
+/// Waits until `api` has no object `name` any more (deleted, its finalizers done).
+pub async fn wait_absent<K>(api: &Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} to be gone"), timeout, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .and_then(|o| o.is_none().then_some(()))
+    })
+    .await;
+}
+
+/// Waits until sluice's Deployment in `namespace` (installed in-cluster) has rolled out its two
+/// replicas, the current generation all updated and ready (the status of the generation before a
+/// patch does not count, nor old pods on their way out), and `placed` holds for each of its pods.
+pub async fn wait_sluice_rolled_out(
+    env: &TestEnv,
+    namespace: &str,
+    what: &str,
+    timeout: Duration,
+    placed: impl Fn(&Pod) -> bool,
+) {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), namespace);
+    wait_for(what, timeout, || async {
+        let d = deployments.get("sluice").await.ok()?;
+        let generation = d.metadata.generation?;
+        let s = d.status?;
+        let rolled_out = s.observed_generation? >= generation
+            && s.updated_replicas? == 2
+            && s.ready_replicas? == 2
+            && s.replicas? == 2;
+        let list = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=sluice"))
+            .await
+            .ok()?
+            .items;
+        (rolled_out && list.len() == 2 && list.iter().all(&placed)).then_some(())
+    })
+    .await;
+}
+
+/// Waits until `api` lists an object that matches `params`; returns the first listed.
+pub async fn wait_first<K>(api: &Api<K>, params: &ListParams, what: &str, timeout: Duration) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(what, timeout, || async {
+        api.list(params).await.ok()?.items.into_iter().next()
+    })
+    .await
+}
+
+/// The test's [`TestEnv`], or return from the test when there is no cluster ([`cluster_or_skip`]):
+/// `let mut env = env_or_skip!("name");` stands for
+/// `let Some(mut env) = TestEnv::new_or_skip("name").await else { return };`.
+#[allow(unused_macros)]
+macro_rules! env_or_skip {
+    ($prefix:expr) => {
+        match $crate::support::TestEnv::new_or_skip($prefix).await {
+            Some(env) => env,
+            None => return,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use env_or_skip;
+
+/// `env_or_skip!(prefix)` and the test's CapacityQueue `q` with `quota` and `strategy`
+/// ([`TestEnv::queue`]): `let (mut env, queue) = env_and_queue!("name", json!({"cpu": "2"}), "StrictFIFO");`.
+#[allow(unused_macros)]
+macro_rules! env_and_queue {
+    ($prefix:expr, $quota:expr, $strategy:expr) => {{
+        let mut env = env_or_skip!($prefix);
+        let queue = env.queue("q", $quota, $strategy).await;
+        (env, queue)
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use env_and_queue;
+
 pub struct TestEnv {
     pub client: Client,
     pub namespace: String,
@@ -250,6 +340,39 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("create pod {}: {e}", pod.name_any()))
     }
 
+    /// Creates `pod`, which must be refused, and returns what the refusal says; `why` says why
+    /// it must be refused.
+    pub async fn refused(&self, pod: &Pod, why: &str) -> String {
+        self.pods()
+            .create(&PostParams::default(), pod)
+            .await
+            .expect_err(why)
+            .to_string()
+    }
+
+    /// Deletes the pod `name` at once (no grace period), as a finished or evicted workload goes.
+    pub async fn delete_pod_now(&self, name: &str) {
+        self.pods()
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap_or_else(|e| panic!("delete pod {name}: {e}"));
+    }
+
+    /// Applies the merge patch `patch` to the pod `name`, which must be refused, and returns what
+    /// the refusal says; `why` says why it must be refused.
+    pub async fn patch_refused(
+        &self,
+        name: &str,
+        patch: impl serde::Serialize + std::fmt::Debug,
+        why: &str,
+    ) -> String {
+        self.pods()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect_err(why)
+            .to_string()
+    }
+
     /// Creates `pods` all at once (concurrent requests), each as the API server returned it.
     pub async fn create_pods_at_once(&self, pods: impl IntoIterator<Item = Pod>) -> Vec<Pod> {
         futures::future::join_all(pods.into_iter().map(|pod| self.create_pod(pod))).await
@@ -261,6 +384,28 @@ impl TestEnv {
             .await
             .expect("list pods")
             .items
+    }
+
+    /// The namespace's pods that match the label `selector`.
+    pub async fn pods_labelled(&self, selector: &str) -> Vec<Pod> {
+        self.pods()
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    /// Labels the test's namespace with its default queue (`sluice.dev/default-queue`).
+    pub async fn set_default_queue(&self, queue: &str) {
+        let label = json!({"metadata": {"labels": {"sluice.dev/default-queue": queue}}});
+        Api::<Namespace>::all(self.client.clone())
+            .patch(
+                &self.namespace,
+                &PatchParams::default(),
+                &Patch::Merge(&label),
+            )
+            .await
+            .expect("label the namespace with its default queue");
     }
 
     /// Waits until the queue's status reports these pending and admitted pod counts, i.e. the
@@ -310,6 +455,52 @@ impl TestEnv {
         let api = self.workloads();
         wait_for(what, timeout, || async {
             api.get(name).await.ok()?.status.filter(|s| ready(s))
+        })
+        .await
+    }
+
+    /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` is in `phase`.
+    pub async fn wait_workload_phase(
+        &self,
+        name: &str,
+        phase: sluice::api::WorkloadPhase,
+        timeout: Duration,
+    ) -> DynamicWorkloadStatus {
+        let what = format!("DynamicWorkload {name} to be {phase:?}");
+        self.wait_workload_status(name, &what, timeout, |s| s.phase == phase)
+            .await
+    }
+
+    /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` counts `admitted` admitted
+    /// and `pending` pending pods.
+    pub async fn wait_workload_pods(
+        &self,
+        name: &str,
+        admitted: i32,
+        pending: i32,
+        timeout: Duration,
+    ) -> DynamicWorkloadStatus {
+        let what = format!(
+            "DynamicWorkload {name} to count {admitted} admitted and {pending} pending pods"
+        );
+        self.wait_workload_status(name, &what, timeout, |s| {
+            s.admitted_pods == admitted && s.pending_pods == pending
+        })
+        .await
+    }
+
+    /// Waits until the ScavengerJob `name`'s status satisfies `ok` (`what` says what that is).
+    pub async fn wait_scavenger_status(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&sluice::api::ScavengerJobStatus) -> bool,
+    ) -> sluice::api::ScavengerJobStatus {
+        let api: Api<sluice::api::ScavengerJob> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        wait_for(&format!("ScavengerJob {name}: {what}"), timeout, || async {
+            api.get(name).await.ok()?.status.filter(|s| ok(s))
         })
         .await
     }

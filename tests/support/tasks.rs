@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sluice::api::{Task, TaskCluster, TaskPhase};
 
@@ -63,6 +63,79 @@ pub async fn wait_phase(env: &TestEnv, name: &str, want: TaskPhase, timeout: Dur
         (p == want).then_some(t)
     })
     .await
+}
+
+/// Sets the Task's killTimestamp to now: the external kill.
+pub async fn kill_now(env: &TestEnv, name: &str) {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    tasks(env)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"killTimestamp": now}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("set killTimestamp of {name}: {e}"));
+}
+
+/// Waits for Killed and checks `reason` is in its message.
+pub async fn wait_killed(env: &TestEnv, name: &str, reason: &str, timeout: Duration) -> Task {
+    let killed = wait_phase(env, name, TaskPhase::Killed, timeout).await;
+    let status = killed.status.clone().expect("status");
+    assert!(
+        status.message.contains(reason),
+        "{name}: {}",
+        status.message
+    );
+    killed
+}
+
+/// Whether the Task's status records that it went through Killing.
+pub fn went_through_killing(task: &Task) -> bool {
+    task.status.as_ref().is_some_and(|s| s.killing_at.is_some())
+}
+
+/// An Argo Workflows resource (argoproj.io/v1alpha1).
+pub fn argo(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// Argo Workflows' Workflows in the test's namespace.
+pub fn workflows(env: &TestEnv) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        env.client.clone(),
+        &env.namespace,
+        &argo("Workflow", "workflows"),
+    )
+}
+
+/// The pods of the Argo Workflow `workflow` (none if they cannot be listed).
+pub async fn workflow_pods(env: &TestEnv, workflow: &str) -> Vec<Pod> {
+    let selector = format!("workflows.argoproj.io/workflow={workflow}");
+    env.pods()
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+/// Fails unless Argo Workflows is installed; `how_to_start` says how to bring it up.
+pub async fn require_argo(env: &TestEnv, how_to_start: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    assert!(
+        crds.get_opt("workflows.argoproj.io")
+            .await
+            .ok()
+            .flatten()
+            .is_some(),
+        "Argo Workflows is not installed on this cluster: {how_to_start}"
+    );
 }
 
 /// A local HTTP server in the test process; records every request path.

@@ -4,15 +4,15 @@
 //!
 //!   cargo run --release -p sluice-tools --bin admission_latency -- 200
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use sluice::api::{ADMISSION_GATE, CapacityQueue};
+use sluice::api::ADMISSION_GATE;
 
 fn gated(p: &Pod) -> bool {
     p.spec
@@ -30,25 +30,7 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or(100);
     let client = Client::try_default().await?;
     let ns = format!("latency-{}", std::process::id());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-        )
-        .await?;
-    let queues: Api<CapacityQueue> = Api::all(client.clone());
-    queues
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": ns}, "spec": {"quota": {"cpu": "100000"}}}),
-            )?,
-        )
-        .await?;
-    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    while sa.get_opt("default").await?.is_none() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    sluice_tools::create_scratch(&client, &ns, "100000").await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut events = std::pin::pin!(
         watcher(pods.clone(), watcher::Config::default())
@@ -82,9 +64,6 @@ async fn main() -> anyhow::Result<()> {
         pct(0.99),
         pct(1.0)
     );
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
-        .await;
-    let _ = queues.delete(&ns, &DeleteParams::default()).await;
+    sluice_tools::delete_scratch(&client, &ns).await;
     Ok(())
 }

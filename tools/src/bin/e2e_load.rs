@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -19,15 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    /// No queue label: nothing gates the pods.
-    Nogate,
-    /// `sluice.dev/queue`; gangs carry `sluice.dev/workload` and `sluice.dev/min-count`.
-    Sluice,
-    /// `kueue.x-k8s.io/queue-name`; gangs are Kueue pod groups.
-    Kueue,
-}
+use sluice_tools::Mode;
 
 #[derive(Parser, Debug)]
 struct Args {

@@ -30,12 +30,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    Nogate,
-    Sluice,
-    Kueue,
-}
+use sluice_tools::Mode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Shape {
@@ -186,6 +181,16 @@ async fn create_pod(api: &Api<Pod>, pod: &Pod) -> anyhow::Result<Pod> {
     Err(anyhow::anyhow!("creating {}: {:?}", pod.name_any(), last))
 }
 
+/// One application's run: the tool's arguments and client, the shared watch state, the
+/// application's name and the load's start.
+struct AppRun {
+    args: Arc<Args>,
+    client: Client,
+    state: Arc<State>,
+    app: String,
+    start: Instant,
+}
+
 /// One step of an application: what was asked, when, and when all of it ran.
 #[derive(Clone, Debug)]
 struct Step {
@@ -195,13 +200,14 @@ struct Step {
     running: f64,
 }
 
-async fn spark_app(
-    args: Arc<Args>,
-    client: Client,
-    state: Arc<State>,
-    app: String,
-    start: Instant,
-) -> anyhow::Result<Vec<Step>> {
+async fn spark_app(run: AppRun) -> anyhow::Result<Vec<Step>> {
+    let AppRun {
+        args,
+        client,
+        state,
+        app,
+        start,
+    } = run;
     let api: Api<Pod> = Api::namespaced(client, &args.namespace);
     let mut steps = Vec::new();
     let driver_name = format!("{app}-driver");
@@ -296,42 +302,43 @@ async fn scale_workers(api: &Api<DynamicObject>, app: &str, replicas: usize) -> 
     }
 }
 
-async fn ray_app(
-    args: Arc<Args>,
-    client: Client,
-    state: Arc<State>,
-    app: String,
-    start: Instant,
-) -> anyhow::Result<Vec<Step>> {
+async fn ray_app(run: AppRun) -> anyhow::Result<Vec<Step>> {
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("ray.io", "v1", "RayCluster"),
         "rayclusters",
     );
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &args.namespace, &ar);
-    let obj: DynamicObject = serde_json::from_value(raycluster(&args, &app))?;
-    let asked = start.elapsed().as_secs_f64();
+    let api: Api<DynamicObject> = Api::namespaced_with(run.client, &run.args.namespace, &ar);
+    let obj: DynamicObject = serde_json::from_value(raycluster(&run.args, &run.app))?;
+    let asked = run.start.elapsed().as_secs_f64();
     api.create(&PostParams::default(), &obj)
         .await
-        .map_err(|e| anyhow::anyhow!("creating RayCluster {app}: {e}"))?;
-    let running = state
-        .running(&app, &["head", "worker"], 1 + args.workers, start)
+        .map_err(|e| anyhow::anyhow!("creating RayCluster {}: {e}", run.app))?;
+    let running = run
+        .state
+        .running(
+            &run.app,
+            &["head", "worker"],
+            1 + run.args.workers,
+            run.start,
+        )
         .await;
     let mut steps = vec![Step {
         kind: "raycluster",
-        pods: 1 + args.workers,
+        pods: 1 + run.args.workers,
         asked,
         running,
     }];
-    let mut replicas = args.workers;
-    while replicas < args.max_workers {
-        tokio::time::sleep(Duration::from_secs_f64(args.step_s)).await;
-        let next = (replicas * 2).min(args.max_workers);
-        let asked = start.elapsed().as_secs_f64();
-        scale_workers(&api, &app, next)
+    let mut replicas = run.args.workers;
+    while replicas < run.args.max_workers {
+        tokio::time::sleep(Duration::from_secs_f64(run.args.step_s)).await;
+        let next = (replicas * 2).min(run.args.max_workers);
+        let asked = run.start.elapsed().as_secs_f64();
+        scale_workers(&api, &run.app, next)
             .await
-            .map_err(|e| anyhow::anyhow!("scaling RayCluster {app} to {next}: {e}"))?;
-        let running = state
-            .running(&app, &["head", "worker"], 1 + next, start)
+            .map_err(|e| anyhow::anyhow!("scaling RayCluster {} to {next}: {e}", run.app))?;
+        let running = run
+            .state
+            .running(&run.app, &["head", "worker"], 1 + next, run.start)
             .await;
         steps.push(Step {
             kind: "scale-up",
@@ -475,16 +482,17 @@ async fn main() -> anyhow::Result<()> {
             // The applications' arrival schedule, not a wait for a condition.
             tokio::time::sleep(Duration::from_secs_f64(args.app_interval_s)).await;
         }
-        let (a, c, s, app) = (
-            args.clone(),
-            client.clone(),
-            state.clone(),
-            format!("{}-{i}", args.shape_name()),
-        );
+        let run = AppRun {
+            args: args.clone(),
+            client: client.clone(),
+            state: state.clone(),
+            app: format!("{}-{i}", args.shape_name()),
+            start,
+        };
         tasks.push(tokio::spawn(async move {
-            match a.shape {
-                Shape::Spark => spark_app(a, c, s, app, start).await,
-                Shape::Ray => ray_app(a, c, s, app, start).await,
+            match run.args.shape {
+                Shape::Spark => spark_app(run).await,
+                Shape::Ray => ray_app(run).await,
             }
         }));
     }

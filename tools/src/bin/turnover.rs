@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use sluice::api::{ADMISSION_GATE, CapacityQueue};
+use sluice::api::ADMISSION_GATE;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -149,37 +149,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let client = Client::try_default().await?;
     let ns = format!("turnover-{}", std::process::id());
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-        )
-        .await?;
-    let queues: Api<CapacityQueue> = Api::all(client.clone());
-    queues
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns},
-                "spec": {"quota": {"cpu": args.slots.to_string()}}}))?,
-        )
-        .await?;
+    sluice_tools::create_scratch(&client, &ns, &args.slots.to_string()).await?;
     let result = run(&client, &ns, &args).await;
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
-        .await;
-    let _ = queues.delete(&ns, &DeleteParams::default()).await;
+    sluice_tools::delete_scratch(&client, &ns).await;
     result
 }
 
 async fn run(client: &Client, ns: &str, args: &Args) -> anyhow::Result<()> {
-    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let started = Instant::now();
-    while sa.get_opt("default").await?.is_none() {
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("namespace {ns} has no default ServiceAccount after 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let events = Box::pin(watcher(pods.clone(), watcher::Config::default()));
     let mut watch = Watch {
