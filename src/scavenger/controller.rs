@@ -86,13 +86,7 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config)
-            .backoff(crate::watch_backoff::watch_backoff())
-            .modify(trim),
-    );
+    let (store, stream) = crate::watch_backoff::reflected(api, config, trim);
     drive(stream, |_| {}, seen, changed, shutdown);
     store
 }
