@@ -437,15 +437,8 @@ mod tests {
 
     fn worker(name: &str, admitted: bool, busy: i32) -> Worker {
         Worker {
-            name: name.into(),
-            admitted,
-            running: admitted,
-            terminating: false,
-            ended: false,
-            used: busy,
-            busy,
             idle_since: None,
-            created: name.into(),
+            ..crate::tasks::workers::tests::w(name, admitted, busy, busy, "")
         }
     }
 
