@@ -215,12 +215,9 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
 
     fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let response = AdmissionResponse::from(request);
-        if !matches!(request.operation, Operation::Create | Operation::Update) {
-            return response;
-        }
         let (Some(adapter), Some(app)) = (
             adapter_for(&self.adapters, request),
-            request.object.as_ref(),
+            sluice_webhooks::written_object(request),
         ) else {
             return response;
         };
@@ -246,8 +243,7 @@ impl sluice_webhooks::ApplicationHandler for ValidateApplications {
                 );
                 crate::submit_warnings::attach(response, warnings)
             }
-            Ok(()) => response,
-            Err(message) => response.deny(message),
+            verdict => sluice_webhooks::judged(response, verdict),
         }
     }
 }
@@ -258,29 +254,22 @@ mod tests {
     use crate::api::DEFAULT_QUEUE_LABEL;
     use crate::integrations::RayClusters;
 
-    fn rc(with_metadata: bool) -> DynamicObject {
-        let mut head = json!({"spec": {"containers": [{"name": "h", "image": "ray", "resources": {"requests": {"cpu": "2"}}}]}});
-        if with_metadata {
-            head["metadata"] = json!({"labels": {"app": "x"}});
+    use crate::integrations::ray::tests::labelled_rc as rc;
+
+    /// A cache of the CapacityQueues `queues` (name, spec).
+    fn queues(queues: &[(&str, Value)]) -> Store<CapacityQueue> {
+        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
+        for (name, spec) in queues {
+            let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": name}, "spec": spec})).expect("q");
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
         }
-        serde_json::from_value(json!({
-            "apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": "rc", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-            "spec": {
-                "headGroupSpec": {"template": head},
-                "workerGroupSpecs": [{"groupName": "w", "minReplicas": 3, "maxReplicas": 5, "template": {"metadata": {}, "spec": {"containers": [{"name": "w", "image": "ray", "resources": {"requests": {"cpu": "1"}}}]}}}],
-            },
-        }))
-        .expect("rc")
+        reader
     }
 
     fn validator(cpu: &str) -> ValidateApplications {
-        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
-        let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": "q"}, "spec": {"quota": {"cpu": cpu}}})).expect("q");
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
         ValidateApplications {
             adapters: vec![Arc::new(RayClusters)],
-            queues: reader,
+            queues: queues(&[("q", json!({"quota": {"cpu": cpu}}))]),
             namespaces: Namespaces::none(),
         }
     }
@@ -337,21 +326,32 @@ mod tests {
         );
     }
 
-    fn review(app: &DynamicObject) -> AdmissionRequest<DynamicObject> {
+    /// Alice's request to write `object` (a `kind` of `group`/`version`, served as `resource`),
+    /// from `old` when it is an update.
+    fn request(
+        [group, version, kind, resource]: [&str; 4],
+        object: &DynamicObject,
+        old: Option<&DynamicObject>,
+    ) -> AdmissionRequest<DynamicObject> {
         let review: kube::core::admission::AdmissionReview<DynamicObject> =
             serde_json::from_value(json!({
                 "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                 "request": {
                     "uid": "u1",
-                    "kind": {"group": "ray.io", "version": "v1", "kind": "RayCluster"},
-                    "resource": {"group": "ray.io", "version": "v1", "resource": "rayclusters"},
-                    "name": "rc", "namespace": "ns", "operation": "CREATE",
+                    "kind": {"group": group, "version": version, "kind": kind},
+                    "resource": {"group": group, "version": version, "resource": resource},
+                    "name": object.name_any(), "namespace": "ns",
+                    "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
                     "userInfo": {"username": "alice"},
-                    "object": app,
+                    "object": object, "oldObject": old,
                 },
             }))
             .expect("review");
         review.try_into().expect("request")
+    }
+
+    fn review(app: &DynamicObject) -> AdmissionRequest<DynamicObject> {
+        request(["ray.io", "v1", "RayCluster", "rayclusters"], app, None)
     }
 
     fn patched(app: &DynamicObject, response: &AdmissionResponse) -> Value {
@@ -406,9 +406,10 @@ mod tests {
     #[test]
     fn refuses_a_queue_that_does_not_admit_the_namespace() {
         use crate::namespaces::testing::namespaces;
-        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
-        let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": "q"}, "spec": {"quota": {"cpu": "8"}, "namespaceSelector": {"matchLabels": {"team": "ml"}}}})).expect("q");
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
+        let reader = queues(&[(
+            "q",
+            json!({"quota": {"cpu": "8"}, "namespaceSelector": {"matchLabels": {"team": "ml"}}}),
+        )]);
         let validate = |labels: &'static [(&'static str, &'static str)]| ValidateApplications {
             adapters: vec![Arc::new(RayClusters)],
             queues: reader.clone(),
@@ -436,11 +437,12 @@ mod tests {
             .labels
             .get_or_insert_with(Default::default)
             .insert(QUEUE_LABEL.into(), "q".into());
-        let update = |new: &DynamicObject| -> AdmissionRequest<DynamicObject> {
-            let mut request = review(new);
-            request.operation = Operation::Update;
-            request.old_object = Some(old.clone());
-            request
+        let update = |new: &DynamicObject| {
+            request(
+                ["ray.io", "v1", "RayCluster", "rayclusters"],
+                new,
+                Some(&old),
+            )
         };
         let mut moved = old.clone();
         moved
@@ -482,14 +484,10 @@ mod tests {
     fn a_queue_move_is_refused_whatever_the_owners() {
         use crate::integrations::Jobs;
         use sluice_webhooks::ApplicationHandler;
-        let (reader, mut writer) = kube::runtime::reflector::store::<CapacityQueue>();
-        for name in ["q", "other"] {
-            let q: CapacityQueue = serde_json::from_value(json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue", "metadata": {"name": name}, "spec": {"quota": {"cpu": "8"}}})).expect("q");
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(q));
-        }
+        let quota = json!({"quota": {"cpu": "8"}});
         let validator = ValidateApplications {
             adapters: vec![Arc::new(Jobs)],
-            queues: reader,
+            queues: queues(&[("q", quota.clone()), ("other", quota)]),
             namespaces: Namespaces::none(),
         };
         let job = |queue: &str, rayjob_owner: bool| -> DynamicObject {
@@ -504,21 +502,8 @@ mod tests {
             }
             serde_json::from_value(j).expect("job")
         };
-        let update = |old: DynamicObject, new: DynamicObject| -> AdmissionRequest<DynamicObject> {
-            let review: kube::core::admission::AdmissionReview<DynamicObject> =
-                serde_json::from_value(json!({
-                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "request": {
-                        "uid": "u1",
-                        "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-                        "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-                        "name": "j", "namespace": "ns", "operation": "UPDATE",
-                        "userInfo": {"username": "alice"},
-                        "object": new, "oldObject": old,
-                    },
-                }))
-                .expect("review");
-            review.try_into().expect("request")
+        let update = |old: DynamicObject, new: DynamicObject| {
+            request(["batch", "v1", "Job", "jobs"], &new, Some(&old))
         };
         let refused = validator.admit(&update(job("q", false), job("other", true)));
         assert!(

@@ -10,6 +10,7 @@ pub mod build_info;
 pub mod dashboard;
 pub mod docs;
 pub mod duration;
+pub mod events;
 pub mod install;
 pub mod integrations;
 pub mod kubectl_plugin;

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::api::DEFAULT_QUEUE_LABEL;
@@ -53,14 +53,10 @@ impl Namespaces {
     /// Watches namespaces' metadata (labels only, not specs). The returned future keeps the cache
     /// current and runs until the watch stream ends; spawn it.
     pub fn watch(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let (store, writer) = reflector::store::<PartialObjectMeta<Namespace>>();
-        let stream = reflector::reflector(
-            writer,
-            watcher(
-                Api::<PartialObjectMeta<Namespace>>::all(client),
-                watcher::Config::default(),
-            )
-            .backoff(crate::watch_backoff::watch_backoff()),
+        let (store, stream) = crate::watch_backoff::reflected(
+            Api::<PartialObjectMeta<Namespace>>::all(client),
+            watcher::Config::default(),
+            |_| {},
         );
         let run = async move { stream.for_each(|_| async {}).await };
         (Namespaces(Some(store)), run)

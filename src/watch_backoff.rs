@@ -3,10 +3,20 @@
 //! while a cache is stale pods wait behind the gate with room for them (a churn run saw 11 pods
 //! wait ~35 s after an API server restart); 5 s keeps a restart's cost to seconds while a
 //! restarting API server still sees at most one list per watch every few seconds.
+//!
+//! [`reflected`] is the one way sluice builds a reflector cache on such a watch.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::time::Duration;
 
+use futures::Stream;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
 
 const FIRST: Duration = Duration::from_millis(500);
 /// The longest wait between two reconnections of one watch.
@@ -17,6 +27,25 @@ const RESET_AFTER: Duration = Duration::from_secs(60);
 /// The backoff of every watch sluice runs (`.backoff(watch_backoff())`).
 pub fn watch_backoff() -> ResetTimerBackoff<CappedBackoff> {
     ResetTimerBackoff::new(CappedBackoff::default(), RESET_AFTER)
+}
+
+/// A reflector cache of `K` and the watch (with [`watch_backoff`]) that fills it, each object
+/// trimmed by `trim` before it is cached. The cache fills only while the stream is polled.
+pub fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let watch = watcher(api, config).backoff(watch_backoff()).modify(trim);
+    (store, reflector::reflector(writer, watch))
 }
 
 /// Doubling delays from [`FIRST`] capped at [`LONGEST`], each shortened by up to a quarter at

@@ -109,14 +109,19 @@ fn governed_pods() -> LabelSelector {
     }
 }
 
-fn pod_rule(operations: &[&str]) -> RuleWithOperations {
+/// `operations` on the namespaced `resource` of `group`/`version`.
+fn rule(group: &str, version: &str, resource: &str, operations: &[&str]) -> RuleWithOperations {
     RuleWithOperations {
-        api_groups: Some(vec![String::new()]),
-        api_versions: Some(vec!["v1".into()]),
+        api_groups: Some(vec![group.into()]),
+        api_versions: Some(vec![version.into()]),
         operations: Some(operations.iter().map(|o| o.to_string()).collect()),
-        resources: Some(vec!["pods".into()]),
+        resources: Some(vec![resource.into()]),
         scope: Some("Namespaced".into()),
     }
+}
+
+fn pod_rule(operations: &[&str]) -> RuleWithOperations {
+    rule("", "v1", "pods", operations)
 }
 
 /// The application kinds sluice records (RayCluster, ...: the registry's), for the application
@@ -130,13 +135,7 @@ fn application_rules_for(operations: &[&str]) -> Vec<RuleWithOperations> {
         .iter()
         .map(|a| {
             let r = a.api_resource();
-            RuleWithOperations {
-                api_groups: Some(vec![r.group.clone()]),
-                api_versions: Some(vec![r.version.clone()]),
-                operations: Some(operations.iter().map(|o| o.to_string()).collect()),
-                resources: Some(vec![r.plural.clone()]),
-                scope: Some("Namespaced".into()),
-            }
+            rule(&r.group, &r.version, &r.plural, operations)
         })
         .collect()
 }
@@ -158,6 +157,28 @@ fn mutating_webhook(
         side_effects: "None".into(),
         timeout_seconds: Some(5),
         ..MutatingWebhook::default()
+    }
+}
+
+/// A validating webhook of sluice's with the settings they all share (as [`mutating_webhook`]),
+/// called for no object of sluice's own namespace.
+fn validating_webhook(
+    name: &str,
+    path: &str,
+    endpoint: &Endpoint,
+    own_namespace: &str,
+    ca_bundle: Option<&[u8]>,
+) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: name.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: endpoint.client_config(path, ca_bundle),
+        failure_policy: Some("Fail".into()),
+        match_policy: Some("Equivalent".into()),
+        namespace_selector: Some(namespace_selector(own_namespace)),
+        side_effects: "None".into(),
+        timeout_seconds: Some(5),
+        ..ValidatingWebhook::default()
     }
 }
 
@@ -330,31 +351,29 @@ pub fn validating(
         },
         webhooks: Some(vec![
             ValidatingWebhook {
-                name: "pods.sluice.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: endpoint.client_config("/validate-pods", ca_bundle),
-                failure_policy: Some("Fail".into()),
-                match_policy: Some("Equivalent".into()),
-                namespace_selector: Some(namespace_selector(own_namespace)),
                 // Matches when the old or the new object carries the label: removing it is caught too.
                 object_selector: Some(governed_pods()),
                 rules: Some(vec![pod_update_rule()]),
-                side_effects: "None".into(),
-                timeout_seconds: Some(5),
                 match_conditions: Some(validation_conditions(controller_user)),
+                ..validating_webhook(
+                    "pods.sluice.dev",
+                    "/validate-pods",
+                    endpoint,
+                    own_namespace,
+                    ca_bundle,
+                )
             },
             ValidatingWebhook {
-                name: "applications.sluice.dev".into(),
-                admission_review_versions: vec!["v1".into()],
-                client_config: endpoint.client_config("/validate-applications", ca_bundle),
-                failure_policy: Some("Fail".into()),
-                match_policy: Some("Equivalent".into()),
-                namespace_selector: Some(namespace_selector(own_namespace)),
                 object_selector: Some(governed_pods()),
                 rules: Some(application_rules()),
-                side_effects: "None".into(),
-                timeout_seconds: Some(5),
                 match_conditions: Some(application_conditions(controller_user)),
+                ..validating_webhook(
+                    "applications.sluice.dev",
+                    "/validate-applications",
+                    endpoint,
+                    own_namespace,
+                    ca_bundle,
+                )
             },
             scavenger_jobs_webhook(endpoint, own_namespace, controller_user, ca_bundle),
             scavenger_workloads_webhook(endpoint, own_namespace, controller_user, ca_bundle),
@@ -370,22 +389,14 @@ fn scavenger_jobs_webhook(
     controller_user: &str,
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhook {
+    let create_or_update = ["CREATE", "UPDATE"];
     ValidatingWebhook {
-        name: "scavengerjobs.sluice.dev".into(),
-        admission_review_versions: vec!["v1".into()],
-        client_config: endpoint.client_config("/validate-scavengerjobs", ca_bundle),
-        failure_policy: Some("Fail".into()),
-        match_policy: Some("Equivalent".into()),
-        namespace_selector: Some(namespace_selector(own_namespace)),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec![crate::api::GROUP.into()]),
-            api_versions: Some(vec!["v1alpha1".into()]),
-            operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-            resources: Some(vec!["scavengerjobs".into()]),
-            scope: Some("Namespaced".into()),
-        }]),
-        side_effects: "None".into(),
-        timeout_seconds: Some(5),
+        rules: Some(vec![rule(
+            crate::api::GROUP,
+            "v1alpha1",
+            "scavengerjobs",
+            &create_or_update,
+        )]),
         match_conditions: Some(vec![
             not_sluice_itself(controller_user),
             MatchCondition {
@@ -393,7 +404,13 @@ fn scavenger_jobs_webhook(
                 expression: "oldObject == null || object.spec != oldObject.spec".into(),
             },
         ]),
-        ..ValidatingWebhook::default()
+        ..validating_webhook(
+            "scavengerjobs.sluice.dev",
+            "/validate-scavengerjobs",
+            endpoint,
+            own_namespace,
+            ca_bundle,
+        )
     }
 }
 
@@ -418,23 +435,12 @@ fn scavenger_workloads_webhook(
     controller_user: &str,
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhook {
-    let rule = |group: &str, version: &str, resource: &str| RuleWithOperations {
-        api_groups: Some(vec![group.into()]),
-        api_versions: Some(vec![version.into()]),
-        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-        resources: Some(vec![resource.into()]),
-        scope: Some("Namespaced".into()),
-    };
+    let create_or_update = ["CREATE", "UPDATE"];
     ValidatingWebhook {
-        name: "scavenger-workloads.sluice.dev".into(),
-        admission_review_versions: vec!["v1".into()],
-        client_config: endpoint.client_config("/validate-scavenger-workloads", ca_bundle),
-        failure_policy: Some("Fail".into()),
-        match_policy: Some("Equivalent".into()),
-        namespace_selector: Some(namespace_selector(own_namespace)),
-        rules: Some(vec![rule("", "v1", "pods"), rule("batch", "v1", "jobs")]),
-        side_effects: "None".into(),
-        timeout_seconds: Some(5),
+        rules: Some(vec![
+            rule("", "v1", "pods", &create_or_update),
+            rule("batch", "v1", "jobs", &create_or_update),
+        ]),
         match_conditions: Some(vec![
             not_sluice_itself(controller_user),
             MatchCondition {
@@ -446,7 +452,13 @@ fn scavenger_workloads_webhook(
                 ),
             },
         ]),
-        ..ValidatingWebhook::default()
+        ..validating_webhook(
+            "scavenger-workloads.sluice.dev",
+            "/validate-scavenger-workloads",
+            endpoint,
+            own_namespace,
+            ca_bundle,
+        )
     }
 }
 

@@ -148,31 +148,26 @@ pub fn renewal_due(certs: &ServingCerts, settings: &CertSettings, now: Timestamp
 /// Why the signing CA (the bundle's first) must be replaced, if it must: unreadable, not a CA, its
 /// key lost, or less than a third of its life left.
 pub(crate) fn ca_due(certs: &ServingCerts, now: Timestamp) -> Option<String> {
-    let ca_blocks = match certificate_blocks(&certs.ca_pem, "ca.crt") {
-        Ok(b) => b,
-        Err(e) => return Some(e.to_string()),
-    };
-    let ca = match parse(&ca_blocks[0], "ca.crt") {
-        Ok(c) => c,
-        Err(e) => return Some(e.to_string()),
-    };
+    ca_sound(certs, now).err()
+}
+
+fn ca_sound(certs: &ServingCerts, now: Timestamp) -> Result<(), String> {
+    let ca_blocks = certificate_blocks(&certs.ca_pem, "ca.crt").map_err(reason)?;
+    let ca = parse(&ca_blocks[0], "ca.crt").map_err(reason)?;
     if !ca.is_ca() {
-        return Some("ca.crt is not a CA certificate".into());
+        return Err("ca.crt is not a CA certificate".into());
     }
     if !key_matches(&ca, &certs.ca_key_pem) {
-        return Some("ca.key does not belong to ca.crt".into());
+        return Err("ca.key does not belong to ca.crt".into());
     }
-    let ca_info = match info(&ca, "ca.crt") {
-        Ok(i) => i,
-        Err(e) => return Some(e.to_string()),
-    };
+    let ca_info = info(&ca, "ca.crt").map_err(reason)?;
     if in_last_third(ca_info.not_before, ca_info.not_after, now) {
-        return Some(format!(
+        return Err(format!(
             "the CA expires at {} (less than a third of its life left)",
             ca_info.not_after
         ));
     }
-    None
+    Ok(())
 }
 
 /// Why the serving certificate must be reissued by the signing CA, if it must: unreadable, not
@@ -183,46 +178,44 @@ pub(crate) fn serving_due(
     settings: &CertSettings,
     now: Timestamp,
 ) -> Option<String> {
-    let ca_blocks = match certificate_blocks(&certs.ca_pem, "ca.crt") {
-        Ok(b) => b,
-        Err(e) => return Some(e.to_string()),
-    };
-    let ca = match parse(&ca_blocks[0], "ca.crt") {
-        Ok(c) => c,
-        Err(e) => return Some(e.to_string()),
-    };
-    let serving_blocks = match certificate_blocks(&certs.cert_pem, "tls.crt") {
-        Ok(b) => b,
-        Err(e) => return Some(e.to_string()),
-    };
-    let cert = match parse(&serving_blocks[0], "tls.crt") {
-        Ok(c) => c,
-        Err(e) => return Some(e.to_string()),
-    };
+    serving_sound(certs, settings, now).err()
+}
+
+fn serving_sound(
+    certs: &ServingCerts,
+    settings: &CertSettings,
+    now: Timestamp,
+) -> Result<(), String> {
+    let ca_blocks = certificate_blocks(&certs.ca_pem, "ca.crt").map_err(reason)?;
+    let ca = parse(&ca_blocks[0], "ca.crt").map_err(reason)?;
+    let serving_blocks = certificate_blocks(&certs.cert_pem, "tls.crt").map_err(reason)?;
+    let cert = parse(&serving_blocks[0], "tls.crt").map_err(reason)?;
     if cert.verify_signature(Some(ca.public_key())).is_err() {
-        return Some("tls.crt is not signed by the current CA".into());
+        return Err("tls.crt is not signed by the current CA".into());
     }
     if !key_matches(&cert, &certs.key_pem) {
-        return Some("tls.key does not belong to tls.crt".into());
+        return Err("tls.key does not belong to tls.crt".into());
     }
-    let cert_info = match info(&cert, "tls.crt") {
-        Ok(i) => i,
-        Err(e) => return Some(e.to_string()),
-    };
+    let cert_info = info(&cert, "tls.crt").map_err(reason)?;
     let (wanted_dns, wanted_ips) = (settings.wanted_dns_names(), settings.wanted_ip_addresses());
     if cert_info.dns_names != wanted_dns || cert_info.ip_addresses != wanted_ips {
-        return Some(format!(
+        return Err(format!(
             "the certificate names {:?} {:?}, wanted {:?} {:?}",
             cert_info.dns_names, cert_info.ip_addresses, wanted_dns, wanted_ips
         ));
     }
     if in_last_third(cert_info.not_before, cert_info.not_after, now) {
-        return Some(format!(
+        return Err(format!(
             "the serving certificate expires at {} (less than a third of its life left)",
             cert_info.not_after
         ));
     }
-    None
+    Ok(())
+}
+
+/// A certificate found unreadable, as a renewal's reason.
+fn reason(e: CertError) -> String {
+    e.to_string()
 }
 
 /// Seconds-precision helper shared with issuing.

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tracing::{info, warn};
@@ -204,28 +203,18 @@ pub async fn load_or_advance(
     };
     for _ in 0..ATTEMPTS {
         let now = jiff::Timestamp::now();
-        match api
+        let existing = api
             .get_opt(&settings.secret_name)
             .await
-            .map_err(api_error("reading"))?
-        {
+            .map_err(api_error("reading"))?;
+        let (certs, written, action, stored) = match existing {
             None => {
                 let certs = generate_at(settings, now)?;
-                let mut secret = Secret {
-                    metadata: ObjectMeta::default(),
-                    ..Secret::default()
-                };
+                let mut secret = Secret::default();
                 write_into_secret(&mut secret, &certs, settings);
-                match api.create(&PostParams::default(), &secret).await {
-                    Ok(_) => {
-                        info!(secret = %settings.secret_name, namespace = %settings.namespace, not_after = %certs.not_after,
-                            "created the webhook CA and serving certificate");
-                        return Ok(certs);
-                    }
-                    // Another replica created it first: use theirs.
-                    Err(e) if is_conflict(&e) => continue,
-                    Err(e) => return Err(api_error("creating")(e)),
-                }
+                let written = api.create(&PostParams::default(), &secret).await;
+                let stored = "created the webhook CA and serving certificate";
+                (certs, written, "creating", stored)
             }
             Some(mut secret) => {
                 let Some(certs) = renewed(&secret, settings, rotation, published, now)? else {
@@ -233,19 +222,22 @@ pub async fn load_or_advance(
                 };
                 // resourceVersion stays as read: a concurrent renewal makes this a 409.
                 write_into_secret(&mut secret, &certs, settings);
-                match api
+                let written = api
                     .replace(&settings.secret_name, &PostParams::default(), &secret)
-                    .await
-                {
-                    Ok(_) => {
-                        info!(secret = %settings.secret_name, namespace = %settings.namespace, not_after = %certs.not_after,
-                            "stored the renewed webhook certificate");
-                        return Ok(certs);
-                    }
-                    Err(e) if is_conflict(&e) => continue,
-                    Err(e) => return Err(api_error("updating")(e)),
-                }
+                    .await;
+                let stored = "stored the renewed webhook certificate";
+                (certs, written, "updating", stored)
             }
+        };
+        match written {
+            Ok(_) => {
+                info!(secret = %settings.secret_name, namespace = %settings.namespace, not_after = %certs.not_after,
+                    "{stored}");
+                return Ok(certs);
+            }
+            // Another replica created or renewed it first: use theirs.
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) => return Err(api_error(action)(e)),
         }
     }
     Err(CertError::KeptChanging {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use rustls::Connection;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -468,36 +469,32 @@ fn handshake(
             .map_err(|e| e.to_string())?,
     };
     let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-    let mut client =
+    let client =
         rustls::ClientConnection::new(Arc::new(client_config), name).map_err(|e| e.to_string())?;
-    let mut server = rustls::ServerConnection::new(Arc::new(server)).map_err(|e| e.to_string())?;
+    let server = rustls::ServerConnection::new(Arc::new(server)).map_err(|e| e.to_string())?;
+    let (mut client, mut server) = (Connection::from(client), Connection::from(server));
     // Each round moves everything either side has to say; a handshake needs a few.
     for _ in 0..8 {
-        let mut wire = Vec::new();
-        while client.wants_write() {
-            client.write_tls(&mut wire).map_err(|e| e.to_string())?;
-        }
-        server
-            .read_tls(&mut wire.as_slice())
-            .map_err(|e| e.to_string())?;
-        server
-            .process_new_packets()
-            .map_err(|e| format!("server: {e}"))?;
-        let mut wire = Vec::new();
-        while server.wants_write() {
-            server.write_tls(&mut wire).map_err(|e| e.to_string())?;
-        }
-        client
-            .read_tls(&mut wire.as_slice())
-            .map_err(|e| e.to_string())?;
-        client
-            .process_new_packets()
-            .map_err(|e| format!("client: {e}"))?;
+        deliver(&mut client, &mut server, "server")?;
+        deliver(&mut server, &mut client, "client")?;
         if !client.is_handshaking() && !server.is_handshaking() {
             return Ok(());
         }
     }
     Err("the handshake did not finish".into())
+}
+
+/// Moves everything `from` has to say to `to`, which reads it (`to_name` names it in errors).
+fn deliver(from: &mut Connection, to: &mut Connection, to_name: &str) -> Result<(), String> {
+    let mut wire = Vec::new();
+    while from.wants_write() {
+        from.write_tls(&mut wire).map_err(|e| e.to_string())?;
+    }
+    to.read_tls(&mut wire.as_slice())
+        .map_err(|e| e.to_string())?;
+    to.process_new_packets()
+        .map_err(|e| format!("{to_name}: {e}"))?;
+    Ok(())
 }
 
 #[test]

@@ -1,9 +1,6 @@
 //! One workload's page: its pod sets (pods admitted, running, gated), what it holds, its
 //! conditions, the states the dashboard saw it in, its evictions and its events. Pure; the caller
 //! has checked the viewer sees its namespace, and messages are redacted for the viewer.
-
-use std::collections::BTreeMap;
-
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -11,6 +8,7 @@ use crate::api::DynamicWorkload;
 use crate::dashboard::events::EventRow;
 use crate::dashboard::model::{PreemptionRow, Scope, preemptor_for, redact};
 use crate::dashboard::tracker::StateChange;
+use crate::resources::quantities_text;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,16 +61,6 @@ pub struct WorkloadDetail {
     pub events: Vec<EventRow>,
 }
 
-fn list(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> String {
-    if map.is_empty() {
-        return "-".into();
-    }
-    map.iter()
-        .map(|(k, v)| format!("{k}={}", v.0))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 pub fn workload_detail(
     w: &DynamicWorkload,
     states: Vec<StateChange>,
@@ -89,7 +77,7 @@ pub fn workload_detail(
                 name: set.name.clone(),
                 min_count: set.min_count,
                 max_count: set.max_count,
-                requests: list(&set.requests),
+                requests: quantities_text(&set.requests, "-"),
                 gated: counts.map_or(0, |c| c.pending),
                 admitted: counts.map_or(0, |c| c.admitted),
                 running: counts.map_or(0, |c| c.running),
@@ -112,9 +100,9 @@ pub fn workload_detail(
         reason: status.reason.clone().unwrap_or_default(),
         message: redact(&status.message, scope),
         pod_sets,
-        used: list(&status.used),
-        reserved: list(&status.reserved),
-        borrowed: list(&status.borrowed),
+        used: quantities_text(&status.used, "-"),
+        reserved: quantities_text(&status.reserved, "-"),
+        borrowed: quantities_text(&status.borrowed, "-"),
         interrupted_count: status.interrupted_count,
         last_preempted_by: match status.last_preempted_by.as_deref() {
             None => "-".into(),

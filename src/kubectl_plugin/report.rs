@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::api::{CapacityQueue, DynamicWorkload};
+use crate::resources::quantities_text;
 use crate::resources::{ResourceList, format_quantity};
 
 /// Everything `why` found.
@@ -78,16 +79,6 @@ pub fn duration(secs: i64) -> String {
 fn since(rfc3339: Option<&str>, now: jiff::Timestamp) -> Option<String> {
     let at = rfc3339?.parse::<jiff::Timestamp>().ok()?;
     Some(duration(now.as_second() - at.as_second()))
-}
-
-fn list(map: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> String {
-    if map.is_empty() {
-        return "<none>".into();
-    }
-    map.iter()
-        .map(|(k, v)| format!("{k}={}", v.0))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The text of `kubectl sluice why`.
@@ -166,7 +157,11 @@ pub fn render_why(r: &WhyReport, now: jiff::Timestamp) -> String {
         Some(Ok(q)) => {
             let qs = q.status.clone().unwrap_or_default();
             let summary = if qs.usage_summary.is_empty() {
-                format!("quota {}, used {}", list(&q.spec.quota), list(&qs.usage))
+                format!(
+                    "quota {}, used {}",
+                    quantities_text(&q.spec.quota, "<none>"),
+                    quantities_text(&qs.usage, "<none>")
+                )
             } else {
                 qs.usage_summary.clone()
             };

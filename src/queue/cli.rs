@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::api::{CapacityQueue, DynamicWorkload};
 use crate::resources::ResourceList;
+use crate::resources::quantities_text;
 
 /// Flags of `sluice queue`.
 #[derive(clap::Args, Debug, Clone)]
@@ -135,17 +136,6 @@ fn asks(w: &DynamicWorkload) -> BTreeMap<String, Quantity> {
     total.to_quantities()
 }
 
-/// `cpu=2,memory=4Gi`, or `<none>`.
-fn list(map: &BTreeMap<String, Quantity>) -> String {
-    if map.is_empty() {
-        return "<none>".into();
-    }
-    map.iter()
-        .map(|(k, v)| format!("{k}={}", v.0))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// How long ago `since` (RFC 3339) was, before `now`, the way kubectl prints ages.
 fn age(since: Option<&str>, now: jiff::Timestamp) -> String {
     let Some(since) = since.and_then(|s| s.parse::<jiff::Timestamp>().ok()) else {
@@ -178,8 +168,8 @@ pub fn render_table(views: &[QueueView], all: bool, now: jiff::Timestamp) -> Str
                 p.name.clone(),
                 p.priority.to_string(),
                 p.pending_pods.to_string(),
-                list(&p.asks),
-                list(&p.borrowed),
+                quantities_text(&p.asks, "<none>"),
+                quantities_text(&p.borrowed, "<none>"),
                 age(p.queued_since.as_deref(), now),
                 p.waiting_for.replace('\n', " "),
             ];
@@ -195,10 +185,10 @@ pub fn render_table(views: &[QueueView], all: bool, now: jiff::Timestamp) -> Str
         out.push_str(&format!(
             "# queue {}: cohort {cohort}, quota {}, used {}, borrowed {}, lent {}, {} pending\n",
             view.name,
-            list(&view.quota),
-            list(&view.usage),
-            list(&view.borrowed),
-            list(&view.lent),
+            quantities_text(&view.quota, "<none>"),
+            quantities_text(&view.usage, "<none>"),
+            quantities_text(&view.borrowed, "<none>"),
+            quantities_text(&view.lent, "<none>"),
             view.pending.len()
         ));
     }

@@ -118,5 +118,16 @@ impl ResourceList {
     }
 }
 
+/// `cpu=2,memory=4Gi` (as the quantities are written), or `empty` when there are none.
+pub fn quantities_text(map: &BTreeMap<String, Quantity>, empty: &str) -> String {
+    if map.is_empty() {
+        return empty.into();
+    }
+    map.iter()
+        .map(|(name, quantity)| format!("{name}={}", quantity.0))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -86,13 +86,7 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config)
-            .backoff(crate::watch_backoff::watch_backoff())
-            .modify(trim),
-    );
+    let (store, stream) = crate::watch_backoff::reflected(api, config, trim);
     drive(stream, |_| {}, seen, changed, shutdown);
     store
 }
@@ -237,13 +231,7 @@ pub async fn run(
         threshold = settings.threshold,
         "ScavengerJob controller running"
     );
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "sluice-scavenger".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
+    let recorder = crate::events::recorder(client.clone(), "sluice-scavenger");
     let mut controller = Controller {
         client,
         settings,
@@ -692,16 +680,8 @@ impl Controller {
     }
 
     async fn event(&self, s: &Seen, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &s.sj.object_ref(&())).await {
-            debug!(%e, "event not recorded");
-        }
+        let object = s.sj.object_ref(&());
+        crate::events::publish(&self.recorder, &object, type_, reason, note).await;
     }
 }
 

@@ -8,7 +8,7 @@ use kube::Client;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -39,14 +39,10 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
-    let stream = reflector::reflector(
-        writer,
-        watcher(
-            Api::<PartialObjectMeta<K>>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .backoff(crate::watch_backoff::watch_backoff()),
+    let (store, stream) = crate::watch_backoff::reflected(
+        Api::<PartialObjectMeta<K>>::all(client.clone()),
+        watcher::Config::default(),
+        |_| {},
     );
     let watch = async move {
         stream

@@ -12,9 +12,10 @@
 //!   PriorityClass, or forges an ownerReference is refused with a message.
 
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
+use sluice_webhooks::{judged, written_object};
 
 use super::mounts::Mounts;
 use crate::api::{CapacityQueue, SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJobSpec};
@@ -74,17 +75,15 @@ impl sluice_webhooks::ApplicationHandler for ValidateScavengerJobs {
 
     fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let response = AdmissionResponse::from(request);
-        if !matches!(request.operation, Operation::Create | Operation::Update) {
-            return response;
-        }
-        let Some(object) = request.object.as_ref() else {
+        let Some(object) = written_object(request) else {
             return response;
         };
         let namespace = request.namespace.as_deref().unwrap_or_default();
-        match self.judge(namespace, object) {
-            Ok(()) => response,
-            Err(message) => response.deny(format!("sluice: ScavengerJob refused: {message}")),
-        }
+        let verdict = self.judge(namespace, object);
+        judged(
+            response,
+            verdict.map_err(|message| format!("sluice: ScavengerJob refused: {message}")),
+        )
     }
 }
 
@@ -96,35 +95,37 @@ pub struct ValidateScavengerWorkloads {
     pub job_controller_users: Vec<String>,
 }
 
-fn label<'a>(object: &'a Value, path: &[&str]) -> Option<&'a str> {
+/// The string at `path` in `object`, when there is one.
+fn text(object: &Value, path: &[&str]) -> Option<String> {
     let mut v = object;
     for p in path {
         v = v.get(p)?;
     }
-    v.get(SCAVENGER_JOB_LABEL).and_then(Value::as_str)
-}
-
-fn priority_class<'a>(object: &'a Value, spec: &[&str]) -> Option<&'a str> {
-    let mut v = object;
-    for p in spec {
-        v = v.get(p)?;
-    }
-    v.get("priorityClassName").and_then(Value::as_str)
+    v.as_str().map(str::to_string)
 }
 
 /// The scavenger marks of a pod or Job: (its label, its pod template's label, its PriorityClass).
 fn marks(kind: &str, object: &Value) -> (Option<String>, Option<String>, Option<String>) {
-    let own = label(object, &["metadata", "labels"]).map(str::to_string);
+    let own = text(object, &["metadata", "labels", SCAVENGER_JOB_LABEL]);
     match kind {
         "Job" => (
             own,
-            label(object, &["spec", "template", "metadata", "labels"]).map(str::to_string),
-            priority_class(object, &["spec", "template", "spec"]).map(str::to_string),
+            text(
+                object,
+                &[
+                    "spec",
+                    "template",
+                    "metadata",
+                    "labels",
+                    SCAVENGER_JOB_LABEL,
+                ],
+            ),
+            text(object, &["spec", "template", "spec", "priorityClassName"]),
         ),
         _ => (
             own.clone(),
             own,
-            priority_class(object, &["spec"]).map(str::to_string),
+            text(object, &["spec", "priorityClassName"]),
         ),
     }
 }
@@ -221,20 +222,17 @@ impl sluice_webhooks::ApplicationHandler for ValidateScavengerWorkloads {
 
     fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let response = AdmissionResponse::from(request);
-        if !matches!(request.operation, Operation::Create | Operation::Update) {
-            return response;
-        }
-        let Some(object) = request.object.as_ref() else {
+        let Some(object) = written_object(request) else {
             return response;
         };
         let to_value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
         let user = request.user_info.username.as_deref().unwrap_or("");
         let kind = request.kind.kind.as_str();
         let old = request.old_object.as_ref().map(to_value);
-        match self.judge(user, kind, &to_value(object), old.as_ref()) {
-            Ok(()) => response,
-            Err(message) => response.deny(message),
-        }
+        judged(
+            response,
+            self.judge(user, kind, &to_value(object), old.as_ref()),
+        )
     }
 }
 

@@ -54,6 +54,27 @@ fn with_kind<T: serde::Serialize>(object: &T, kind: &str) -> serde_json::Value {
     value
 }
 
+/// Server-side applies the webhook configuration `configuration` of kind `kind` (`K`).
+async fn apply<K>(client: &Client, configuration: &K, kind: &str) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Api::<K>::all(client.clone())
+        .patch(
+            webhook_config::CONFIGURATION_NAME,
+            &params,
+            &Patch::Apply(with_kind(configuration, kind)),
+        )
+        .await
+        .with_context(|| format!("registering the {kind}"))?;
+    Ok(())
+}
+
 /// Writes both webhook configurations with the current CA bundle (server-side apply: idempotent,
 /// and every replica writing the same content agrees).
 async fn register_webhooks(
@@ -63,36 +84,17 @@ async fn register_webhooks(
     controller_user: &str,
     ca_pem: &str,
 ) -> anyhow::Result<()> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mutating = with_kind(
-        &webhook_config::mutating(endpoint, namespace, Some(ca_pem.as_bytes())),
-        "MutatingWebhookConfiguration",
+    let mutating = webhook_config::mutating(endpoint, namespace, Some(ca_pem.as_bytes()));
+    apply::<MutatingWebhookConfiguration>(client, &mutating, "MutatingWebhookConfiguration")
+        .await?;
+    let validating = webhook_config::validating(
+        endpoint,
+        namespace,
+        controller_user,
+        Some(ca_pem.as_bytes()),
     );
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .patch(
-            webhook_config::CONFIGURATION_NAME,
-            &params,
-            &Patch::Apply(mutating),
-        )
-        .await
-        .context("registering the MutatingWebhookConfiguration")?;
-    let validating = with_kind(
-        &webhook_config::validating(
-            endpoint,
-            namespace,
-            controller_user,
-            Some(ca_pem.as_bytes()),
-        ),
-        "ValidatingWebhookConfiguration",
-    );
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .patch(
-            webhook_config::CONFIGURATION_NAME,
-            &params,
-            &Patch::Apply(validating),
-        )
-        .await
-        .context("registering the ValidatingWebhookConfiguration")?;
+    apply::<ValidatingWebhookConfiguration>(client, &validating, "ValidatingWebhookConfiguration")
+        .await?;
     Ok(())
 }
 

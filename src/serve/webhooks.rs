@@ -8,7 +8,6 @@ use axum_server::tls_rustls::RustlsConfig;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::Store;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -51,14 +50,10 @@ impl WebhookState {
 }
 
 pub(super) fn watch_webhook_state(client: &Client, metrics: &ControllerMetrics) -> WebhookState {
-    let (queues, queue_writer) = kube::runtime::reflector::store::<crate::api::CapacityQueue>();
-    let stream = kube::runtime::reflector::reflector(
-        queue_writer,
-        kube::runtime::watcher(
-            Api::<crate::api::CapacityQueue>::all(client.clone()),
-            kube::runtime::watcher::Config::default(),
-        )
-        .backoff(crate::watch_backoff::watch_backoff()),
+    let (queues, stream) = crate::watch_backoff::reflected(
+        Api::<crate::api::CapacityQueue>::all(client.clone()),
+        kube::runtime::watcher::Config::default(),
+        |_| {},
     );
     tokio::spawn(async move { stream.for_each(|_| async {}).await });
     let (namespaces, watch_namespaces) = crate::namespaces::Namespaces::watch(client.clone());

@@ -110,14 +110,30 @@ impl Me {
         })
     }
 
+    /// `K` in this Task's namespace.
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The error of `doing` (`reading`, `creating`) the `kind` named `name` in this namespace.
+    fn api_error(
+        &self,
+        doing: &str,
+        kind: &str,
+        name: &str,
+    ) -> impl FnOnce(kube::Error) -> ClientError {
+        let what = format!("{doing} {kind} {}/{name}", self.namespace);
+        move |source| ClientError::Api { what, source }
+    }
+
     async fn task(&self) -> Result<Task, ClientError> {
-        Api::<Task>::namespaced(self.client.clone(), &self.namespace)
+        self.api::<Task>()
             .get(&self.name)
             .await
-            .map_err(|source| ClientError::Api {
-                what: format!("reading Task {}/{}", self.namespace, self.name),
-                source,
-            })
+            .map_err(self.api_error("reading", "Task", &self.name))
     }
 
     async fn input(&self) -> Result<Value, ClientError> {
@@ -125,13 +141,11 @@ impl Me {
         let Some(input) = task.spec.input else {
             return Ok(Value::Null);
         };
-        let object = Api::<TaskObject>::namespaced(self.client.clone(), &self.namespace)
+        let object = self
+            .api::<TaskObject>()
             .get(&input)
             .await
-            .map_err(|source| ClientError::Api {
-                what: format!("reading TaskObject {}/{input}", self.namespace),
-                source,
-            })?;
+            .map_err(self.api_error("reading", "TaskObject", &input))?;
         Ok(object.spec.data)
     }
 
@@ -148,13 +162,11 @@ impl Me {
             spec.executor = executor;
         }
         let task = Task::new(name, spec);
-        let created = Api::<Task>::namespaced(self.client.clone(), &self.namespace)
+        let created = self
+            .api::<Task>()
             .create(&PostParams::default(), &task)
             .await
-            .map_err(|source| ClientError::Api {
-                what: format!("creating Task {}/{name}", self.namespace),
-                source,
-            })?;
+            .map_err(self.api_error("creating", "Task", name))?;
         let mut object = TaskObject::new(name, TaskObjectSpec { data: input });
         object.metadata.owner_references = Some(vec![
             k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
@@ -165,13 +177,10 @@ impl Me {
                 ..Default::default()
             },
         ]);
-        Api::<TaskObject>::namespaced(self.client.clone(), &self.namespace)
+        self.api::<TaskObject>()
             .create(&PostParams::default(), &object)
             .await
-            .map_err(|source| ClientError::Api {
-                what: format!("creating TaskObject {}/{name}", self.namespace),
-                source,
-            })?;
+            .map_err(self.api_error("creating", "TaskObject", name))?;
         Ok(())
     }
 }

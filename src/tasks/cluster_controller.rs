@@ -17,13 +17,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use super::metrics::TaskMetrics;
 use super::task_controller::TASK_FIELD_MANAGER;
@@ -204,17 +204,8 @@ impl Pass<'_> {
     }
 
     async fn publish(&self, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        let reference = self.cluster.object_ref(&());
-        if let Err(e) = self.ctx.recorder.publish(&event, &reference).await {
-            debug!(%e, "event not recorded");
-        }
+        let object = self.cluster.object_ref(&());
+        crate::events::publish(&self.ctx.recorder, &object, type_, reason, note).await;
     }
 
     /// The cluster's worker pods (by label) and the namespace's Tasks, from the API server.
@@ -386,13 +377,7 @@ fn cluster_of(task: &Task) -> Option<ObjectRef<TaskCluster>> {
 pub async fn run(client: Client, metrics: TaskMetrics, shutdown: CancellationToken) {
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "sluice-tasks".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "sluice-tasks"),
         metrics,
     });
     info!("TaskCluster controller running");
@@ -452,15 +437,8 @@ mod tests {
 
     fn worker(name: &str, admitted: bool, busy: i32) -> Worker {
         Worker {
-            name: name.into(),
-            admitted,
-            running: admitted,
-            terminating: false,
-            ended: false,
-            used: busy,
-            busy,
             idle_since: None,
-            created: name.into(),
+            ..crate::tasks::workers::tests::w(name, admitted, busy, busy, "")
         }
     }
 

@@ -305,7 +305,7 @@ pub fn plan_workers(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::{ContainerExecutor, TaskHandle, TaskStatus};
     use serde_json::json;
@@ -391,7 +391,9 @@ mod tests {
         assert_eq!(task_counts(&tasks, "other"), (0, 0));
     }
 
-    fn w(name: &str, admitted: bool, used: i32, busy: i32, idle_since: &str) -> Worker {
+    /// A worker (running when admitted) that ran `used` Tasks, `busy` of them now, idle since
+    /// `idle_since`.
+    pub(crate) fn w(name: &str, admitted: bool, used: i32, busy: i32, idle_since: &str) -> Worker {
         Worker {
             name: name.into(),
             admitted,

@@ -9,7 +9,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::de::DeserializeOwned;
 
 use crate::metrics::{Outcome, WebhookMetrics};
@@ -26,6 +26,23 @@ pub trait ApplicationHandler: Send + Sync + 'static {
     /// The operation label used in metrics, e.g. "mutate_applications".
     fn name(&self) -> &'static str;
     fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse;
+}
+
+/// The object a CREATE or UPDATE writes; None for any other operation (a DELETE or CONNECT
+/// writes nothing to judge).
+pub fn written_object<K: kube::Resource>(request: &AdmissionRequest<K>) -> Option<&K> {
+    match request.operation {
+        Operation::Create | Operation::Update => request.object.as_ref(),
+        _ => None,
+    }
+}
+
+/// `response` as it is when `verdict` is Ok, else denied with its message.
+pub fn judged(response: AdmissionResponse, verdict: Result<(), String>) -> AdmissionResponse {
+    match verdict {
+        Ok(()) => response,
+        Err(message) => response.deny(message),
+    }
 }
 
 pub(crate) struct Application(pub(crate) Arc<dyn ApplicationHandler>);

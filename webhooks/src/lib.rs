@@ -11,7 +11,7 @@ pub mod pods;
 mod review;
 mod server;
 
-pub use handler::{AdmissionHandler, ApplicationHandler};
+pub use handler::{AdmissionHandler, ApplicationHandler, judged, written_object};
 pub use metrics::{OperationLabels, Outcome, OutcomeLabels, WebhookMetrics};
 pub use pods::{
     Classified, GateSettings, PodClassifier, RequestFacts, mutate_pod, mutation_patch,

@@ -360,30 +360,30 @@ pub fn dedicated_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runt
 }
 
 impl WebhookServerBuilder {
-    pub fn gate(mut self, gate: GateSettings) -> Self {
-        self.server.webhooks = self.server.webhooks.gate(gate);
+    /// The same builder with its [`Webhooks`] set by `set` (the methods below forward to them).
+    fn with(mut self, set: impl FnOnce(Webhooks) -> Webhooks) -> Self {
+        self.server.webhooks = set(self.server.webhooks);
         self
     }
-    pub fn classifier(mut self, classifier: Arc<dyn PodClassifier>) -> Self {
-        self.server.webhooks = self.server.webhooks.classifier(classifier);
-        self
+    pub fn gate(self, gate: GateSettings) -> Self {
+        self.with(|w| w.gate(gate))
+    }
+    pub fn classifier(self, classifier: Arc<dyn PodClassifier>) -> Self {
+        self.with(|w| w.classifier(classifier))
     }
     /// `/readyz` answers 200 while `ready` is true, else 503.
-    pub fn readiness(mut self, ready: Arc<AtomicBool>) -> Self {
-        self.server.webhooks = self.server.webhooks.readiness(ready);
-        self
+    pub fn readiness(self, ready: Arc<AtomicBool>) -> Self {
+        self.with(|w| w.readiness(ready))
     }
-    pub fn metrics(mut self, metrics: WebhookMetrics) -> Self {
-        self.server.webhooks = self.server.webhooks.metrics(metrics);
-        self
+    pub fn metrics(self, metrics: WebhookMetrics) -> Self {
+        self.with(|w| w.metrics(metrics))
     }
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.server.webhooks = self.server.webhooks.max_body_bytes(bytes);
-        self
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.with(|w| w.max_body_bytes(bytes))
     }
     /// Serves `handler` at `path` for objects of type `K`; `operation` labels its metrics.
     pub fn handler<K>(
-        mut self,
+        self,
         path: &str,
         operation: &'static str,
         handler: Arc<dyn AdmissionHandler<K>>,
@@ -391,13 +391,11 @@ impl WebhookServerBuilder {
     where
         K: kube::Resource + DeserializeOwned + 'static,
     {
-        self.server.webhooks = self.server.webhooks.handler(path, operation, handler);
-        self
+        self.with(|w| w.handler(path, operation, handler))
     }
     /// Serves an application handler at `path` (e.g. "/mutate-applications").
-    pub fn application(mut self, path: &str, handler: Arc<dyn ApplicationHandler>) -> Self {
-        self.server.webhooks = self.server.webhooks.application(path, handler);
-        self
+    pub fn application(self, path: &str, handler: Arc<dyn ApplicationHandler>) -> Self {
+        self.with(|w| w.application(path, handler))
     }
     /// How long open requests may finish after shutdown starts (default 10 s).
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {

@@ -323,4 +323,4 @@ pub(super) fn cluster_label_targets(spec: &RayClusterSpec, at: &str) -> Vec<Labe
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

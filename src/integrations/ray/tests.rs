@@ -175,7 +175,7 @@ fn label_targets_cover_head_and_every_group() {
 
 /// A RayCluster with a head template with or without metadata, a worker template with empty
 /// metadata.
-fn labelled_rc(with_metadata: bool) -> DynamicObject {
+pub(crate) fn labelled_rc(with_metadata: bool) -> DynamicObject {
     let mut head = json!({"spec": {"containers": [{"name": "h", "image": "ray", "resources": {"requests": {"cpu": "2"}}}]}});
     if with_metadata {
         head["metadata"] = json!({"labels": {"app": "x"}});

@@ -16,13 +16,7 @@ fn gated_singles(
     priority: i32,
     t: i64,
 ) -> Vec<WorkloadSnapshot> {
-    (0..n)
-        .map(|i| {
-            let name = format!("{prefix}{i}");
-            let p = pod(&format!("{name}-p"), CPU, PodState::Gated, t + i);
-            workload(&name, queue, priority, t + i, 1, vec![p])
-        })
-        .collect()
+    in_queue(singles(prefix, n, 1, priority, t, PodState::Gated), queue)
 }
 
 fn admitted_in(s: &Snapshot, d: &Decisions, queue: &str) -> usize {

@@ -74,15 +74,42 @@ fn workload(
     }
 }
 
+/// A workload of one pod (`cpu`, in `state`) of the same name, in queue `q`, queued at `t`.
+fn single(name: &str, priority: i32, t: i64, cpu: i64, state: PodState) -> WorkloadSnapshot {
+    single_pod(name, name, priority, t, cpu, state)
+}
+
+/// A workload `name` of one pod `pod_name` (`cpu`, in `state`), in queue `q`, queued at `t`.
+fn single_pod(
+    name: &str,
+    pod_name: &str,
+    priority: i32,
+    t: i64,
+    cpu: i64,
+    state: PodState,
+) -> WorkloadSnapshot {
+    workload(
+        name,
+        "q",
+        priority,
+        t,
+        1,
+        vec![pod(pod_name, cpu, state, t)],
+    )
+}
+
+/// The names of the pods `refs` point at.
+fn pod_names<'a>(s: &Snapshot, refs: impl Iterator<Item = &'a PodRef>) -> Vec<String> {
+    refs.map(|r| {
+        s.workloads[r.workload].pod_sets[r.pod_set].pods[r.pod]
+            .name
+            .clone()
+    })
+    .collect()
+}
+
 fn admitted_names(s: &Snapshot, d: &Decisions) -> Vec<String> {
-    d.admit
-        .iter()
-        .map(|r| {
-            s.workloads[r.workload].pod_sets[r.pod_set].pods[r.pod]
-                .name
-                .clone()
-        })
-        .collect()
+    pod_names(s, d.admit.iter())
 }
 
 #[test]
@@ -116,33 +143,22 @@ fn admits_single_pods_up_to_the_quota() {
         (6, 4, 6, 4)
     );
     assert_eq!(
-        d.workloads[4]
-            .waiting
-            .as_ref()
-            .map(ToString::to_string)
-            .as_deref(),
+        waiting(&d, 4).as_deref(),
         Some("needs 1 cpu more in queue q: 4/4 cpu used, 0 cpu reserved")
     );
 }
 
 #[test]
 fn admitted_pods_hold_quota_and_ended_ones_give_it_back() {
-    let s = Snapshot {
-        queues: vec![queue("q", 2 * CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![
-            workload(
-                "a",
-                "q",
-                0,
-                0,
-                1,
-                vec![pod("a", CPU, PodState::Admitted, 0)],
-            ),
-            workload("b", "q", 0, 1, 1, vec![pod("b", CPU, PodState::Ended, 1)]),
-            workload("c", "q", 0, 2, 1, vec![pod("c", CPU, PodState::Gated, 2)]),
-            workload("d", "q", 0, 3, 1, vec![pod("d", CPU, PodState::Gated, 3)]),
+    let s = in_best_effort(
+        2,
+        vec![
+            single("a", 0, 0, CPU, PodState::Admitted),
+            single("b", 0, 1, CPU, PodState::Ended),
+            single("c", 0, 2, CPU, PodState::Gated),
+            single("d", 0, 3, CPU, PodState::Gated),
         ],
-    };
+    );
     let d = decide(&s);
     assert_eq!(admitted_names(&s, &d), vec!["c"]);
 }
@@ -161,68 +177,37 @@ fn a_gang_is_admitted_whole_or_not_at_all() {
                 .collect(),
         )
     };
-    let s = Snapshot {
-        queues: vec![queue("q", 2 * CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![gang(3)],
-    };
+    let s = in_best_effort(2, vec![gang(3)]);
     let d = decide(&s);
     assert!(d.admit.is_empty());
     assert_eq!(
-        d.workloads[0]
-            .waiting
-            .as_ref()
-            .map(ToString::to_string)
-            .as_deref(),
+        waiting(&d, 0).as_deref(),
         Some(
             "needs 3 cpu but queue q has a quota of 2 cpu: it cannot be admitted until the quota grows"
         )
     );
 
-    let s = Snapshot {
-        queues: vec![queue("q", 3 * CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![gang(3)],
-    };
+    let s = in_best_effort(3, vec![gang(3)]);
     assert_eq!(decide(&s).admit.len(), 3);
 }
 
 #[test]
 fn a_gang_reserves_quota_for_members_not_created_yet() {
     // A driver with two executors to come: the gang needs 3 cpu; only the driver exists.
-    let mut driver = workload(
-        "spark",
-        "q",
-        0,
-        0,
-        1,
-        vec![pod("driver", CPU, PodState::Gated, 0)],
-    );
+    let mut driver = single_pod("spark", "driver", 0, 0, CPU, PodState::Gated);
     driver.pod_sets.push(PodSetSnapshot {
         name: "executor".into(),
         per_pod: res(CPU),
         min_count: 2,
         pods: vec![],
     });
-    let other = workload(
-        "other",
-        "q",
-        0,
-        5,
-        1,
-        vec![pod("other", CPU, PodState::Gated, 5)],
-    );
-    let s = Snapshot {
-        queues: vec![queue("q", 3 * CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![driver, other],
-    };
+    let other = single("other", 0, 5, CPU, PodState::Gated);
+    let s = in_best_effort(3, vec![driver, other]);
     let d = decide(&s);
     assert_eq!(admitted_names(&s, &d), vec!["driver"]);
     assert_eq!(d.queues["q"].reserved.get("cpu"), 2 * CPU);
     assert_eq!(
-        d.workloads[1]
-            .waiting
-            .as_ref()
-            .map(ToString::to_string)
-            .as_deref(),
+        waiting(&d, 1).as_deref(),
         Some("needs 1 cpu more in queue q: 1/3 cpu used, 2 cpu reserved")
     );
 
@@ -245,22 +230,8 @@ fn higher_priority_goes_first_then_the_earlier() {
     let s = Snapshot {
         queues: vec![queue("q", CPU, QueueingStrategy::BestEffortFIFO)],
         workloads: vec![
-            workload(
-                "early-low",
-                "q",
-                0,
-                0,
-                1,
-                vec![pod("early-low", CPU, PodState::Gated, 0)],
-            ),
-            workload(
-                "late-high",
-                "q",
-                100,
-                9,
-                1,
-                vec![pod("late-high", CPU, PodState::Gated, 9)],
-            ),
+            single("early-low", 0, 0, CPU, PodState::Gated),
+            single("late-high", 100, 9, CPU, PodState::Gated),
         ],
     };
     assert_eq!(admitted_names(&s, &decide(&s)), vec!["late-high"]);
@@ -268,28 +239,11 @@ fn higher_priority_goes_first_then_the_earlier() {
 
 #[test]
 fn interrupted_workloads_go_before_fresh_ones_of_the_same_priority() {
-    let mut again = workload(
-        "again",
-        "q",
-        0,
-        9,
-        1,
-        vec![pod("again", CPU, PodState::Gated, 9)],
-    );
+    let mut again = single("again", 0, 9, CPU, PodState::Gated);
     again.interrupted_count = 2;
     let s = Snapshot {
         queues: vec![queue("q", CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![
-            workload(
-                "fresh",
-                "q",
-                0,
-                0,
-                1,
-                vec![pod("fresh", CPU, PodState::Gated, 0)],
-            ),
-            again,
-        ],
+        workloads: vec![single("fresh", 0, 0, CPU, PodState::Gated), again],
     };
     assert_eq!(admitted_names(&s, &decide(&s)), vec!["again"]);
 }
@@ -299,41 +253,16 @@ fn strict_fifo_stops_at_the_first_misfit_best_effort_goes_on() {
     let build = |strategy| Snapshot {
         queues: vec![queue("q", 4 * CPU, strategy)],
         workloads: vec![
-            workload(
-                "running",
-                "q",
-                0,
-                0,
-                1,
-                vec![pod("running", 2 * CPU, PodState::Admitted, 0)],
-            ),
-            workload(
-                "big",
-                "q",
-                0,
-                1,
-                1,
-                vec![pod("big", 3 * CPU, PodState::Gated, 1)],
-            ),
-            workload(
-                "small",
-                "q",
-                0,
-                2,
-                1,
-                vec![pod("small", CPU, PodState::Gated, 2)],
-            ),
+            single("running", 0, 0, 2 * CPU, PodState::Admitted),
+            single("big", 0, 1, 3 * CPU, PodState::Gated),
+            single("small", 0, 2, CPU, PodState::Gated),
         ],
     };
     let strict = build(QueueingStrategy::StrictFIFO);
     let d = decide(&strict);
     assert!(d.admit.is_empty());
     assert_eq!(
-        d.workloads[2]
-            .waiting
-            .as_ref()
-            .map(ToString::to_string)
-            .as_deref(),
+        waiting(&d, 2).as_deref(),
         Some("waits behind ns/big in StrictFIFO queue q")
     );
 
@@ -355,31 +284,14 @@ fn elastic_pods_of_a_running_workload_queue_by_their_own_time() {
             pod("app-1", CPU, PodState::Gated, 10),
         ],
     );
-    let newcomer = workload(
-        "new",
-        "q",
-        0,
-        5,
-        1,
-        vec![pod("new", CPU, PodState::Gated, 5)],
-    );
-    let s = Snapshot {
-        queues: vec![queue("q", 2 * CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![app, newcomer],
-    };
+    let newcomer = single("new", 0, 5, CPU, PodState::Gated);
+    let s = in_best_effort(2, vec![app, newcomer]);
     assert_eq!(admitted_names(&s, &decide(&s)), vec!["new"]);
 }
 
 #[test]
 fn missing_queue_and_closed_namespace_admit_nothing_and_say_why() {
-    let mut closed = workload(
-        "closed",
-        "q",
-        0,
-        0,
-        1,
-        vec![pod("closed", CPU, PodState::Gated, 0)],
-    );
+    let mut closed = single("closed", 0, 0, CPU, PodState::Gated);
     closed.namespace_allowed = false;
     let s = Snapshot {
         queues: vec![queue("q", 4 * CPU, QueueingStrategy::BestEffortFIFO)],
@@ -411,10 +323,7 @@ fn missing_queue_and_closed_namespace_admit_nothing_and_say_why() {
 fn resources_the_quota_does_not_name_are_not_limited() {
     let mut gpu_pod = pod("gpu", CPU, PodState::Gated, 0);
     std::sync::Arc::make_mut(&mut gpu_pod.requests).add("nvidia.com/gpu", 8000);
-    let s = Snapshot {
-        queues: vec![queue("q", 4 * CPU, QueueingStrategy::BestEffortFIFO)],
-        workloads: vec![workload("gpu", "q", 0, 0, 1, vec![gpu_pod])],
-    };
+    let s = in_best_effort(4, vec![workload("gpu", "q", 0, 0, 1, vec![gpu_pod])]);
     assert_eq!(decide(&s).admit.len(), 1);
 }
 
@@ -537,15 +446,7 @@ fn held_after(s: &Snapshot, d: &Decisions, queue: &str) -> i64 {
 }
 
 fn evicted_names(s: &Snapshot, d: &Decisions) -> Vec<String> {
-    d.evict
-        .iter()
-        .map(|e| {
-            let r = e.victim;
-            s.workloads[r.workload].pod_sets[r.pod_set].pods[r.pod]
-                .name
-                .clone()
-        })
-        .collect()
+    pod_names(s, d.evict.iter().map(|e| &e.victim))
 }
 
 /// `n` admitted workloads of one pod each (`cpu` cores), priority `priority`, queued at `t..`.
@@ -556,11 +457,30 @@ fn admitted_singles(
     priority: i32,
     t: i64,
 ) -> Vec<WorkloadSnapshot> {
+    singles(prefix, n, cpu, priority, t, PodState::Admitted)
+}
+
+/// `n` workloads of one pod each (`cpu` cores, in `state`, named `<prefix><i>-p`), priority
+/// `priority`, in queue `q`, queued at `t..`.
+fn singles(
+    prefix: &str,
+    n: i64,
+    cpu: i64,
+    priority: i32,
+    t: i64,
+    state: PodState,
+) -> Vec<WorkloadSnapshot> {
     (0..n)
         .map(|i| {
             let name = format!("{prefix}{i}");
-            let p = pod(&format!("{name}-p"), cpu * CPU, PodState::Admitted, t + i);
-            workload(&name, "q", priority, t + i, 1, vec![p])
+            single_pod(
+                &name,
+                &format!("{name}-p"),
+                priority,
+                t + i,
+                cpu * CPU,
+                state,
+            )
         })
         .collect()
 }
@@ -575,6 +495,14 @@ fn gated_gang(name: &str, n: u32, priority: i32, t: i64) -> WorkloadSnapshot {
 
 fn best_effort(cpu: i64) -> QueueSnapshot {
     queue("q", cpu * CPU, QueueingStrategy::BestEffortFIFO)
+}
+
+/// `workloads` in the one queue `q` of `cpu` cores, BestEffortFIFO.
+fn in_best_effort(cpu: i64, workloads: Vec<WorkloadSnapshot>) -> Snapshot {
+    Snapshot {
+        queues: vec![best_effort(cpu)],
+        workloads,
+    }
 }
 
 fn waiting(d: &Decisions, w: usize) -> Option<String> {

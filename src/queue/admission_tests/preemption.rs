@@ -6,10 +6,7 @@ use super::*;
 fn a_high_priority_gang_evicts_exactly_as_many_low_pods_as_it_needs() {
     let mut workloads = admitted_singles("low", 4, 1, 0, 0);
     workloads.push(gated_gang("high", 2, 10, 10));
-    let s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads,
-    };
+    let s = in_best_effort(4, workloads);
     let d = decide(&s);
     // Newest first among equals; the preemptor is not admitted in the pass that evicts.
     assert_eq!(evicted_names(&s, &d), vec!["low3-p", "low2-p"]);
@@ -40,14 +37,14 @@ fn elastic_pods_above_the_minimum_go_before_any_whole_workload() {
         .map(|i| pod(&format!("spark-e{i}"), CPU, PodState::Admitted, i))
         .collect();
     let lowest = pod("lowest-p", CPU, PodState::Admitted, 9);
-    let s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads: vec![
+    let s = in_best_effort(
+        4,
+        vec![
             workload("spark", "q", 0, 0, 1, spark_pods),
             workload("lowest", "q", -5, 9, 1, vec![lowest]),
             gated_gang("high", 2, 10, 10),
         ],
-    };
+    );
     let d = decide(&s);
     assert_eq!(evicted_names(&s, &d), vec!["spark-e2", "spark-e1"]);
     // Once the elastic pods are not enough, whole workloads go, lowest priority first.
@@ -65,13 +62,13 @@ fn a_gang_victim_goes_whole() {
     let gang = (0..3)
         .map(|i| pod(&format!("gang-p{i}"), CPU, PodState::Admitted, i))
         .collect();
-    let s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads: vec![
+    let s = in_best_effort(
+        4,
+        vec![
             workload("gang", "q", 0, 0, 3, gang),
             gated_gang("high", 2, 10, 10),
         ],
-    };
+    );
     let d = decide(&s);
     // One core is missing, but the gang cannot lose one member: all three go.
     let mut names = evicted_names(&s, &d);
@@ -83,16 +80,9 @@ fn a_gang_victim_goes_whole() {
 fn equal_priority_never_preempts() {
     let mut workloads = admitted_singles("same", 2, 1, 5, 0);
     workloads.push(gated_gang("other", 1, 5, 10));
-    let s = Snapshot {
-        queues: vec![best_effort(2)],
-        workloads,
-    };
+    let s = in_best_effort(2, workloads);
     let d = decide(&s);
-    assert!(d.evict.is_empty());
-    assert!(matches!(
-        d.workloads[2].waiting,
-        Some(WaitReason::Quota { .. })
-    ));
+    waits_for_quota_without_preempting(&d, 2);
 }
 
 #[test]
@@ -119,10 +109,7 @@ fn terminating_victims_count_as_freed_and_no_second_round_is_chosen() {
     let mut workloads = admitted_singles("low", 4, 1, 0, 0);
     workloads.push(gated_gang("high", 3, 10, 10));
     workloads.push(gated_gang("late", 1, 0, 20));
-    let mut s = Snapshot {
-        queues: vec![best_effort(5)],
-        workloads,
-    };
+    let mut s = in_best_effort(5, workloads);
     let d = decide(&s);
     assert_eq!(evicted_names(&s, &d), vec!["low3-p", "low2-p"]);
     // The core left free is held for the preemptor: "late" does not take it.
@@ -159,52 +146,24 @@ fn no_victim_for_a_preemptor_that_would_not_fit_anyway() {
     let mut workloads = admitted_singles("low", 2, 1, 0, 0);
     workloads.extend(admitted_singles("top", 2, 1, 20, 0));
     workloads.push(gated_gang("mid", 3, 10, 10));
-    let s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads,
-    };
+    let s = in_best_effort(4, workloads);
     let d = decide(&s);
-    assert!(d.evict.is_empty());
-    assert!(matches!(
-        d.workloads[4].waiting,
-        Some(WaitReason::Quota { .. })
-    ));
+    waits_for_quota_without_preempting(&d, 4);
 }
 
 #[test]
 fn the_victim_set_is_minimal() {
     // Newest first would take "small" (1 core) then "big" (3 cores); "big" alone is enough, so
     // "small" is spared.
-    let s = Snapshot {
-        queues: vec![best_effort(6)],
-        workloads: vec![
-            workload(
-                "old",
-                "q",
-                0,
-                1,
-                1,
-                vec![pod("old-p", 2 * CPU, PodState::Admitted, 1)],
-            ),
-            workload(
-                "big",
-                "q",
-                0,
-                4,
-                1,
-                vec![pod("big-p", 3 * CPU, PodState::Admitted, 4)],
-            ),
-            workload(
-                "small",
-                "q",
-                0,
-                5,
-                1,
-                vec![pod("small-p", CPU, PodState::Admitted, 5)],
-            ),
+    let s = in_best_effort(
+        6,
+        vec![
+            single_pod("old", "old-p", 0, 1, 2 * CPU, PodState::Admitted),
+            single_pod("big", "big-p", 0, 4, 3 * CPU, PodState::Admitted),
+            single_pod("small", "small-p", 0, 5, CPU, PodState::Admitted),
             gated_gang("high", 3, 10, 10),
         ],
-    };
+    );
     let d = decide(&s);
     assert_eq!(evicted_names(&s, &d), vec!["big-p"]);
 }
@@ -214,21 +173,14 @@ fn a_pod_whose_eviction_a_budget_refused_is_passed_over() {
     let spark_pods = (0..3)
         .map(|i| pod(&format!("spark-e{i}"), CPU, PodState::Admitted, i))
         .collect();
-    let mut s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads: vec![
+    let mut s = in_best_effort(
+        4,
+        vec![
             workload("spark", "q", 0, 0, 1, spark_pods),
-            workload(
-                "gang",
-                "q",
-                0,
-                5,
-                1,
-                vec![pod("gang-p", CPU, PodState::Admitted, 5)],
-            ),
+            single_pod("gang", "gang-p", 0, 5, CPU, PodState::Admitted),
             gated_gang("high", 1, 10, 10),
         ],
-    };
+    );
     // The newest elastic pod is blocked: the next one above the minimum goes instead.
     s.workloads[0].pod_sets[0].pods[2].eviction_blocked = true;
     assert_eq!(evicted_names(&s, &decide(&s)), vec!["spark-e1"]);
@@ -240,11 +192,7 @@ fn a_pod_whose_eviction_a_budget_refused_is_passed_over() {
     assert_eq!(evicted_names(&s, &decide(&s)), vec!["gang-p"]);
     s.workloads[1].pod_sets[0].pods[0].eviction_blocked = true;
     let d = decide(&s);
-    assert!(d.evict.is_empty());
-    assert!(matches!(
-        d.workloads[2].waiting,
-        Some(WaitReason::Quota { .. })
-    ));
+    waits_for_quota_without_preempting(&d, 2);
 }
 
 #[test]
@@ -255,10 +203,7 @@ fn an_elastic_pod_of_a_running_workload_preempts_too() {
     ];
     let mut workloads = admitted_singles("low", 3, 1, 0, 0);
     workloads.push(workload("ray", "q", 10, 0, 1, running));
-    let s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads,
-    };
+    let s = in_best_effort(4, workloads);
     let d = decide(&s);
     assert_eq!(evicted_names(&s, &d), vec!["low2-p"]);
     assert!(d.evict.iter().all(|e| e.preemptor == 3));
@@ -297,13 +242,13 @@ fn a_workload_losing_pods_admits_none_in_the_same_pass() {
         pod("spark-e0", CPU, PodState::Admitted, 0),
         pod("spark-e1", CPU, PodState::Gated, 1),
     ];
-    let s = Snapshot {
-        queues: vec![best_effort(4)],
-        workloads: vec![
+    let s = in_best_effort(
+        4,
+        vec![
             workload("spark", "q", 0, 0, 2, spark),
             gated_gang("high", 3, 10, 10),
         ],
-    };
+    );
     let d = decide(&s);
     assert_eq!(evicted_names(&s, &d).len(), 2);
     assert!(d.admit.is_empty());
@@ -537,4 +482,13 @@ proptest! {
             prop_assert!(after <= q.quota.get("cpu").max(before));
         }
     }
+}
+
+/// Nothing is preempted, and workload `w` waits for quota.
+fn waits_for_quota_without_preempting(d: &Decisions, w: usize) {
+    assert!(d.evict.is_empty());
+    assert!(matches!(
+        d.workloads[w].waiting,
+        Some(WaitReason::Quota { .. })
+    ));
 }

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -216,13 +215,7 @@ impl Controller {
         at_creation: Option<Arc<AdmitAtCreation>>,
         term: Arc<Term>,
     ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "sluice".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
+        let recorder = crate::events::recorder(client.clone(), "sluice");
         let writer = Writer::new(
             client.clone(),
             metrics.clone(),

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -174,13 +174,7 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config)
-            .backoff(crate::watch_backoff::watch_backoff())
-            .modify(trim),
-    );
+    let (store, stream) = crate::watch_backoff::reflected(api, config, trim);
     // The reflector stream has already applied each event to its store.
     let task = spawn_watch(
         stream,

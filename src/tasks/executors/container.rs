@@ -7,8 +7,6 @@
 //! TaskCluster controller replaces it). With `slotsPerWorker` above 1 that ends the worker's other
 //! Tasks too (they end Killed: "worker ... was deleted").
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -17,10 +15,11 @@ use serde_json::{Value, json};
 use super::owned::{Target, delete_until_gone};
 use super::pod::task_env;
 use super::{
-    ExecContext, ExecError, Executor, Outcome, Plan, Progress, bounded_name, parse_result,
+    ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress, bounded_name, parse_result,
 };
 use crate::api::{
-    ContainerExecutor, TASK_CLUSTER_LABEL, Task, TaskCluster, TaskClusterSpec, TaskHandle,
+    ContainerExecutor, TASK_CLUSTER_LABEL, Task, TaskCluster, TaskClusterSpec, TaskExecutor,
+    TaskHandle,
 };
 use crate::tasks::substitute::{Variables, substitute, substitute_json};
 use crate::tasks::workers::{choose_worker, free_slots, waiting_ahead, workers};
@@ -129,15 +128,6 @@ pub fn container_progress(pod: &Pod, container: &str) -> Progress {
     Progress::Running("container running".into())
 }
 
-fn spec(ctx: &ExecContext<'_>) -> Result<ContainerExecutor, ExecError> {
-    ctx.task
-        .spec
-        .executor
-        .container
-        .clone()
-        .ok_or_else(|| ExecError::Invalid("not a container Task".into()))
-}
-
 /// The cluster's worker pods and the namespace's Tasks, from the API server.
 async fn read_cluster(
     ctx: &ExecContext<'_>,
@@ -179,137 +169,126 @@ pub fn pick_worker(
     choose_worker(&ws, spec).map_err(|why| format!("TaskCluster {cluster}: {why}"))
 }
 
-impl Executor for ContainerExecutorImpl {
-    fn kind(&self) -> &'static str {
-        "container"
+impl ExecutorSteps for ContainerExecutorImpl {
+    const KIND: &'static str = "container";
+    type Spec = ContainerExecutor;
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&ContainerExecutor> {
+        executor.container.as_ref()
     }
 
     /// Reads the cluster's workers and the namespace's Tasks from the API server (not a cache):
     /// the controller serialises container planning, so two Tasks never take the same slot.
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
-        async move {
-            let spec = spec(ctx)?;
-            let clusters: Api<TaskCluster> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-            let Some(cluster) = clusters
-                .get_opt(&spec.cluster)
-                .await
-                .map_err(ExecError::api(format!(
-                    "reading TaskCluster {}",
-                    spec.cluster
-                )))?
-            else {
-                return Ok(Plan::Wait(format!(
-                    "waiting for TaskCluster {} to exist",
-                    spec.cluster
-                )));
-            };
-            let (pods, tasks) = read_cluster(ctx, &spec.cluster).await?;
-            let worker = match pick_worker(&spec.cluster, &cluster.spec, &pods, &tasks, ctx.task) {
-                Ok(worker) => worker,
-                Err(why) => return Ok(Plan::Wait(why)),
-            };
-            // Validate substitution now, before anything is recorded.
-            if let Some(pod) = pods.iter().find(|p| p.name_any() == worker) {
-                build_container(&spec, &ctx.task_name(), &ctx.namespace, pod, ctx.vars)?;
-            }
-            Ok(Plan::Start {
-                handle: TaskHandle {
-                    api_version: "v1".into(),
-                    kind: "EphemeralContainer".into(),
-                    name: worker.clone(),
-                    container: Some(ephemeral_container_name(&ctx.task_name())),
-                    uid: None,
-                },
-                worker: Some(worker),
-            })
+    async fn plan(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &ContainerExecutor,
+    ) -> Result<Plan, ExecError> {
+        let clusters: Api<TaskCluster> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        let Some(cluster) = clusters
+            .get_opt(&spec.cluster)
+            .await
+            .map_err(ExecError::api(format!(
+                "reading TaskCluster {}",
+                spec.cluster
+            )))?
+        else {
+            return Ok(Plan::Wait(format!(
+                "waiting for TaskCluster {} to exist",
+                spec.cluster
+            )));
+        };
+        let (pods, tasks) = read_cluster(ctx, &spec.cluster).await?;
+        let worker = match pick_worker(&spec.cluster, &cluster.spec, &pods, &tasks, ctx.task) {
+            Ok(worker) => worker,
+            Err(why) => return Ok(Plan::Wait(why)),
+        };
+        // Validate substitution now, before anything is recorded.
+        if let Some(pod) = pods.iter().find(|p| p.name_any() == worker) {
+            build_container(spec, &ctx.task_name(), &ctx.namespace, pod, ctx.vars)?;
         }
-        .boxed()
+        Ok(Plan::Start {
+            handle: TaskHandle {
+                api_version: "v1".into(),
+                kind: "EphemeralContainer".into(),
+                name: worker.clone(),
+                container: Some(ephemeral_container_name(&ctx.task_name())),
+                uid: None,
+            },
+            worker: Some(worker),
+        })
     }
 
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>> {
-        async move {
-            let spec = spec(ctx)?;
-            let Some(pod) = ctx.get_pod("worker", &handle.name).await? else {
-                return Err(ExecError::Invalid(format!(
-                    "worker {} is gone",
-                    handle.name
-                )));
-            };
-            let name = ephemeral_container_name(&ctx.task_name());
-            let present = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.ephemeral_containers.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.name == name));
-            let uid = pod.uid().unwrap_or_default();
-            if present {
-                return Ok(uid);
-            }
-            let container =
-                build_container(&spec, &ctx.task_name(), &ctx.namespace, &pod, ctx.vars)?;
-            let patch = json!({"spec": {"ephemeralContainers": [container]}});
-            ctx.pods()
-                .patch_ephemeral_containers(
-                    &handle.name,
-                    &PatchParams::default(),
-                    &Patch::Strategic(&patch),
-                )
-                .await
-                .map_err(ExecError::api(format!(
-                    "adding ephemeral container {name} to worker {}",
-                    handle.name
-                )))?;
-            Ok(uid)
+    async fn start(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &ContainerExecutor,
+        handle: &TaskHandle,
+    ) -> Result<String, ExecError> {
+        let Some(pod) = ctx.get_pod("worker", &handle.name).await? else {
+            return Err(ExecError::Invalid(format!(
+                "worker {} is gone",
+                handle.name
+            )));
+        };
+        let name = ephemeral_container_name(&ctx.task_name());
+        let present = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.ephemeral_containers.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.name == name));
+        let uid = pod.uid().unwrap_or_default();
+        if present {
+            return Ok(uid);
         }
-        .boxed()
+        let container = build_container(spec, &ctx.task_name(), &ctx.namespace, &pod, ctx.vars)?;
+        let patch = json!({"spec": {"ephemeralContainers": [container]}});
+        ctx.pods()
+            .patch_ephemeral_containers(
+                &handle.name,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map_err(ExecError::api(format!(
+                "adding ephemeral container {name} to worker {}",
+                handle.name
+            )))?;
+        Ok(uid)
     }
 
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
-        async move {
-            let pod = ctx.get_pod("worker", &handle.name).await?;
-            let container = handle.container.clone().unwrap_or_default();
-            Ok(match pod {
-                Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
-                    container_progress(&pod, &container)
-                }
-                _ => Progress::Gone(format!(
-                    "worker {} was deleted before the Task ended",
-                    handle.name
-                )),
-            })
-        }
-        .boxed()
+    async fn poll(
+        &self,
+        ctx: &ExecContext<'_>,
+        handle: &TaskHandle,
+    ) -> Result<Progress, ExecError> {
+        let pod = ctx.get_pod("worker", &handle.name).await?;
+        let container = handle.container.clone().unwrap_or_default();
+        Ok(match pod {
+            Some(pod) if pod.metadata.deletion_timestamp.is_none() => {
+                container_progress(&pod, &container)
+            }
+            _ => Progress::Gone(format!(
+                "worker {} was deleted before the Task ended",
+                handle.name
+            )),
+        })
     }
 
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>> {
-        async move {
-            let pod = ctx.get_pod("worker", &handle.name).await?;
-            let Some(pod) = pod else { return Ok(true) };
-            let container = handle.container.clone().unwrap_or_default();
-            if matches!(container_progress(&pod, &container), Progress::Done(_)) {
-                return Ok(true);
-            }
-            // An ephemeral container cannot be stopped: its worker goes, at once.
-            let worker = Target {
-                what: "worker",
-                name: &handle.name,
-            };
-            let params = DeleteParams::default().grace_period(0);
-            delete_until_gone(&ctx.pods(), &pod, worker, &params).await
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+        let pod = ctx.get_pod("worker", &handle.name).await?;
+        let Some(pod) = pod else { return Ok(true) };
+        let container = handle.container.clone().unwrap_or_default();
+        if matches!(container_progress(&pod, &container), Progress::Done(_)) {
+            return Ok(true);
         }
-        .boxed()
+        // An ephemeral container cannot be stopped: its worker goes, at once.
+        let worker = Target {
+            what: "worker",
+            name: &handle.name,
+        };
+        let params = DeleteParams::default().grace_period(0);
+        delete_until_gone(&ctx.pods(), &pod, worker, &params).await
     }
 }
 

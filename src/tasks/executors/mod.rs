@@ -27,13 +27,14 @@ pub use workflow::{ARGO_WORKFLOW_LABEL, WorkflowExecutorImpl, workflow_name};
 
 use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::jsonpath::PathError;
 use super::substitute::{SubstitutionError, Variables};
-use crate::api::{Task, TaskHandle};
+use crate::api::{Task, TaskExecutor, TaskHandle};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -136,6 +137,8 @@ pub enum Progress {
     Gone(String),
 }
 
+/// How the controller drives an executor (a trait object: the Task names which one at run time).
+/// Every executor gets it from [`ExecutorSteps`]; nobody implements it by hand.
 pub trait Executor: Send + Sync {
     /// `container`, `pod`, `http`, `resource` or `workflow`.
     fn kind(&self) -> &'static str;
@@ -157,6 +160,91 @@ pub trait Executor: Send + Sync {
         ctx: &'a ExecContext<'a>,
         handle: &'a TaskHandle,
     ) -> BoxFuture<'a, Result<bool, ExecError>>;
+}
+
+/// What each executor writes: its part of the Task's spec and its four steps, as plain async
+/// functions. The frame (the [`Executor`] impl below) reads the spec and drives the steps.
+pub trait ExecutorSteps: Send + Sync {
+    /// `container`, `pod`, `http`, `resource` or `workflow`.
+    const KIND: &'static str;
+    /// `spec.executor.<KIND>` of a Task.
+    type Spec: Send + Sync;
+    fn spec_of(executor: &TaskExecutor) -> Option<&Self::Spec>;
+
+    /// The Task's `spec.executor.<KIND>`, or why this executor cannot run it.
+    fn spec<'t>(ctx: &ExecContext<'t>) -> Result<&'t Self::Spec, ExecError> {
+        Self::spec_of(&ctx.task.spec.executor)
+            .ok_or_else(|| ExecError::Invalid(format!("not a {} Task", Self::KIND)))
+    }
+
+    fn plan(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &Self::Spec,
+    ) -> impl Future<Output = Result<Plan, ExecError>> + Send;
+    fn start(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &Self::Spec,
+        handle: &TaskHandle,
+    ) -> impl Future<Output = Result<String, ExecError>> + Send;
+    fn poll(
+        &self,
+        ctx: &ExecContext<'_>,
+        handle: &TaskHandle,
+    ) -> impl Future<Output = Result<Progress, ExecError>> + Send;
+    fn kill(
+        &self,
+        ctx: &ExecContext<'_>,
+        handle: &TaskHandle,
+    ) -> impl Future<Output = Result<bool, ExecError>> + Send;
+}
+
+impl<E: ExecutorSteps> Executor for E {
+    fn kind(&self) -> &'static str {
+        E::KIND
+    }
+
+    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
+        async move { ExecutorSteps::plan(self, ctx, E::spec(ctx)?).await }.boxed()
+    }
+
+    fn start<'a>(
+        &'a self,
+        ctx: &'a ExecContext<'a>,
+        handle: &'a TaskHandle,
+    ) -> BoxFuture<'a, Result<String, ExecError>> {
+        async move { ExecutorSteps::start(self, ctx, E::spec(ctx)?, handle).await }.boxed()
+    }
+
+    fn poll<'a>(
+        &'a self,
+        ctx: &'a ExecContext<'a>,
+        handle: &'a TaskHandle,
+    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
+        ExecutorSteps::poll(self, ctx, handle).boxed()
+    }
+
+    fn kill<'a>(
+        &'a self,
+        ctx: &'a ExecContext<'a>,
+        handle: &'a TaskHandle,
+    ) -> BoxFuture<'a, Result<bool, ExecError>> {
+        ExecutorSteps::kill(self, ctx, handle).boxed()
+    }
+}
+
+/// The progress of an owned object whose own status says Running while its deletion has begun:
+/// it goes (deleted from outside), so it counts as gone.
+pub fn unless_deleting(
+    progress: Progress,
+    deleting: bool,
+    gone: impl FnOnce() -> Progress,
+) -> Progress {
+    match progress {
+        Progress::Running(_) if deleting => gone(),
+        progress => progress,
+    }
 }
 
 /// The executors, one of each kind.

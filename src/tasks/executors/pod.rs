@@ -2,17 +2,16 @@
 //! label `sluice.dev/queue` and goes through the sluice gate like any other pod. The result is the
 //! termination message of the pod's first container (JSON when it is JSON).
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
 use super::owned::{Target, create_or_adopt, get_owned, kill_owned};
 use super::{
-    ExecContext, ExecError, Executor, Outcome, Plan, Progress, bounded_name, parse_result,
+    ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress, bounded_name, parse_result,
+    unless_deleting,
 };
-use crate::api::{ADMISSION_GATE, PodExecutor, QUEUE_LABEL, TASK_LABEL, TaskHandle};
+use crate::api::{ADMISSION_GATE, PodExecutor, QUEUE_LABEL, TASK_LABEL, TaskExecutor, TaskHandle};
 use crate::tasks::substitute::{Variables, substitute_json};
 
 pub struct PodExecutorImpl;
@@ -147,97 +146,68 @@ pub fn pod_progress(pod: &Pod) -> Progress {
     }
 }
 
-fn spec(ctx: &ExecContext<'_>) -> Result<PodExecutor, ExecError> {
-    ctx.task
-        .spec
-        .executor
-        .pod
-        .clone()
-        .ok_or_else(|| ExecError::Invalid("not a pod Task".into()))
+impl ExecutorSteps for PodExecutorImpl {
+    const KIND: &'static str = "pod";
+    type Spec = PodExecutor;
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&PodExecutor> {
+        executor.pod.as_ref()
+    }
+
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &PodExecutor) -> Result<Plan, ExecError> {
+        // Fail now on a bad template, before anything is recorded.
+        build(ctx, spec)?;
+        let pod = pod_name(&ctx.task_name());
+        Ok(Plan::Start {
+            handle: TaskHandle {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.clone(),
+                ..Default::default()
+            },
+            worker: Some(pod),
+        })
+    }
+
+    async fn start(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &PodExecutor,
+        handle: &TaskHandle,
+    ) -> Result<String, ExecError> {
+        let pod: Pod = serde_json::from_value(build(ctx, spec)?)
+            .map_err(|e| ExecError::Invalid(format!("pod.template: {e}")))?;
+        // A pod the API server refuses is retried, as any API error.
+        create_or_adopt(&ctx.pods(), &pod, target(handle), ctx.task, &[]).await
+    }
+
+    async fn poll(
+        &self,
+        ctx: &ExecContext<'_>,
+        handle: &TaskHandle,
+    ) -> Result<Progress, ExecError> {
+        let pod = get_owned(&ctx.pods(), target(handle), ctx.task).await?;
+        let deleted = || Progress::Gone(format!("pod {} was deleted before it ended", handle.name));
+        Ok(match pod {
+            Some(pod) => unless_deleting(
+                pod_progress(&pod),
+                pod.metadata.deletion_timestamp.is_some(),
+                deleted,
+            ),
+            None => deleted(),
+        })
+    }
+
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+        let params = DeleteParams::default();
+        kill_owned(&ctx.pods(), target(handle), ctx.task, &params).await
+    }
 }
 
-impl Executor for PodExecutorImpl {
-    fn kind(&self) -> &'static str {
-        "pod"
-    }
-
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
-        async move {
-            let name = ctx.task_name();
-            // Fail now on a bad template, before anything is recorded.
-            build_pod(
-                &spec(ctx)?,
-                &name,
-                &ctx.namespace,
-                ctx.owner_reference(),
-                ctx.vars,
-            )?;
-            let pod = pod_name(&name);
-            Ok(Plan::Start {
-                handle: TaskHandle {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: pod.clone(),
-                    ..Default::default()
-                },
-                worker: Some(pod),
-            })
-        }
-        .boxed()
-    }
-
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>> {
-        async move {
-            let body = build_pod(
-                &spec(ctx)?,
-                &ctx.task_name(),
-                &ctx.namespace,
-                ctx.owner_reference(),
-                ctx.vars,
-            )?;
-            let pod: Pod = serde_json::from_value(body)
-                .map_err(|e| ExecError::Invalid(format!("pod.template: {e}")))?;
-            // A pod the API server refuses is retried, as any API error.
-            create_or_adopt(&ctx.pods(), &pod, target(handle), ctx.task, &[]).await
-        }
-        .boxed()
-    }
-
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
-        async move {
-            let pod = get_owned(&ctx.pods(), target(handle), ctx.task).await?;
-            let deleted =
-                || Progress::Gone(format!("pod {} was deleted before it ended", handle.name));
-            Ok(match pod {
-                Some(pod) => match pod_progress(&pod) {
-                    Progress::Running(_) if pod.metadata.deletion_timestamp.is_some() => deleted(),
-                    progress => progress,
-                },
-                None => deleted(),
-            })
-        }
-        .boxed()
-    }
-
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>> {
-        async move {
-            let params = DeleteParams::default();
-            kill_owned(&ctx.pods(), target(handle), ctx.task, &params).await
-        }
-        .boxed()
-    }
+/// The Task's pod, built from its template.
+fn build(ctx: &ExecContext<'_>, spec: &PodExecutor) -> Result<Value, ExecError> {
+    let owner = ctx.owner_reference();
+    build_pod(spec, &ctx.task_name(), &ctx.namespace, owner, ctx.vars)
 }
 
 fn target(handle: &TaskHandle) -> Target<'_> {

@@ -7,8 +7,6 @@
 //! sluice creates the object with its own rights: the kinds it may create are those its
 //! ClusterRole allows (ConfigMaps out of the box; add others, e.g. Argo Workflows, to the role).
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -16,8 +14,8 @@ use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
 use super::owned::{Target, create_or_adopt, get_owned, kill_owned};
-use super::{ExecContext, ExecError, Executor, Outcome, Plan, Progress};
-use crate::api::{ResourceExecutor, TASK_LABEL, TaskHandle};
+use super::{ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress};
+use crate::api::{ResourceExecutor, TASK_LABEL, TaskExecutor, TaskHandle};
 use crate::tasks::jsonpath::{self, Condition};
 use crate::tasks::substitute::{Variables, substitute_json};
 
@@ -95,13 +93,10 @@ pub fn resource_progress(spec: &ResourceExecutor, object: &Value) -> Result<Prog
     }
 }
 
-fn spec(ctx: &ExecContext<'_>) -> Result<ResourceExecutor, ExecError> {
-    ctx.task
-        .spec
-        .executor
-        .resource
-        .clone()
-        .ok_or_else(|| ExecError::Invalid("not a resource Task".into()))
+/// The Task's object, built from its manifest.
+fn build(ctx: &ExecContext<'_>, spec: &ResourceExecutor) -> Result<Value, ExecError> {
+    let owner = ctx.owner_reference();
+    build_manifest(spec, &ctx.task_name(), &ctx.namespace, owner, ctx.vars)
 }
 
 async fn api_for(
@@ -145,97 +140,76 @@ fn target(handle: &TaskHandle) -> Target<'_> {
     }
 }
 
-impl Executor for ResourceExecutorImpl {
-    fn kind(&self) -> &'static str {
-        "resource"
+impl ExecutorSteps for ResourceExecutorImpl {
+    const KIND: &'static str = "resource";
+    type Spec = ResourceExecutor;
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&ResourceExecutor> {
+        executor.resource.as_ref()
     }
 
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
-        async move {
-            let manifest = build_manifest(
-                &spec(ctx)?,
-                &ctx.task_name(),
-                &ctx.namespace,
-                ctx.owner_reference(),
-                ctx.vars,
-            )?;
-            let text = |p: &str| {
-                manifest
-                    .pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let handle = TaskHandle {
-                api_version: text("/apiVersion"),
-                kind: text("/kind"),
-                name: text("/metadata/name"),
-                ..Default::default()
-            };
-            // Fail now on a kind that cannot be created, before anything is recorded.
-            api_for(ctx.client, &handle, &ctx.namespace).await?;
-            Ok(Plan::Start {
-                handle,
-                worker: None,
-            })
-        }
-        .boxed()
+    async fn plan(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &ResourceExecutor,
+    ) -> Result<Plan, ExecError> {
+        let manifest = build(ctx, spec)?;
+        let text = |p: &str| {
+            manifest
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let handle = TaskHandle {
+            api_version: text("/apiVersion"),
+            kind: text("/kind"),
+            name: text("/metadata/name"),
+            ..Default::default()
+        };
+        // Fail now on a kind that cannot be created, before anything is recorded.
+        api_for(ctx.client, &handle, &ctx.namespace).await?;
+        Ok(Plan::Start {
+            handle,
+            worker: None,
+        })
     }
 
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>> {
-        async move {
-            let manifest = build_manifest(
-                &spec(ctx)?,
-                &ctx.task_name(),
-                &ctx.namespace,
-                ctx.owner_reference(),
-                ctx.vars,
-            )?;
-            let object: DynamicObject = serde_json::from_value(manifest)
-                .map_err(|e| ExecError::Invalid(format!("resource.manifest: {e}")))?;
-            let api = api_for(ctx.client, handle, &ctx.namespace).await?;
-            create_or_adopt(&api, &object, target(handle), ctx.task, REFUSED).await
-        }
-        .boxed()
+    async fn start(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &ResourceExecutor,
+        handle: &TaskHandle,
+    ) -> Result<String, ExecError> {
+        let object: DynamicObject = serde_json::from_value(build(ctx, spec)?)
+            .map_err(|e| ExecError::Invalid(format!("resource.manifest: {e}")))?;
+        let api = api_for(ctx.client, handle, &ctx.namespace).await?;
+        create_or_adopt(&api, &object, target(handle), ctx.task, REFUSED).await
     }
 
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
-        async move {
-            let api = api_for(ctx.client, handle, &ctx.namespace).await?;
-            match get_owned(&api, target(handle), ctx.task).await? {
-                Some(o) => {
-                    let value = serde_json::to_value(&o).map_err(|e| {
-                        ExecError::Invalid(format!("{} {}: {e}", handle.kind, handle.name))
-                    })?;
-                    resource_progress(&spec(ctx)?, &value)
-                }
-                None => Ok(Progress::Gone(format!(
-                    "{} {} was deleted before the Task ended",
-                    handle.kind, handle.name
-                ))),
+    async fn poll(
+        &self,
+        ctx: &ExecContext<'_>,
+        handle: &TaskHandle,
+    ) -> Result<Progress, ExecError> {
+        let api = api_for(ctx.client, handle, &ctx.namespace).await?;
+        match get_owned(&api, target(handle), ctx.task).await? {
+            Some(o) => {
+                let value = serde_json::to_value(&o).map_err(|e| {
+                    ExecError::Invalid(format!("{} {}: {e}", handle.kind, handle.name))
+                })?;
+                resource_progress(Self::spec(ctx)?, &value)
             }
+            None => Ok(Progress::Gone(format!(
+                "{} {} was deleted before the Task ended",
+                handle.kind, handle.name
+            ))),
         }
-        .boxed()
     }
 
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>> {
-        async move {
-            let api = api_for(ctx.client, handle, &ctx.namespace).await?;
-            kill_owned(&api, target(handle), ctx.task, &DeleteParams::background()).await
-        }
-        .boxed()
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+        let api = api_for(ctx.client, handle, &ctx.namespace).await?;
+        kill_owned(&api, target(handle), ctx.task, &DeleteParams::background()).await
     }
 }
 

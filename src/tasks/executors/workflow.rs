@@ -9,8 +9,6 @@
 //! propagation: the Task stays Killing until the Workflow and all its pods are gone. A Workflow
 //! deleted from outside ends the Task Killed.
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
@@ -20,8 +18,12 @@ use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::owned::{Target, create_or_adopt, get_owned};
-use super::{ExecContext, ExecError, Executor, Outcome, Plan, Progress, bounded_name};
-use crate::api::{QUEUE_LABEL, TASK_LABEL, TaskCluster, TaskHandle, WorkflowExecutor};
+use super::{
+    ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress, bounded_name, unless_deleting,
+};
+use crate::api::{
+    QUEUE_LABEL, TASK_LABEL, TaskCluster, TaskExecutor, TaskHandle, WorkflowExecutor,
+};
 use crate::tasks::substitute::{Variables, substitute_json};
 
 /// The label Argo puts on a Workflow's pods.
@@ -51,15 +53,6 @@ fn target(handle: &TaskHandle) -> Target<'_> {
         what: "Workflow",
         name: &handle.name,
     }
-}
-
-fn spec(ctx: &ExecContext<'_>) -> Result<WorkflowExecutor, ExecError> {
-    ctx.task
-        .spec
-        .executor
-        .workflow
-        .clone()
-        .ok_or_else(|| ExecError::Invalid("not a workflow Task".into()))
 }
 
 /// The Workflow to create from the Task's template: substituted, named, owned, its pods labelled
@@ -233,129 +226,114 @@ async fn pods_left(ctx: &ExecContext<'_>, name: &str) -> Result<usize, ExecError
     Ok(list.items.len())
 }
 
-impl Executor for WorkflowExecutorImpl {
-    fn kind(&self) -> &'static str {
-        "workflow"
+impl ExecutorSteps for WorkflowExecutorImpl {
+    const KIND: &'static str = "workflow";
+    type Spec = WorkflowExecutor;
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&WorkflowExecutor> {
+        executor.workflow.as_ref()
     }
 
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
-        async move {
-            let spec = spec(ctx)?;
-            let name = workflow_name(&ctx.task_name());
-            // Validate now: a template that cannot be built fails the Task before it runs.
-            build_workflow(
-                &spec.template,
-                &name,
-                &ctx.task_name(),
-                None,
-                json!({}),
-                ctx.vars,
-            )?;
-            Ok(Plan::Start {
-                handle: TaskHandle {
-                    api_version: "argoproj.io/v1alpha1".into(),
-                    kind: "Workflow".into(),
-                    name,
-                    ..Default::default()
-                },
-                worker: None,
-            })
-        }
-        .boxed()
+    async fn plan(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &WorkflowExecutor,
+    ) -> Result<Plan, ExecError> {
+        let name = workflow_name(&ctx.task_name());
+        // Validate now: a template that cannot be built fails the Task before it runs.
+        build_workflow(
+            &spec.template,
+            &name,
+            &ctx.task_name(),
+            None,
+            json!({}),
+            ctx.vars,
+        )?;
+        Ok(Plan::Start {
+            handle: TaskHandle {
+                api_version: "argoproj.io/v1alpha1".into(),
+                kind: "Workflow".into(),
+                name,
+                ..Default::default()
+            },
+            worker: None,
+        })
     }
 
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>> {
-        async move {
-            let spec = spec(ctx)?;
-            let queue = queue_of(ctx, &spec).await?;
-            let manifest = build_workflow(
-                &spec.template,
-                &handle.name,
-                &ctx.task_name(),
-                queue.as_deref(),
-                ctx.owner_reference(),
-                ctx.vars,
-            )?;
-            let object: DynamicObject = serde_json::from_value(manifest)
-                .map_err(|e| ExecError::Invalid(format!("workflow.template: {e}")))?;
-            let api = workflows(ctx.client, &ctx.namespace);
-            create_or_adopt(&api, &object, target(handle), ctx.task, &[400, 403, 404, 422])
-                .await
-                .map_err(|e| match e {
-                    ExecError::Invalid(m) if m.contains("404") || m.contains("not found") => {
-                        ExecError::Invalid(format!(
-                            "{m} (is Argo Workflows installed? the API server does not serve argoproj.io/v1alpha1 Workflow)"
-                        ))
-                    }
-                    other => other,
-                })
-        }
-        .boxed()
-    }
-
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
-        async move {
-            let api = workflows(ctx.client, &ctx.namespace);
-            let deleted = || {
-                Progress::Gone(format!(
-                    "Workflow {} was deleted before it ended",
-                    handle.name
-                ))
-            };
-            Ok(match get_owned(&api, target(handle), ctx.task).await? {
-                Some(wf) => {
-                    let value = serde_json::to_value(&wf).map_err(|e| {
-                        ExecError::Invalid(format!("Workflow {}: {e}", handle.name))
-                    })?;
-                    match workflow_progress(&value) {
-                        Progress::Running(_) if wf.metadata.deletion_timestamp.is_some() => {
-                            deleted()
-                        }
-                        progress => progress,
-                    }
+    async fn start(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &WorkflowExecutor,
+        handle: &TaskHandle,
+    ) -> Result<String, ExecError> {
+        let queue = queue_of(ctx, spec).await?;
+        let manifest = build_workflow(
+            &spec.template,
+            &handle.name,
+            &ctx.task_name(),
+            queue.as_deref(),
+            ctx.owner_reference(),
+            ctx.vars,
+        )?;
+        let object: DynamicObject = serde_json::from_value(manifest)
+            .map_err(|e| ExecError::Invalid(format!("workflow.template: {e}")))?;
+        let api = workflows(ctx.client, &ctx.namespace);
+        create_or_adopt(&api, &object, target(handle), ctx.task, &[400, 403, 404, 422])
+            .await
+            .map_err(|e| match e {
+                ExecError::Invalid(m) if m.contains("404") || m.contains("not found") => {
+                    ExecError::Invalid(format!(
+                        "{m} (is Argo Workflows installed? the API server does not serve argoproj.io/v1alpha1 Workflow)"
+                    ))
                 }
-                None => deleted(),
+                other => other,
             })
-        }
-        .boxed()
     }
 
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>> {
-        async move {
-            let api = workflows(ctx.client, &ctx.namespace);
-            if let Some(wf) = get_owned(&api, target(handle), ctx.task).await? {
-                if wf.metadata.deletion_timestamp.is_none() {
-                    // Argo stops scheduling steps first; the deletion takes the pods with it.
-                    let stop = json!({"spec": {"shutdown": "Terminate"}});
-                    api.patch(&handle.name, &PatchParams::default(), &Patch::Merge(&stop))
-                        .await
-                        .map_err(ExecError::api(format!("stopping Workflow {}", handle.name)))?;
-                    let params = DeleteParams {
-                        propagation_policy: Some(PropagationPolicy::Foreground),
-                        ..Default::default()
-                    };
-                    api.delete(&handle.name, &params)
-                        .await
-                        .map_err(ExecError::api(format!("deleting Workflow {}", handle.name)))?;
-                }
-                return Ok(false);
+    async fn poll(
+        &self,
+        ctx: &ExecContext<'_>,
+        handle: &TaskHandle,
+    ) -> Result<Progress, ExecError> {
+        let api = workflows(ctx.client, &ctx.namespace);
+        let deleted = || {
+            Progress::Gone(format!(
+                "Workflow {} was deleted before it ended",
+                handle.name
+            ))
+        };
+        Ok(match get_owned(&api, target(handle), ctx.task).await? {
+            Some(wf) => {
+                let value = serde_json::to_value(&wf)
+                    .map_err(|e| ExecError::Invalid(format!("Workflow {}: {e}", handle.name)))?;
+                let deleting = wf.metadata.deletion_timestamp.is_some();
+                unless_deleting(workflow_progress(&value), deleting, deleted)
             }
-            // Killing until its pods are gone too.
-            Ok(pods_left(ctx, &handle.name).await? == 0)
+            None => deleted(),
+        })
+    }
+
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+        let api = workflows(ctx.client, &ctx.namespace);
+        if let Some(wf) = get_owned(&api, target(handle), ctx.task).await? {
+            if wf.metadata.deletion_timestamp.is_none() {
+                // Argo stops scheduling steps first; the deletion takes the pods with it.
+                let stop = json!({"spec": {"shutdown": "Terminate"}});
+                api.patch(&handle.name, &PatchParams::default(), &Patch::Merge(&stop))
+                    .await
+                    .map_err(ExecError::api(format!("stopping Workflow {}", handle.name)))?;
+                let params = DeleteParams {
+                    propagation_policy: Some(PropagationPolicy::Foreground),
+                    ..Default::default()
+                };
+                api.delete(&handle.name, &params)
+                    .await
+                    .map_err(ExecError::api(format!("deleting Workflow {}", handle.name)))?;
+            }
+            return Ok(false);
         }
-        .boxed()
+        // Killing until its pods are gone too.
+        Ok(pods_left(ctx, &handle.name).await? == 0)
     }
 }
 

@@ -29,7 +29,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -175,13 +175,7 @@ fn tasks_of_worker(tasks: &[Arc<Task>], pod: &Pod) -> Vec<ObjectRef<Task>> {
 
 fn context(client: Client, metrics: TaskMetrics) -> Arc<Context> {
     Arc::new(Context {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "sluice-tasks".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+        recorder: crate::events::recorder(client.clone(), "sluice-tasks"),
         client,
         executors: Executors::new(HttpRuntime::default()),
         metrics,

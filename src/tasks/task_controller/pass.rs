@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info};
+use tracing::info;
 
 use super::decide::{Act, Step, failure, final_phase, now, parse_time, poll_interval, rfc3339};
 use super::status::{
@@ -146,16 +146,8 @@ async fn variables(
 }
 
 async fn publish(ctx: &Context, task: &Task, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &task.object_ref(&())).await {
-        debug!(%e, "event not recorded");
-    }
+    let object = task.object_ref(&());
+    crate::events::publish(&ctx.recorder, &object, type_, reason, note).await;
 }
 
 /// One reconcile of one Task: what was read, and what it writes with.

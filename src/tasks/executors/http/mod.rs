@@ -14,14 +14,12 @@ pub mod request;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::{ExecContext, ExecError, Executor, Outcome, Plan, Progress};
-use crate::api::{HttpExecutor, HttpTls, KeyReference, TaskHandle};
+use super::{ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress};
+use crate::api::{HttpExecutor, HttpTls, KeyReference, TaskExecutor, TaskHandle};
 pub use client::{Limits, TlsMaterial, send};
 pub use request::{build_request, outcome};
 
@@ -77,15 +75,6 @@ impl HttpExecutorImpl {
     pub fn new(runtime: HttpRuntime) -> Self {
         HttpExecutorImpl { runtime }
     }
-}
-
-fn spec(ctx: &ExecContext<'_>) -> Result<HttpExecutor, ExecError> {
-    ctx.task
-        .spec
-        .executor
-        .http
-        .clone()
-        .ok_or_else(|| ExecError::Invalid("not an http Task".into()))
 }
 
 /// The multipart boundary: fixed per Task, so the same Task builds the same request.
@@ -187,118 +176,105 @@ async fn exchange(
     send(request, tls, limits).await
 }
 
-impl Executor for HttpExecutorImpl {
-    fn kind(&self) -> &'static str {
-        "http"
+impl ExecutorSteps for HttpExecutorImpl {
+    const KIND: &'static str = "http";
+    type Spec = HttpExecutor;
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&HttpExecutor> {
+        executor.http.as_ref()
     }
 
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
-        async move {
-            let spec = spec(ctx)?;
-            let request = build_request(&spec, ctx.vars, &boundary(ctx))?;
-            limits(&spec)?;
-            Ok(Plan::Start {
-                handle: TaskHandle {
-                    kind: "HTTPRequest".into(),
-                    name: format!("{} {}", request.method, request.url),
-                    ..Default::default()
-                },
-                worker: None,
-            })
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &HttpExecutor) -> Result<Plan, ExecError> {
+        let request = build_request(spec, ctx.vars, &boundary(ctx))?;
+        limits(spec)?;
+        Ok(Plan::Start {
+            handle: TaskHandle {
+                kind: "HTTPRequest".into(),
+                name: format!("{} {}", request.method, request.url),
+                ..Default::default()
+            },
+            worker: None,
+        })
+    }
+
+    async fn start(
+        &self,
+        ctx: &ExecContext<'_>,
+        spec: &HttpExecutor,
+        _handle: &TaskHandle,
+    ) -> Result<String, ExecError> {
+        let request = build_request(spec, ctx.vars, &boundary(ctx))?;
+        let limits = limits(spec)?;
+        let uid = ctx.task.uid().unwrap_or_default();
+        let mut map = self.runtime.lock();
+        if map.contains_key(&uid) {
+            return Ok("in-flight".into());
         }
-        .boxed()
-    }
-
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        _handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>> {
-        async move {
-            let spec = spec(ctx)?;
-            let request = build_request(&spec, ctx.vars, &boundary(ctx))?;
-            let limits = limits(&spec)?;
-            let uid = ctx.task.uid().unwrap_or_default();
-            let mut map = self.runtime.lock();
-            if map.contains_key(&uid) {
-                return Ok("in-flight".into());
-            }
-            let runtime = self.runtime.clone();
-            let key = uid.clone();
-            let source = TlsSource {
-                client: ctx.client.clone(),
-                namespace: ctx.namespace.clone(),
-            };
-            // Everything that can fail from here on is the request's outcome: the Task was
-            // recorded as sent, so the controller only observes it now.
-            let task = tokio::spawn(async move {
-                let result = match exchange(&spec, &source, request, limits).await {
-                    Ok((status, body)) => outcome(&spec, status, &body),
-                    Err(message) => Outcome {
-                        success: false,
-                        result: None,
-                        message,
-                    },
-                };
-                if let Some(entry) = runtime.lock().get_mut(&key) {
-                    entry.outcome = Some(result);
-                }
-            });
-            map.insert(
-                uid,
-                InFlight {
-                    task,
-                    outcome: None,
-                },
-            );
-            Ok("in-flight".into())
-        }
-        .boxed()
-    }
-
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        _handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
-        async move {
-            let uid = ctx.task.uid().unwrap_or_default();
-            let mut map = self.runtime.lock();
-            Ok(match map.get(&uid) {
-                None => Progress::Done(Outcome {
+        let runtime = self.runtime.clone();
+        let key = uid.clone();
+        let source = TlsSource {
+            client: ctx.client.clone(),
+            namespace: ctx.namespace.clone(),
+        };
+        // Everything that can fail from here on is the request's outcome: the Task was
+        // recorded as sent, so the controller only observes it now.
+        let spec = spec.clone();
+        let task = tokio::spawn(async move {
+            let result = match exchange(&spec, &source, request, limits).await {
+                Ok((status, body)) => outcome(&spec, status, &body),
+                Err(message) => Outcome {
                     success: false,
                     result: None,
-                    message: "the controller restarted while the HTTP request was in flight; it is not repeated (at most once)".into(),
-                }),
-                Some(InFlight { outcome: None, .. }) => Progress::Running("request in flight".into()),
-                Some(InFlight {
-                    outcome: Some(_), ..
-                }) => {
-                    let done = map.remove(&uid).and_then(|e| e.outcome);
-                    match done {
-                        Some(o) => Progress::Done(o),
-                        None => Progress::Running("request in flight".into()),
-                    }
-                }
-            })
-        }
-        .boxed()
+                    message,
+                },
+            };
+            if let Some(entry) = runtime.lock().get_mut(&key) {
+                entry.outcome = Some(result);
+            }
+        });
+        map.insert(
+            uid,
+            InFlight {
+                task,
+                outcome: None,
+            },
+        );
+        Ok("in-flight".into())
     }
 
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        _handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>> {
-        async move {
-            let uid = ctx.task.uid().unwrap_or_default();
-            if let Some(entry) = self.runtime.lock().remove(&uid) {
-                // Aborting drops the connection.
-                entry.task.abort();
+    async fn poll(
+        &self,
+        ctx: &ExecContext<'_>,
+        _handle: &TaskHandle,
+    ) -> Result<Progress, ExecError> {
+        let uid = ctx.task.uid().unwrap_or_default();
+        let mut map = self.runtime.lock();
+        Ok(match map.get(&uid) {
+            None => Progress::Done(Outcome {
+                success: false,
+                result: None,
+                message: "the controller restarted while the HTTP request was in flight; it is not repeated (at most once)".into(),
+            }),
+            Some(InFlight { outcome: None, .. }) => Progress::Running("request in flight".into()),
+            Some(InFlight {
+                outcome: Some(_), ..
+            }) => {
+                let done = map.remove(&uid).and_then(|e| e.outcome);
+                match done {
+                    Some(o) => Progress::Done(o),
+                    None => Progress::Running("request in flight".into()),
+                }
             }
-            Ok(true)
+        })
+    }
+
+    async fn kill(&self, ctx: &ExecContext<'_>, _handle: &TaskHandle) -> Result<bool, ExecError> {
+        let uid = ctx.task.uid().unwrap_or_default();
+        if let Some(entry) = self.runtime.lock().remove(&uid) {
+            // Aborting drops the connection.
+            entry.task.abort();
         }
-        .boxed()
+        Ok(true)
     }
 }
 
