@@ -52,6 +52,7 @@ mod leader_and_ungate {
             &CachedPod::from_pod(first.clone()),
             "2026-01-01T00:00:00Z",
             "e2e@1",
+            None,
         )
         .expect("ungate patch");
 
@@ -85,6 +86,7 @@ mod leader_and_ungate {
             &CachedPod::from_pod(second.clone()),
             "2026-01-01T00:00:00Z",
             "e2e@1",
+            None,
         )
         .expect("ungate patch");
         as_sluice

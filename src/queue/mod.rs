@@ -12,6 +12,7 @@ mod evictor;
 mod gauges;
 pub mod incremental;
 pub mod notices;
+pub mod placement;
 pub mod pod_cache;
 pub mod preemption;
 pub mod ready;

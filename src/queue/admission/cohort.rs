@@ -28,6 +28,7 @@
 
 use super::arena::{Item, ItemKind, add_into, sub_from};
 use super::fit::Misfit;
+use super::flavor::flavor_index;
 use super::*;
 
 /// At most this many items of a cohort look for victims to reclaim from in one pass.
@@ -211,7 +212,7 @@ impl Turn<'_> {
         let member = &self.pool.members[self.k];
         let d = misfit.dimension;
         let queue = pass.queue.name.clone();
-        let resource = pass.dims.names[d].clone();
+        let resource = pass.dims.base_name(d).to_string();
         let Some(l) = member.dims[d] else {
             return misfit.reason(&pass.queue.name, &pass.dims);
         };
@@ -323,7 +324,8 @@ impl QueuePass<'_> {
             for set in &self.snapshot.workloads[w].pod_sets {
                 for pod in &set.pods {
                     if pod.state == PodState::Admitted && pod.terminating {
-                        sub_from(&mut load, &self.dims.project(&pod.requests));
+                        let flavor = usize::from(flavor_index(self.queue, pod));
+                        sub_from(&mut load, &self.dims.project_in(&pod.requests, flavor));
                     }
                 }
             }
@@ -356,7 +358,8 @@ impl QueuePass<'_> {
                 let above = live.len().saturating_sub(set.min_count as usize);
                 for (i, &p) in live.iter().enumerate() {
                     let pod = &set.pods[p];
-                    let requests = self.dims.project(&pod.requests);
+                    let flavor = usize::from(flavor_index(self.queue, pod));
+                    let requests = self.dims.project_in(&pod.requests, flavor);
                     add_into(&mut whole, &requests);
                     let at = PodRef {
                         workload: w,
@@ -537,6 +540,7 @@ pub(super) fn decide_cohort(
     let mut tallies = Vec::with_capacity(passes.len());
     for (pass, progress) in passes.iter_mut().zip(progress) {
         let waiting = pass.finish(progress);
+        pass.record_flavors(&mut decisions.flavors);
         tallies.push(pass.tally(&mut decisions.workloads, waiting));
         loads.push(pass.load());
     }

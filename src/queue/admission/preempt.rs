@@ -5,6 +5,7 @@
 
 use super::arena::{Item, ItemKind, add_into, to_u32};
 use super::fit::Misfit;
+use super::flavor::flavor_index;
 use super::*;
 
 impl<'a> QueuePass<'a> {
@@ -101,7 +102,7 @@ impl<'a> QueuePass<'a> {
                 .enumerate()
                 .map(|(s, set)| HeldSet {
                     min_count: set.min_count,
-                    per_pod: self.dims.project(&set.per_pod),
+                    per_pod: self.dims.project_in(&set.per_pod, self.set_flavor(set)),
                     admitted_now: now.get(&(w, s)).copied().unwrap_or(0),
                     pods: self.held_pods(set),
                 })
@@ -124,7 +125,9 @@ impl<'a> QueuePass<'a> {
             .filter(|(_, pod)| pod.state == PodState::Admitted)
             .map(|(index, pod)| HeldPod {
                 index,
-                requests: self.dims.project(&pod.requests),
+                requests: self
+                    .dims
+                    .project_in(&pod.requests, usize::from(flavor_index(self.queue, pod))),
                 created_at: pod.created_at,
                 terminating: pod.terminating,
                 blocked: pod.eviction_blocked,

@@ -1,7 +1,10 @@
 //! A CapacityQueue's status after a pass: its usage, reservations and pending demand from the
 //! pass's tally, and the one-line summary of its usage.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use super::*;
+use crate::api::FlavorStatus;
 
 /// The status a CapacityQueue should have after this pass: its tally, or (no tally: its quota
 /// could not be read, so the pass skipped it) inactive. `old`: the newest status known.
@@ -32,6 +35,7 @@ pub fn queue_status(
             )],
             observed_generation: generation,
             usage_summary: String::new(),
+            flavors: flavor_statuses(t),
         },
         None => CapacityQueueStatus {
             conditions: vec![Condition::updated(
@@ -46,6 +50,41 @@ pub fn queue_status(
             ..CapacityQueueStatus::default()
         },
     }
+}
+
+/// A flavored queue's holdings per flavor, read from its tally's flavored resources
+/// (`<flavor>:<resource>`), in the order the flavors first appear (the queue's order).
+fn flavor_statuses(t: &QueueTally) -> Vec<FlavorStatus> {
+    use crate::queue::admission::split_flavored;
+    let mut flavors: Vec<FlavorStatus> = Vec::new();
+    let lists = [(&t.usage, false), (&t.reserved, true)];
+    for (list, reserved) in lists {
+        for (name, value) in &list.0 {
+            let Some((flavor, resource)) = split_flavored(name) else {
+                continue;
+            };
+            let at = match flavors.iter().position(|f| f.name == flavor) {
+                Some(at) => at,
+                None => {
+                    flavors.push(FlavorStatus {
+                        name: flavor.to_string(),
+                        ..FlavorStatus::default()
+                    });
+                    flavors.len() - 1
+                }
+            };
+            let into = if reserved {
+                &mut flavors[at].reserved
+            } else {
+                &mut flavors[at].usage
+            };
+            into.insert(
+                resource.to_string(),
+                Quantity(crate::resources::format_quantity(resource, *value)),
+            );
+        }
+    }
+    flavors
 }
 
 /// `kubectl get cq`'s `Used/Quota`: per resource the quota names, what is used and reserved
