@@ -8,6 +8,7 @@ use crate::api::QueueingStrategy;
 use crate::resources::ResourceList;
 
 mod cohorts;
+mod flavors;
 mod preemption;
 mod properties;
 

@@ -496,6 +496,71 @@ mod tests {
         );
     }
 
+    fn a100() -> FlavorSnapshot {
+        FlavorSnapshot {
+            name: "a100".into(),
+            quota: crate::resources::ResourceList::new(),
+            node_labels: BTreeMap::from([("gpu.example/type".to_string(), "a100".to_string())]),
+            tolerations: vec![
+                serde_json::from_value(
+                    json!({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}),
+                )
+                .expect("toleration"),
+            ],
+            defined: true,
+        }
+    }
+
+    /// Applies the ungate patch of `pod` (admitted in a100) to the pod itself.
+    fn admitted_in_a100(mut pod: serde_json::Value) -> serde_json::Value {
+        let cached: CachedPod = serde_json::from_value(pod.clone()).expect("pod");
+        let patch = ungate_patch(&cached, "t", "r1@3", Some(&a100())).expect("patch");
+        json_patch::patch(&mut pod, &patch).expect("the patch applies");
+        pod
+    }
+
+    #[test]
+    fn the_ungate_patch_pins_the_pod_to_its_flavor_adding_to_what_it_has() {
+        let mut bare = gated_pod_json(false);
+        bare["metadata"]["labels"] = json!({"sluice.dev/queue": "q"});
+        let pinned = admitted_in_a100(bare.clone());
+        assert_eq!(
+            pinned["spec"]["nodeSelector"],
+            json!({"gpu.example/type": "a100"})
+        );
+        assert_eq!(pinned["spec"]["tolerations"][0]["key"], "gpu");
+        assert_eq!(
+            pinned["metadata"]["annotations"]["sluice.dev/flavor"],
+            "a100"
+        );
+        assert_eq!(
+            pinned["spec"]["schedulingGates"],
+            json!([{"name": "other.dev/gate"}])
+        );
+
+        let mut own = bare;
+        own["metadata"]["annotations"] = json!({"x": "y"});
+        own["spec"]["nodeSelector"] = json!({"team": "ml"});
+        own["spec"]["tolerations"] = json!([{"key": "spot", "operator": "Exists"}]);
+        let pinned = admitted_in_a100(own);
+        assert_eq!(
+            pinned["spec"]["nodeSelector"],
+            json!({"team": "ml", "gpu.example/type": "a100"})
+        );
+        let keys: Vec<&str> = (pinned["spec"]["tolerations"]
+            .as_array()
+            .expect("list")
+            .iter())
+        .filter_map(|t| t["key"].as_str())
+        .collect();
+        assert_eq!(keys, vec!["spot", "gpu"]);
+        assert_eq!(
+            pinned["metadata"]["annotations"]["sluice.dev/flavor"],
+            "a100"
+        );
+        assert_eq!(pinned["metadata"]["annotations"]["x"], "y");
+    }
+
     #[test]
     fn the_ungate_patch_of_a_recreated_pod_fails_its_uid_test() {
         let patch =
