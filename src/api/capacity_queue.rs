@@ -108,8 +108,8 @@ use super::Condition;
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.quota.size() > 0 || (has(self.flavors) && self.flavors.size() > 0)").message("quota must name at least one resource, e.g. {cpu: \"4\", memory: 8Gi} (or give the queue flavors)"))]
-#[x_kube(validation = Rule::new("!has(self.flavors) || self.flavors.size() == 0 || (self.quota.size() == 0 && self.borrowingLimit.size() == 0 && self.lendingLimit.size() == 0)").message("a queue with flavors sets its quota, borrowingLimit and lendingLimit per flavor: leave spec.quota, spec.borrowingLimit and spec.lendingLimit empty"))]
+#[x_kube(validation = Rule::new("(has(self.quota) && self.quota.size() > 0) || (has(self.flavors) && self.flavors.size() > 0)").message("quota must name at least one resource, e.g. {cpu: \"4\", memory: 8Gi} (or give the queue flavors)"))]
+#[x_kube(validation = Rule::new("!has(self.flavors) || self.flavors.size() == 0 || ((!has(self.quota) || self.quota.size() == 0) && (!has(self.borrowingLimit) || self.borrowingLimit.size() == 0) && (!has(self.lendingLimit) || self.lendingLimit.size() == 0))").message("a queue with flavors sets its quota, borrowingLimit and lendingLimit per flavor: leave spec.quota, spec.borrowingLimit and spec.lendingLimit empty"))]
 pub struct CapacityQueueSpec {
     /// The most this queue's admitted pods may request together, per resource (cpu, memory,
     /// nvidia.com/gpu, pods, any extended resource). Resources not named here are not limited.
@@ -122,9 +122,9 @@ pub struct CapacityQueueSpec {
     /// where it fits, then pinned to the flavor's nodes (its node labels and tolerations are
     /// added to the pod as its gate is removed). A flavor whose ResourceFlavor does not exist
     /// admits nothing. Absent: `quota` is the queue's one quota, which pins nothing.
+    /// Each flavor appears once (a list keyed by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = Rule::new("self.size() <= 16").message("a queue may have at most 16 flavors"))]
-    #[x_kube(validation = Rule::new("self.all(f, self.exists_one(g, g.name == f.name))").message("each flavor may appear only once in spec.flavors"))]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub flavors: Vec<FlavorQuota>,
 
     /// Which namespaces may submit to this queue. Absent: every namespace.
@@ -195,12 +195,12 @@ pub struct CapacityQueueSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlavorQuota {
-    /// The ResourceFlavor's name.
-    #[x_kube(validation = Rule::new("self.size() <= 253 && self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("name must be a ResourceFlavor's name (a DNS subdomain)"))]
+    /// The ResourceFlavor's name (a DNS subdomain).
+    #[schemars(length(max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
     pub name: String,
     /// The most the queue's pods admitted in this flavor may request together, per resource.
     /// Resources not named here are not limited in this flavor.
-    #[x_kube(validation = Rule::new("self.size() > 0").message("a flavor's quota must name at least one resource, e.g. {nvidia.com/gpu: \"8\"}"))]
+    #[schemars(length(min = 1))]
     pub quota: BTreeMap<String, Quantity>,
     /// As the queue's `borrowingLimit`, in this flavor (its cohort lends per flavor).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -39,12 +39,12 @@ pub struct ResourceFlavorSpec {
     /// required node affinity excludes them is never admitted in the flavor. Empty: the flavor
     /// pins nothing (its pods run on any node).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = Rule::new("self.size() <= 8").message("nodeLabels may name at most 8 labels"))]
+    #[schemars(length(max = 8))]
     pub node_labels: BTreeMap<String, String>,
 
     /// Tolerations added to every pod admitted in the flavor (for the taints of its nodes, e.g.
     /// spot capacity).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = Rule::new("self.size() <= 8").message("tolerations may hold at most 8 tolerations"))]
+    #[schemars(length(max = 8))]
     pub tolerations: Vec<Toleration>,
 }
