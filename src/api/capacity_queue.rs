@@ -221,9 +221,6 @@ pub struct FlavorStatus {
     /// Quota held in this flavor for gang members not created yet.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reserved: BTreeMap<String, Quantity>,
-    /// Admitted pods of the flavor that have not finished.
-    #[serde(default)]
-    pub admitted_pods: i32,
 }
 
 /// A queue's weight in its cohort's fair sharing.

@@ -464,3 +464,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn preemption_in_a_flavored_queue_takes_back_only_what_the_chosen_flavor_needs() {
+    // a100 is held by a low-priority workload, h100 by another; a high-priority gang that may run
+    // only on a100 (its own nodeSelector) preempts the a100 one, never the h100 one.
+    let mut low_a = gang("low-a", 0, 1, 4);
+    low_a.priority = -1;
+    low_a.pod_sets[0].pods = vec![in_flavor(gpu_pod("low-a-0", 4, PodState::Admitted, 0), "a100")];
+    let mut low_h = gang("low-h", 1, 1, 4);
+    low_h.priority = -1;
+    low_h.pod_sets[0].pods = vec![in_flavor(gpu_pod("low-h-0", 4, PodState::Admitted, 1), "h100")];
+    let mut high = gang("high", 2, 1, 4);
+    high.priority = 10;
+    high.pod_sets[0].pods = vec![selecting(gpu_pod("high-0", 4, PodState::Gated, 2), "a100")];
+    let s = Snapshot {
+        queues: vec![flavored("q", vec![flavor("a100", 4), flavor("h100", 4)])],
+        workloads: vec![low_a, low_h, high],
+    };
+    let d = decide(&s);
+    let victims: Vec<&str> = (d.evict.iter())
+        .map(|e| s.workloads[e.victim.workload].key.name.as_str())
+        .collect();
+    assert_eq!(victims, vec!["low-a"]);
+    assert!(d.admit.is_empty(), "the preemptor waits for its victim to go");
+}

@@ -1,6 +1,8 @@
 //! A CapacityQueue's status after a pass: its usage, reservations and pending demand from the
 //! pass's tally, and the one-line summary of its usage.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;
@@ -85,6 +87,22 @@ fn flavor_statuses(t: &QueueTally) -> Vec<FlavorStatus> {
         }
     }
     flavors
+}
+
+/// The quota `Used/Quota` reads: `spec.quota`, or for a queue with flavors each flavor's quota
+/// under its flavored names (`<flavor>:<resource>`, as the status's usage names them).
+pub fn summary_quota(spec: &crate::api::CapacityQueueSpec) -> BTreeMap<String, Quantity> {
+    if spec.flavors.is_empty() {
+        return spec.quota.clone();
+    }
+    let mut quota = BTreeMap::new();
+    for flavor in &spec.flavors {
+        for (resource, value) in &flavor.quota {
+            let name = crate::queue::admission::flavored_resource(&flavor.name, resource);
+            quota.insert(name, value.clone());
+        }
+    }
+    quota
 }
 
 /// `kubectl get cq`'s `Used/Quota`: per resource the quota names, what is used and reserved
