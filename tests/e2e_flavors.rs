@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::ResourceExt;
 use serde_json::json;
 use sluice::api::ResourceFlavor;
 use support::*;
@@ -112,7 +112,9 @@ fn gpu_pod(name: &str, queue: &str, gpus: u32) -> Pod {
 }
 
 fn flavor_of(pod: &Pod) -> Option<&str> {
-    pod.annotations().get("sluice.dev/flavor").map(String::as_str)
+    pod.annotations()
+        .get("sluice.dev/flavor")
+        .map(String::as_str)
 }
 
 /// Checks that an admitted pod is pinned to the flavor it says and scheduled on that type's node.
@@ -133,7 +135,12 @@ fn assert_pinned(pod: &Pod, gpus: &Gpus) {
         "{} tolerates its flavor's taint",
         pod.name_any()
     );
-    assert_eq!(spec.node_name.as_ref(), Some(node), "{} runs on its flavor's node", pod.name_any());
+    assert_eq!(
+        spec.node_name.as_ref(),
+        Some(node),
+        "{} runs on its flavor's node",
+        pod.name_any()
+    );
 }
 
 fn rayclusters(env: &TestEnv) -> Api<DynamicObject> {
@@ -192,7 +199,11 @@ async fn a_rayclusters_gpu_workers_fill_a100_then_go_to_h100_pinned_to_their_nod
     let mut per_flavor: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for pod in &pods {
         assert_pinned(pod, &gpus);
-        let set = pod.labels().get("ray.io/node-type").cloned().unwrap_or_default();
+        let set = pod
+            .labels()
+            .get("ray.io/node-type")
+            .cloned()
+            .unwrap_or_default();
         per_flavor
             .entry(flavor_of(pod).unwrap_or_default().to_string())
             .or_default()
@@ -204,19 +215,45 @@ async fn a_rayclusters_gpu_workers_fill_a100_then_go_to_h100_pinned_to_their_nod
             .count()
     };
     assert_eq!((workers(0), workers(1)), (4, 2), "{per_flavor:?}");
-    assert!(per_flavor[gpus.flavor(0)].iter().any(|s| s == "head"), "the head is in the gang's flavor");
+    assert!(
+        per_flavor[gpus.flavor(0)].iter().any(|s| s == "head"),
+        "the head is in the gang's flavor"
+    );
     // The queue's status says what each flavor holds.
-    let status = wait_for("the queue's status per flavor", Duration::from_secs(30), || async {
-        let q = Api::<sluice::api::CapacityQueue>::all(env.client.clone()).get(&queue).await.ok()?;
-        let status = q.status?;
-        (status.flavors.len() == 2
-            && status.flavors[1].usage.get("nvidia.com/gpu").map(|q| q.0.as_str()) == Some("2"))
-        .then_some(status)
-    })
+    let status = wait_for(
+        "the queue's status per flavor",
+        Duration::from_secs(30),
+        || async {
+            let q = Api::<sluice::api::CapacityQueue>::all(env.client.clone())
+                .get(&queue)
+                .await
+                .ok()?;
+            let status = q.status?;
+            (status.flavors.len() == 2
+                && status.flavors[1]
+                    .usage
+                    .get("nvidia.com/gpu")
+                    .map(|q| q.0.as_str())
+                    == Some("2"))
+            .then_some(status)
+        },
+    )
     .await;
     assert_eq!(status.flavors[0].name, gpus.flavor(0));
-    assert_eq!(status.flavors[0].usage.get("nvidia.com/gpu").map(|q| q.0.as_str()), Some("4"));
-    assert!(status.usage_summary.contains(&format!("{}:nvidia.com/gpu=4/4", gpus.flavor(0))), "{}", status.usage_summary);
+    assert_eq!(
+        status.flavors[0]
+            .usage
+            .get("nvidia.com/gpu")
+            .map(|q| q.0.as_str()),
+        Some("4")
+    );
+    assert!(
+        status
+            .usage_summary
+            .contains(&format!("{}:nvidia.com/gpu=4/4", gpus.flavor(0))),
+        "{}",
+        status.usage_summary
+    );
     env.cleanup().await;
     gpus.remove().await;
 }
@@ -236,13 +273,22 @@ async fn a_hostile_pod_cannot_pick_forge_or_escape_its_flavor() {
     env.create_pod(sneaky).await;
     // Asks for a type no flavor has: it waits, saying why.
     let mut nowhere = gpu_pod("nowhere", &queue, 1);
-    nowhere.spec.as_mut().expect("spec").node_selector =
-        Some(BTreeMap::from([(GPU_LABEL.to_string(), "v100".to_string())]));
+    nowhere.spec.as_mut().expect("spec").node_selector = Some(BTreeMap::from([(
+        GPU_LABEL.to_string(),
+        "v100".to_string(),
+    )]));
     env.create_pod(nowhere).await;
     // Names h100 in sluice's own annotation: dropped as the pod is gated.
-    let forger = with_annotations(gpu_pod("forger", &queue, 1), &[("sluice.dev/flavor", gpus.flavor(1))]);
+    let forger = with_annotations(
+        gpu_pod("forger", &queue, 1),
+        &[("sluice.dev/flavor", gpus.flavor(1))],
+    );
     let created = env.create_pod(forger).await;
-    assert_eq!(flavor_of(&created), None, "a user's sluice.dev/flavor is dropped at creation");
+    assert_eq!(
+        flavor_of(&created),
+        None,
+        "a user's sluice.dev/flavor is dropped at creation"
+    );
 
     let pods = wait_scheduled(&env, 2).await;
     let by_name = |n: &str| pods.iter().find(|p| p.name_any() == n).expect("pod");
@@ -267,7 +313,9 @@ async fn a_hostile_pod_cannot_pick_forge_or_escape_its_flavor() {
         .patch(
             "forger",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"sluice.dev/flavor": gpus.flavor(1)}}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"sluice.dev/flavor": gpus.flavor(1)}}}),
+            ),
         )
         .await;
     assert!(refused.is_err(), "a user rewrote sluice.dev/flavor");

@@ -196,7 +196,10 @@ pub struct CapacityQueueSpec {
 #[serde(rename_all = "camelCase")]
 pub struct FlavorQuota {
     /// The ResourceFlavor's name (a DNS subdomain).
-    #[schemars(length(max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    #[schemars(
+        length(max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
     pub name: String,
     /// The most the queue's pods admitted in this flavor may request together, per resource.
     /// Resources not named here are not limited in this flavor.

@@ -471,7 +471,7 @@ fn reclaim(
 ) -> Option<WaitReason> {
     pool.reclaim_attempts += 1;
     let pass = &passes[k];
-    let item = pass.items[progress[k].next];
+    let item = (progress[k].up).unwrap_or(pass.items[progress[k].next]);
     let preemptor = pass.members[item.member as usize];
     let lower_only = match pool.members[k].reclaim {
         ReclaimPolicy::Never => return None,

@@ -632,6 +632,8 @@ struct Progress {
     borrow_key: u128,
     /// After [`Step::Reclaim`]: where the item overflows what the cohort leaves the queue.
     misfit: Option<Misfit>,
+    /// After [`Step::Reclaim`]: the item in the flavor it reclaims for (its reservation loaded).
+    up: Option<arena::Item>,
 }
 
 /// What one [`QueuePass::step`] did.

@@ -41,6 +41,7 @@ impl<'a> QueuePass<'a> {
             floor: self.floor(),
             borrow_key: 0,
             misfit: None,
+            up: None,
         }
     }
 
@@ -97,6 +98,7 @@ impl<'a> QueuePass<'a> {
             }
             (None, Some(over)) if !frozen && turn.may_reclaim(&item) => {
                 p.misfit = Some(over);
+                p.up = Some(item);
                 return Step::Reclaim;
             }
             (None, None) | (Some(_), None) if frozen => {}

@@ -471,10 +471,16 @@ fn preemption_in_a_flavored_queue_takes_back_only_what_the_chosen_flavor_needs()
     // only on a100 (its own nodeSelector) preempts the a100 one, never the h100 one.
     let mut low_a = gang("low-a", 0, 1, 4);
     low_a.priority = -1;
-    low_a.pod_sets[0].pods = vec![in_flavor(gpu_pod("low-a-0", 4, PodState::Admitted, 0), "a100")];
+    low_a.pod_sets[0].pods = vec![in_flavor(
+        gpu_pod("low-a-0", 4, PodState::Admitted, 0),
+        "a100",
+    )];
     let mut low_h = gang("low-h", 1, 1, 4);
     low_h.priority = -1;
-    low_h.pod_sets[0].pods = vec![in_flavor(gpu_pod("low-h-0", 4, PodState::Admitted, 1), "h100")];
+    low_h.pod_sets[0].pods = vec![in_flavor(
+        gpu_pod("low-h-0", 4, PodState::Admitted, 1),
+        "h100",
+    )];
     let mut high = gang("high", 2, 1, 4);
     high.priority = 10;
     high.pod_sets[0].pods = vec![selecting(gpu_pod("high-0", 4, PodState::Gated, 2), "a100")];
@@ -487,5 +493,43 @@ fn preemption_in_a_flavored_queue_takes_back_only_what_the_chosen_flavor_needs()
         .map(|e| s.workloads[e.victim.workload].key.name.as_str())
         .collect();
     assert_eq!(victims, vec!["low-a"]);
-    assert!(d.admit.is_empty(), "the preemptor waits for its victim to go");
+    assert!(
+        d.admit.is_empty(),
+        "the preemptor waits for its victim to go"
+    );
+}
+
+#[test]
+fn a_queue_takes_back_its_flavors_quota_that_the_cohort_borrowed() {
+    let member = |name: &str, a100: i64, h100: i64| {
+        let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
+        q.cohort = Some(CohortMembership::new("pool"));
+        q
+    };
+    // q2 owns no a100 and runs 4 a100 GPUs borrowed from q1; q1's own gang needs them back. The
+    // h100 pod of q2 (its own quota) is never the victim.
+    let mut borrower = gang("borrower", 0, 1, 4);
+    borrower.queue = "q2".into();
+    borrower.pod_sets[0].pods = vec![in_flavor(
+        gpu_pod("borrower-0", 4, PodState::Admitted, 0),
+        "a100",
+    )];
+    let mut owner = gang("own", 1, 1, 4);
+    owner.queue = "q2".into();
+    owner.pod_sets[0].pods = vec![in_flavor(
+        gpu_pod("own-0", 4, PodState::Admitted, 0),
+        "h100",
+    )];
+    let mut back = gang("back", 2, 1, 4);
+    back.queue = "q1".into();
+    let s = Snapshot {
+        queues: vec![member("q1", 4, 0), member("q2", 0, 4)],
+        workloads: vec![borrower, owner, back],
+    };
+    let d = decide(&s);
+    let victims: Vec<&str> = (d.evict.iter())
+        .map(|e| s.workloads[e.victim.workload].key.name.as_str())
+        .collect();
+    assert_eq!(victims, vec!["borrower"]);
+    assert!(d.admit.is_empty());
 }
