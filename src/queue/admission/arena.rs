@@ -239,6 +239,19 @@ impl Dimensions {
     }
 }
 
+/// The flavor index an admitted pod is charged to in its queue: the one its `sluice.dev/flavor`
+/// names; the first when it names none the queue lists (or the queue has no flavors).
+pub(super) fn flavor_index(queue: &QueueSnapshot, pod: &PodSnapshot) -> u8 {
+    if queue.flavors.len() <= 1 {
+        return 0;
+    }
+    let Some(name) = pod.flavor.as_deref() else {
+        return 0;
+    };
+    let found = queue.flavors.iter().position(|f| f.name == name);
+    found.map_or(0, |f| u8::try_from(f).unwrap_or(0))
+}
+
 /// (name, position) sorted by name.
 fn sorted_positions(names: &[String]) -> Vec<(String, usize)> {
     let mut by_name: Vec<(String, usize)> = names

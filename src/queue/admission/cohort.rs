@@ -26,9 +26,8 @@
 //! under way the cohort borrows and reclaims nothing more in the pass. At most
 //! [`MAX_RECLAIM_ATTEMPTS`] items look for victims per pass.
 
-use super::arena::{Item, ItemKind, add_into, sub_from};
+use super::arena::{Item, ItemKind, add_into, flavor_index, sub_from};
 use super::fit::Misfit;
-use super::flavor::flavor_index;
 use super::*;
 
 /// At most this many items of a cohort look for victims to reclaim from in one pass.

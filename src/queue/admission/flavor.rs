@@ -11,23 +11,10 @@
 //! where it fits its own quota but the cohort lent it out (a reclaim); else it waits on the
 //! first flavor (which may preempt), with why each flavor did not fit.
 
-use super::arena::{Item, NO_FLAVOR, to_u32};
+use super::arena::{Item, NO_FLAVOR, flavor_index, to_u32};
 use super::cohort::Turn;
 use super::fit::Misfit;
 use super::*;
-
-/// The flavor index an admitted pod is charged to in its queue: the one its `sluice.dev/flavor`
-/// names; the first when it names none the queue lists (or the queue has no flavors).
-pub(super) fn flavor_index(queue: &QueueSnapshot, pod: &PodSnapshot) -> u8 {
-    if queue.flavors.len() <= 1 {
-        return 0;
-    }
-    let Some(name) = pod.flavor.as_deref() else {
-        return 0;
-    };
-    let found = queue.flavors.iter().position(|f| f.name == name);
-    found.map_or(0, |f| u8::try_from(f).unwrap_or(0))
-}
 
 /// The outcome of choosing an item's flavor: the item in it (its reservation loaded), whether it
 /// takes a reserved gang place, where it overflows the quota and (in a cohort) what the cohort

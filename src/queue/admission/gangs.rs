@@ -2,9 +2,8 @@
 //! its started gangs, and one item per gang of a workload that has not started, per fill and
 //! per elastic pod.
 
-use super::arena::{Item, ItemKind, NO_FLAVOR, NONE, add_into, to_u32};
+use super::arena::{Item, ItemKind, NO_FLAVOR, NONE, add_into, flavor_index, to_u32};
 use super::fit::{add_scaled, split_two};
-use super::flavor::flavor_index;
 use super::*;
 
 impl<'a> QueuePass<'a> {

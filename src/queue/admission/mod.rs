@@ -365,6 +365,17 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "waits for {victims} pods of other queues of cohort {cohort} running on quota borrowed from queue {queue} to be evicted"
             ),
+            WaitReason::NoFlavorFits { .. } | WaitReason::NoFlavorMatches { .. } => {
+                self.fmt_flavors(f)
+            }
+        }
+    }
+}
+
+impl WaitReason {
+    /// The reasons of a flavored queue.
+    fn fmt_flavors(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
             WaitReason::NoFlavorFits { queue, tried } => {
                 write!(f, "no flavor of queue {queue} has room; tried")?;
                 for (i, (flavor, why)) in tried.iter().enumerate() {
@@ -378,6 +389,7 @@ impl std::fmt::Display for WaitReason {
                 "the pod's own nodeSelector or node affinity excludes every flavor of queue {queue} ({}): change them, or ask for a flavor that allows them",
                 flavors.join(", ")
             ),
+            _ => Ok(()),
         }
     }
 }

@@ -3,9 +3,8 @@
 //! holders it may take room from (`src/queue/preemption.rs` chooses among them), and the plan in
 //! force for the rest of the pass once it found them.
 
-use super::arena::{Item, ItemKind, add_into, to_u32};
+use super::arena::{Item, ItemKind, add_into, flavor_index, to_u32};
 use super::fit::Misfit;
-use super::flavor::flavor_index;
 use super::*;
 
 impl<'a> QueuePass<'a> {

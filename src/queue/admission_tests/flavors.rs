@@ -220,9 +220,7 @@ fn queues_of_a_cohort_lend_and_borrow_per_flavor() {
         q
     };
     let mut big = gang("big", 0, 3, 2);
-    for w in [&mut big] {
-        w.queue = "q1".into();
-    }
+    big.queue = "q1".into();
     // q1 has 4 a100 and 0 h100 of its own; q2 lends 4 a100 and 8 h100. A gang of 6 GPUs fits
     // nowhere in q1 alone: it borrows a100 (the first flavor where it fits by borrowing).
     let s = Snapshot {
