@@ -44,12 +44,12 @@ impl QueuePass<'_> {
 
     /// The flavors a pod's own node constraints allow.
     pub(super) fn allowed_for(&self, pod: &PodSnapshot) -> u16 {
-        let Some(placement) = pod.placement.as_deref() else {
-            return self.all_flavors();
-        };
         if self.queue.flavors.is_empty() {
             return 1;
         }
+        let Some(placement) = pod.placement.as_deref() else {
+            return self.all_flavors();
+        };
         let mut allowed = 0u16;
         for (f, flavor) in self.queue.flavors.iter().take(MAX_FLAVORS).enumerate() {
             if flavor.defined && placement.allows(&flavor.node_labels) {
@@ -74,6 +74,9 @@ impl QueuePass<'_> {
     /// Copies an item vector's first block (as gathered) into every other flavor's vector, each
     /// in its own block (see the module documentation).
     pub(super) fn spread(&mut self, at: u32) {
+        if self.dims.flavors <= 1 {
+            return;
+        }
         let (width, block, at) = (self.width, self.dims.block, at as usize);
         for f in 1..self.dims.flavors {
             for r in 0..block {
