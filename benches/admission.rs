@@ -57,6 +57,7 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
                 },
                 preemption: PreemptionPolicy { within_queue },
                 cohort: None,
+                flavors: Vec::new(),
             }
         })
         .collect();
@@ -84,6 +85,8 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
                     created_at: (next() % 100_000) as i64,
                     terminating: false,
                     eviction_blocked: false,
+                    flavor: None,
+                    placement: None,
                 })
                 .collect();
             WorkloadSnapshot {

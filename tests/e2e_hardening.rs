@@ -49,6 +49,7 @@ mod leader_and_ungate {
             &CachedPod::from_pod(first.clone()),
             "2026-01-01T00:00:00Z",
             "e2e@1",
+            None,
         )
         .expect("ungate patch");
 
@@ -82,6 +83,7 @@ mod leader_and_ungate {
             &CachedPod::from_pod(second.clone()),
             "2026-01-01T00:00:00Z",
             "e2e@1",
+            None,
         )
         .expect("ungate patch");
         as_sluice

@@ -108,11 +108,24 @@ use super::Condition;
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.quota) && self.quota.size() > 0) || (has(self.flavors) && self.flavors.size() > 0)").message("quota must name at least one resource, e.g. {cpu: \"4\", memory: 8Gi} (or give the queue flavors)"))]
+#[x_kube(validation = Rule::new("!has(self.flavors) || self.flavors.size() == 0 || ((!has(self.quota) || self.quota.size() == 0) && (!has(self.borrowingLimit) || self.borrowingLimit.size() == 0) && (!has(self.lendingLimit) || self.lendingLimit.size() == 0))").message("a queue with flavors sets its quota, borrowingLimit and lendingLimit per flavor: leave spec.quota, spec.borrowingLimit and spec.lendingLimit empty"))]
 pub struct CapacityQueueSpec {
     /// The most this queue's admitted pods may request together, per resource (cpu, memory,
     /// nvidia.com/gpu, pods, any extended resource). Resources not named here are not limited.
-    #[x_kube(validation = Rule::new("self.size() > 0").message("quota must name at least one resource, e.g. {cpu: \"4\", memory: 8Gi}"))]
+    /// Empty when the queue has `flavors`.
+    #[serde(default)]
     pub quota: BTreeMap<String, Quantity>,
+
+    /// The queue's quota per ResourceFlavor, tried in this order: a gang (or a later pod of a
+    /// running workload, its pod set's flavor first) is admitted whole in the first flavor
+    /// where it fits, then pinned to the flavor's nodes (its node labels and tolerations are
+    /// added to the pod as its gate is removed). A flavor whose ResourceFlavor does not exist
+    /// admits nothing. Absent: `quota` is the queue's one quota, which pins nothing.
+    /// Each flavor appears once (a list keyed by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub flavors: Vec<FlavorQuota>,
 
     /// Which namespaces may submit to this queue. Absent: every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,6 +189,41 @@ pub struct CapacityQueueSpec {
     /// Resources not named here are not limited beyond the cluster's scavenger capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scavenger_quota: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A queue's quota in one flavor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorQuota {
+    /// The ResourceFlavor's name (a DNS subdomain).
+    #[schemars(
+        length(max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// The most the queue's pods admitted in this flavor may request together, per resource.
+    /// Resources not named here are not limited in this flavor.
+    #[schemars(length(min = 1))]
+    pub quota: BTreeMap<String, Quantity>,
+    /// As the queue's `borrowingLimit`, in this flavor (its cohort lends per flavor).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub borrowing_limit: BTreeMap<String, Quantity>,
+    /// As the queue's `lendingLimit`, in this flavor.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lending_limit: BTreeMap<String, Quantity>,
+}
+
+/// What a queue holds in one flavor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorStatus {
+    pub name: String,
+    /// Requests of the pods admitted in this flavor that have not finished.
+    #[serde(default)]
+    pub usage: BTreeMap<String, Quantity>,
+    /// Quota held in this flavor for gang members not created yet.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reserved: BTreeMap<String, Quantity>,
 }
 
 /// A queue's weight in its cohort's fair sharing.
@@ -301,8 +349,13 @@ pub struct CapacityQueueStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// A queue with flavors: what it holds per flavor, in the queue's order (`usage`,
+    /// `reserved`, `borrowed` and `lent` above name each resource `<flavor>:<resource>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<FlavorStatus>,
     /// Per resource the quota names, in the quota's order: used and reserved / quota, e.g.
-    /// `cpu=3/4 memory=1Gi/8Gi` (the `Used/Quota` column of `kubectl get cq`).
+    /// `cpu=3/4 memory=1Gi/8Gi` (the `Used/Quota` column of `kubectl get cq`); with flavors,
+    /// per flavor and resource, e.g. `a100:nvidia.com/gpu=8/8 h100:nvidia.com/gpu=2/8`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub usage_summary: String,
 }

@@ -4,6 +4,7 @@
 mod capacity_queue;
 mod conditions;
 mod dynamic_workload;
+mod resource_flavor;
 mod scavenger_job;
 mod task;
 mod task_cluster;
@@ -11,13 +12,15 @@ mod task_object;
 
 pub use capacity_queue::{
     AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, FairSharing,
-    QueuePreemption, QueueingStrategy, ReclaimWithinCohort, WithinQueuePreemption,
+    FlavorQuota, FlavorStatus, QueuePreemption, QueueingStrategy, ReclaimWithinCohort,
+    WithinQueuePreemption,
 };
 pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{
     ApplicationEnd, DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec,
     PodSetStatus, SourceRef, WorkloadPhase,
 };
+pub use resource_flavor::{ResourceFlavor, ResourceFlavorSpec};
 pub use scavenger_job::{
     ScavengerJob, ScavengerJobSpec, ScavengerJobStatus, ScavengerMount, ScavengerPhase,
     ScavengerResources,
@@ -61,11 +64,16 @@ pub const ADMITTED_BY_ANNOTATION: &str = "sluice.dev/admitted-by";
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// The annotations that record a pod's admission: only sluice sets them (the validating webhook
 /// refuses a user's change; a pod gated at creation loses any it carries).
-pub const ADMISSION_ANNOTATIONS: [&str; 3] = [
+pub const ADMISSION_ANNOTATIONS: [&str; 4] = [
     AT_CREATION_ANNOTATION,
     ADMITTED_AT_ANNOTATION,
     ADMITTED_BY_ANNOTATION,
+    FLAVOR_ANNOTATION,
 ];
+/// Annotation sluice writes when it admits a pod in a flavor of its queue (`spec.flavors`): the
+/// flavor's name, which the pod's quota is charged to. Only sluice sets it, like the other
+/// admission annotations.
+pub const FLAVOR_ANNOTATION: &str = "sluice.dev/flavor";
 /// In a governed Job's pod template (so on its pods): the gang fixed at submission.
 pub const JOB_GANG_ANNOTATION: &str = "sluice.dev/job-gang";
 /// The annotations a pod's identity is read from (its gang): fixed once the pod exists, like the
@@ -94,6 +102,7 @@ pub fn crds()
 {
     vec![
         CapacityQueue::crd(),
+        ResourceFlavor::crd(),
         DynamicWorkload::crd(),
         Task::crd(),
         TaskObject::crd(),

@@ -259,7 +259,7 @@ fn cases() -> Vec<(&'static str, Case)> {
                         json!({"sluice.dev/admitted-at-creation": "t-1"});
                     review(POD, "UPDATE", noted, ungated.clone(), "alice")
                 },
-                cause: "A user set or changed `sluice.dev/admitted-at-creation`, `sluice.dev/admitted-at` or `sluice.dev/admitted-by`: they record how, when and by which leadership term sluice admitted the pod.",
+                cause: "A user set or changed `sluice.dev/admitted-at-creation`, `sluice.dev/admitted-at`, `sluice.dev/admitted-by` or `sluice.dev/flavor`: they record how, when, by which leadership term and in which flavor sluice admitted the pod.",
                 fix: "Leave them to sluice; a pod created with a copied token is gated, not admitted.",
             },
         ),

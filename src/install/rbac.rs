@@ -94,6 +94,12 @@ fn gate_rules() -> Vec<PolicyRule> {
         // Namespace labels, for default queues and CapacityQueue namespaceSelectors (metadata watch).
         rule("", &["namespaces"], &["list", "watch"]),
         rule("sluice.dev", &["capacityqueues"], &["get", "list", "watch"]),
+        // Flavors: where a queue's pods run (node labels and tolerations written at admission).
+        rule(
+            "sluice.dev",
+            &["resourceflavors"],
+            &["get", "list", "watch"],
+        ),
         // The ledger: server-side apply (create or patch) and delete of DynamicWorkloads.
         rule(
             "sluice.dev",

@@ -83,6 +83,7 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
     let mut decisions = Decisions {
         admit: Vec::new(),
         evict: Vec::new(),
+        flavors: Default::default(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };

@@ -400,6 +400,11 @@ impl AdmitAtCreation {
             ) else {
                 continue;
             };
+            // A flavored queue's pods are pinned to their flavor as they are admitted: they wait
+            // for a pass, which chooses the flavor (admission at creation chooses none yet).
+            if !queue.flavors.is_empty() {
+                continue;
+            }
             let taken = since.get(&queue.name);
             // A queue of a cohort admits at creation only within what it keeps for itself: room
             // it lends could be taken by another queue of the cohort at the same moment.

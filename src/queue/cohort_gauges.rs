@@ -197,6 +197,7 @@ mod tests {
             strategy: crate::api::QueueingStrategy::BestEffortFIFO,
             preemption: crate::queue::admission::PreemptionPolicy::default(),
             cohort: cohort.map(crate::queue::admission::CohortMembership::new),
+            flavors: Vec::new(),
         }
     }
 

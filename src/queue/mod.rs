@@ -13,6 +13,7 @@ mod gauges;
 pub mod incremental;
 pub mod ledger_queues;
 pub mod notices;
+pub mod placement;
 pub mod pod_cache;
 pub mod preemption;
 pub mod ready;

@@ -621,7 +621,7 @@ impl World {
         let Some(current) = self.stored.get_mut(uid) else {
             return;
         };
-        let Ok(patch) = ungate_patch(decided, "2026-01-01T00:00:00Z", "model@1") else {
+        let Ok(patch) = ungate_patch(decided, "2026-01-01T00:00:00Z", "model@1", None) else {
             return;
         };
         let mut value = serde_json::to_value(&*current).expect("pod");
@@ -664,6 +664,7 @@ impl World {
         let blocked = HashSet::new();
         let inputs = || PassInputs {
             queues: &self.queues,
+            flavors: &[],
             workloads: &[],
             pods: &pods,
             facts: &facts,

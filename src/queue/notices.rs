@@ -62,6 +62,8 @@ impl ReasonKey {
             WaitReason::Preempting { .. } => ("Preempting", None),
             WaitReason::Cohort { resource, .. } => ("Cohort", Some(resource)),
             WaitReason::Reclaiming { .. } => ("Reclaiming", None),
+            WaitReason::NoFlavorFits { .. } => ("NoFlavorFits", None),
+            WaitReason::NoFlavorMatches { .. } => ("NoFlavorMatches", None),
         };
         ReasonKey {
             kind,
@@ -81,7 +83,7 @@ impl ReasonKey {
     fn refused(&self) -> bool {
         matches!(
             self.kind,
-            "QueueNotFound" | "NamespaceNotAllowed" | "NeverFits"
+            "QueueNotFound" | "NamespaceNotAllowed" | "NeverFits" | "NoFlavorMatches"
         )
     }
 }

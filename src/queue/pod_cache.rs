@@ -24,10 +24,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION};
+use crate::api::{
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, FLAVOR_ANNOTATION,
+};
 use crate::integrations::Adapters;
 use crate::integrations::workload_object_name;
 use crate::queue::admission::WorkloadKey;
+use crate::queue::placement::Placement;
 use crate::resources::ResourceList;
 use crate::resources::pod_requests;
 
@@ -85,6 +88,15 @@ pub struct PodFacts {
     pub requests: Result<Arc<ResourceList>, String>,
     /// The token of a pod admitted at creation (see `queue::at_creation`).
     pub at_creation_token: Option<String>,
+    /// The flavor sluice admitted the pod in (`sluice.dev/flavor`, which only sluice writes).
+    pub flavor: Option<Arc<str>>,
+    /// The pod's own node constraints (None: none), which exclude flavors whose node labels
+    /// they contradict.
+    pub placement: Option<Arc<Placement>>,
+    /// Whether `spec.nodeSelector` and `spec.tolerations` exist (the ungate patch adds to them
+    /// or creates them).
+    pub has_node_selector: bool,
+    pub has_tolerations: bool,
 }
 
 impl PodFacts {
@@ -123,6 +135,15 @@ impl PodFacts {
                 .and_then(|a| a.get(AT_CREATION_ANNOTATION))
                 .filter(|_| !has_admission_gate(pod))
                 .cloned(),
+            flavor: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FLAVOR_ANNOTATION))
+                .map(|f| Arc::from(f.as_str())),
+            placement: Placement::of(spec).map(Arc::new),
+            has_node_selector: spec.node_selector.is_some(),
+            has_tolerations: spec.tolerations.is_some(),
         })
     }
 }
@@ -316,6 +337,16 @@ struct WireSpec {
     node_name: Option<String>,
     scheduling_gates: Option<Vec<PodSchedulingGate>>,
     termination_grace_period_seconds: Option<i64>,
+    node_selector: Option<BTreeMap<String, String>>,
+    affinity: Option<WireAffinity>,
+    tolerations: Option<Vec<IgnoredAny>>,
+}
+
+/// Of `spec.affinity`, only the node affinity (flavors judge it); pod (anti-)affinity is skipped.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireAffinity {
+    node_affinity: Option<k8s_openapi::api::core::v1::NodeAffinity>,
 }
 
 #[derive(Deserialize)]
@@ -435,6 +466,13 @@ impl WirePod {
                 node_name: s.node_name,
                 scheduling_gates: s.scheduling_gates,
                 termination_grace_period_seconds: s.termination_grace_period_seconds,
+                node_selector: s.node_selector,
+                affinity: s.affinity.map(|a| k8s_openapi::api::core::v1::Affinity {
+                    node_affinity: a.node_affinity,
+                    ..Default::default()
+                }),
+                // Only whether the list exists is read (the ungate patch appends to it).
+                tolerations: s.tolerations.map(|_| Vec::new()),
                 ..PodSpec::default()
             }),
             status: self.status.map(WireStatus::into_status),

@@ -232,6 +232,8 @@ pub(super) fn to_u64(digits: &[u8]) -> Option<u64> {
 /// Formats milli-units for people: cpu-like values as `2` or `1500m`, byte-like values (memory,
 /// storage) in the largest binary unit that divides them, everything else as a plain number.
 pub fn format_quantity(name: &str, milli: i64) -> String {
+    // A flavored queue's resource (`<flavor>:<resource>`) reads as its resource.
+    let name = name.split_once(':').map_or(name, |(_, resource)| resource);
     let bytes_like =
         name == "memory" || name.ends_with("storage") || name.starts_with("hugepages-");
     if bytes_like && milli % 1000 == 0 {

@@ -37,7 +37,16 @@ pub(super) struct Item {
     /// For a single pod of a started workload: the slot of its pod set, whose unfilled reservation
     /// (if any is left when the pod is admitted) the pod takes over; NONE otherwise.
     pub(super) slot: u32,
+    /// A flavored queue: the flavors the item's pods may run in (bit f: flavor f), the one to try
+    /// first (its pod set's, [`NO_FLAVOR`]: none), and the one its vectors are in now (see
+    /// [`QueuePass::in_flavor`]). An unflavored queue: 1, NO_FLAVOR, 0.
+    pub(super) allowed: u16,
+    pub(super) prefer: u8,
+    pub(super) flavor: u8,
 }
+
+/// No flavor preferred.
+pub(super) const NO_FLAVOR: u8 = u8::MAX;
 
 impl Item {
     /// The rank of the item: kind, priority (high first), interrupted count (high first), time.
@@ -63,6 +72,8 @@ pub(super) struct Slot {
     pub(super) left: u32,
     /// Size of one member: `arena.values[per_pod..per_pod + width]`.
     pub(super) per_pod: u32,
+    /// The flavor the reservation is charged to: only a pod admitted in it takes its place.
+    pub(super) flavor: u8,
 }
 
 /// Flat storage of one queue's pass.
@@ -99,12 +110,18 @@ pub(super) fn to_u32(n: usize) -> u32 {
 }
 
 /// The queue's resources in a fixed order: those the quota names first (checked), then cpu and
-/// memory for the status when the quota does not name them.
+/// memory for the status when the quota does not name them. A flavored queue has one block of
+/// the same `block` resources per flavor, in flavor order, named `<flavor>:<resource>`
+/// (dimension `f * block + r`); an unflavored queue is one block.
 pub(super) struct Dimensions {
     pub(super) names: Vec<String>,
     pub(super) limits: Vec<Option<i64>>,
-    /// (name, dimension) sorted by name, to project a resource list in one merge walk.
+    /// (resource, index in a block) sorted by resource, to project a resource list in one merge
+    /// walk.
     pub(super) by_name: Vec<(String, usize)>,
+    /// Resources per flavor block, and the number of blocks (1 without flavors).
+    pub(super) block: usize,
+    pub(super) flavors: usize,
 }
 
 impl Dimensions {
@@ -117,16 +134,49 @@ impl Dimensions {
                 limits.push(None);
             }
         }
-        let mut by_name: Vec<(String, usize)> = names
-            .iter()
-            .enumerate()
-            .map(|(d, n)| (n.clone(), d))
-            .collect();
-        by_name.sort();
+        let by_name = sorted_positions(&names);
         Dimensions {
+            block: names.len(),
             names,
             limits,
             by_name,
+            flavors: 1,
+        }
+    }
+
+    /// A queue's dimensions: its quota's, or one block per flavor over every resource any of
+    /// its flavors names (a flavor that does not name a resource does not limit it).
+    pub(super) fn for_queue(queue: &QueueSnapshot) -> Self {
+        if queue.flavors.is_empty() {
+            return Dimensions::new(&queue.quota);
+        }
+        let mut base: Vec<String> = Vec::new();
+        for flavor in &queue.flavors {
+            for name in flavor.quota.0.keys() {
+                if !base.contains(name) {
+                    base.push(name.clone());
+                }
+            }
+        }
+        base.sort();
+        for extra in ["cpu", "memory", "pods"] {
+            if !base.iter().any(|b| b == extra) {
+                base.push(extra.to_string());
+            }
+        }
+        let (mut names, mut limits) = (Vec::new(), Vec::new());
+        for flavor in &queue.flavors {
+            for resource in &base {
+                names.push(flavored_resource(&flavor.name, resource));
+                limits.push(flavor.quota.0.get(resource).copied());
+            }
+        }
+        Dimensions {
+            by_name: sorted_positions(&base),
+            block: base.len(),
+            names,
+            limits,
+            flavors: queue.flavors.len(),
         }
     }
 
@@ -134,8 +184,27 @@ impl Dimensions {
         self.names.len()
     }
 
+    /// The resource of a dimension, without its flavor.
+    pub(super) fn base_name(&self, d: usize) -> &str {
+        let name = &self.names[d];
+        split_flavored(name).map_or(name.as_str(), |(_, resource)| resource)
+    }
+
+    /// Adds the list's values into flavor `flavor`'s block of `out`.
+    pub(super) fn add_projected_in(&self, list: &ResourceList, flavor: usize, out: &mut [i64]) {
+        let at = flavor * self.block;
+        self.add_projected(list, &mut out[at..]);
+    }
+
+    /// The list projected into flavor `flavor`'s block.
+    pub(super) fn project_in(&self, list: &ResourceList, flavor: usize) -> Vec<i64> {
+        let mut out = vec![0i64; self.width()];
+        self.add_projected_in(list, flavor, &mut out);
+        out
+    }
+
     /// Adds the list's values for the queue's dimensions into `out` (a merge of two sorted lists:
-    /// no lookups, no allocation).
+    /// no lookups, no allocation); in a flavored queue, into the first flavor's block.
     pub(super) fn add_projected(&self, list: &ResourceList, out: &mut [i64]) {
         let mut dims = self.by_name.iter().peekable();
         for (name, value) in &list.0 {
@@ -158,12 +227,6 @@ impl Dimensions {
         }
     }
 
-    pub(super) fn project(&self, list: &ResourceList) -> Vec<i64> {
-        let mut out = vec![0i64; self.width()];
-        self.add_projected(list, &mut out);
-        out
-    }
-
     pub(super) fn to_list(&self, values: &[i64]) -> ResourceList {
         ResourceList(
             self.names
@@ -174,6 +237,30 @@ impl Dimensions {
                 .collect(),
         )
     }
+}
+
+/// The flavor index an admitted pod is charged to in its queue: the one its `sluice.dev/flavor`
+/// names; the first when it names none the queue lists (or the queue has no flavors).
+pub(super) fn flavor_index(queue: &QueueSnapshot, pod: &PodSnapshot) -> u8 {
+    if queue.flavors.len() <= 1 {
+        return 0;
+    }
+    let Some(name) = pod.flavor.as_deref() else {
+        return 0;
+    };
+    let found = queue.flavors.iter().position(|f| f.name == name);
+    found.map_or(0, |f| u8::try_from(f).unwrap_or(0))
+}
+
+/// (name, position) sorted by name.
+fn sorted_positions(names: &[String]) -> Vec<(String, usize)> {
+    let mut by_name: Vec<(String, usize)> = names
+        .iter()
+        .enumerate()
+        .map(|(d, n)| (n.clone(), d))
+        .collect();
+    by_name.sort();
+    by_name
 }
 
 pub(super) fn add_into(target: &mut [i64], values: &[i64]) {

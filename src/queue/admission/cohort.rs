@@ -26,7 +26,7 @@
 //! under way the cohort borrows and reclaims nothing more in the pass. At most
 //! [`MAX_RECLAIM_ATTEMPTS`] items look for victims per pass.
 
-use super::arena::{Item, ItemKind, add_into, sub_from};
+use super::arena::{Item, ItemKind, add_into, flavor_index, sub_from};
 use super::fit::Misfit;
 use super::*;
 
@@ -211,7 +211,7 @@ impl Turn<'_> {
         let member = &self.pool.members[self.k];
         let d = misfit.dimension;
         let queue = pass.queue.name.clone();
-        let resource = pass.dims.names[d].clone();
+        let resource = pass.dims.base_name(d).to_string();
         let Some(l) = member.dims[d] else {
             return misfit.reason(&pass.queue.name, &pass.dims);
         };
@@ -323,7 +323,8 @@ impl QueuePass<'_> {
             for set in &self.snapshot.workloads[w].pod_sets {
                 for pod in &set.pods {
                     if pod.state == PodState::Admitted && pod.terminating {
-                        sub_from(&mut load, &self.dims.project(&pod.requests));
+                        let flavor = usize::from(flavor_index(self.queue, pod));
+                        sub_from(&mut load, &self.dims.project_in(&pod.requests, flavor));
                     }
                 }
             }
@@ -356,7 +357,8 @@ impl QueuePass<'_> {
                 let above = live.len().saturating_sub(set.min_count as usize);
                 for (i, &p) in live.iter().enumerate() {
                     let pod = &set.pods[p];
-                    let requests = self.dims.project(&pod.requests);
+                    let flavor = usize::from(flavor_index(self.queue, pod));
+                    let requests = self.dims.project_in(&pod.requests, flavor);
                     add_into(&mut whole, &requests);
                     let at = PodRef {
                         workload: w,
@@ -468,7 +470,7 @@ fn reclaim(
 ) -> Option<WaitReason> {
     pool.reclaim_attempts += 1;
     let pass = &passes[k];
-    let item = pass.items[progress[k].next];
+    let item = (progress[k].up).unwrap_or(pass.items[progress[k].next]);
     let preemptor = pass.members[item.member as usize];
     let lower_only = match pool.members[k].reclaim {
         ReclaimPolicy::Never => return None,
@@ -537,6 +539,7 @@ pub(super) fn decide_cohort(
     let mut tallies = Vec::with_capacity(passes.len());
     for (pass, progress) in passes.iter_mut().zip(progress) {
         let waiting = pass.finish(progress);
+        pass.record_flavors(&mut decisions.flavors);
         tallies.push(pass.tally(&mut decisions.workloads, waiting));
         loads.push(pass.load());
     }

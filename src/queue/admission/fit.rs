@@ -10,7 +10,7 @@ impl<'a> QueuePass<'a> {
     pub(super) fn load_reserve(&mut self, item: &Item) -> bool {
         let credit = (item.slot != NONE)
             .then(|| &self.slots[item.slot as usize])
-            .filter(|slot| slot.left > 0)
+            .filter(|slot| slot.left > 0 && slot.flavor == item.flavor)
             .map(|slot| slot.per_pod);
         let (width, reserve_at) = (self.width, self.reserve_at as usize);
         let (reserve, rest) = self.arena.values.split_at_mut(reserve_at + width);
@@ -72,7 +72,11 @@ impl<'a> QueuePass<'a> {
             *held = held.saturating_add(reserve);
         }
         let start = item.pods_start as usize;
-        admit.extend_from_slice(&self.arena.pods[start..start + item.pods_len as usize]);
+        let pods = &self.arena.pods[start..start + item.pods_len as usize];
+        admit.extend_from_slice(pods);
+        if !self.queue.flavors.is_empty() {
+            self.chosen.extend(pods.iter().map(|p| (*p, item.flavor)));
+        }
         self.states[m].admitted_now += item.pods_len;
     }
 
@@ -118,6 +122,12 @@ impl<'a> QueuePass<'a> {
                         queue: self.queue.name.clone(),
                     })
                 });
+                if wt.waiting.is_none() && state.unplaceable {
+                    wt.waiting = Some(WaitReason::NoFlavorMatches {
+                        queue: self.queue.name.clone(),
+                        flavors: self.queue.flavors.iter().map(|f| f.name.clone()).collect(),
+                    });
+                }
                 tally.pending_workloads += 1;
             }
             if wt.admitted_pods > 0 || !wt.reserved.is_empty() {
@@ -164,7 +174,7 @@ pub(super) struct Misfit {
 impl Misfit {
     pub(super) fn reason(&self, queue_name: &str, dims: &Dimensions) -> WaitReason {
         let queue = queue_name.to_string();
-        let resource = dims.names[self.dimension].clone();
+        let resource = dims.base_name(self.dimension).to_string();
         if self.needed > self.limit {
             return WaitReason::NeverFits {
                 queue,

@@ -2,7 +2,7 @@
 //! its started gangs, and one item per gang of a workload that has not started, per fill and
 //! per elastic pod.
 
-use super::arena::{Item, ItemKind, NONE, add_into, to_u32};
+use super::arena::{Item, ItemKind, NO_FLAVOR, NONE, add_into, flavor_index, to_u32};
 use super::fit::{add_scaled, split_two};
 use super::*;
 
@@ -13,8 +13,9 @@ impl<'a> QueuePass<'a> {
         members: &'a [usize],
         scratch: &'a mut Scratch,
     ) -> Self {
-        let dims = Dimensions::new(&queue.quota);
+        let dims = Dimensions::for_queue(queue);
         let width = dims.width();
+        let item_width = width * dims.flavors;
         let Scratch {
             arena,
             items,
@@ -34,6 +35,7 @@ impl<'a> QueuePass<'a> {
             members,
             dims,
             width,
+            item_width,
             arena,
             items,
             slots,
@@ -44,6 +46,7 @@ impl<'a> QueuePass<'a> {
             usage_at,
             reserved_at,
             reserve_at,
+            chosen: Vec::new(),
         }
     }
 
@@ -54,31 +57,43 @@ impl<'a> QueuePass<'a> {
         let snapshot = self.snapshot;
         let w = self.members[m];
         let workload = &snapshot.workloads[w];
-        let started = workload
-            .pod_sets
-            .iter()
-            .any(|s| s.pods.iter().any(|p| p.state == PodState::Admitted));
+        let first_admitted = (workload.pod_sets.iter())
+            .flat_map(|s| s.pods.iter())
+            .find(|p| p.state == PodState::Admitted);
+        let started = first_admitted.is_some();
+        let workload_flavor = first_admitted.map_or(NO_FLAVOR, |p| self.flavor_of(p));
         let mut gang = Gang {
             start: to_u32(self.arena.pods.len()),
             usage: NONE,
             reserve: NONE,
             earliest: None,
+            allowed: self.all_flavors(),
         };
         for (s, set) in workload.pod_sets.iter().enumerate() {
-            let admitted_in_set = self.count_set(m, set);
+            let (admitted_in_set, set_flavor) = self.count_set(m, set);
             if !workload.namespace_allowed {
                 continue;
             }
             sort_gated(self.gated, set, started);
             if started {
-                self.queue_started_set(m, w, s, admitted_in_set);
+                let flavor = if set_flavor == NO_FLAVOR {
+                    workload_flavor
+                } else {
+                    set_flavor
+                };
+                self.queue_started_set(m, w, s, admitted_in_set, flavor);
             } else {
                 self.add_set_to_gang(&mut gang, w, s);
             }
         }
         if workload.namespace_allowed && !started && self.states[m].gated > 0 && gang.usage != NONE
         {
-            self.push_gang(m, w, gang);
+            if gang.allowed == 0 {
+                self.states[m].unplaceable = true;
+                self.arena.pods.truncate(gang.start as usize);
+            } else {
+                self.push_gang(m, w, gang);
+            }
         }
         let width = self.width;
         let (usage, reserved) = split_two(
@@ -91,19 +106,27 @@ impl<'a> QueuePass<'a> {
         add_into(reserved, &self.member_reserved[m * width..(m + 1) * width]);
     }
 
-    /// Counts a pod set's pods: the admitted ones into the member's usage, the gated ones into
-    /// `gated`. Returns how many are admitted.
-    pub(super) fn count_set(&mut self, m: usize, set: &PodSetSnapshot) -> u32 {
+    /// Counts a pod set's pods: the admitted ones into the member's usage (in their flavors), the
+    /// gated ones into `gated`. Returns how many are admitted and the flavor of the first one
+    /// ([`NO_FLAVOR`]: none).
+    pub(super) fn count_set(&mut self, m: usize, set: &PodSetSnapshot) -> (u32, u8) {
         let width = self.width;
+        let queue = self.queue;
         let used = &mut self.member_used[m * width..(m + 1) * width];
         self.gated.clear();
         let (mut admitted, mut terminating) = (0u32, 0u32);
+        let mut set_flavor = NO_FLAVOR;
         for (p, pod) in set.pods.iter().enumerate() {
             match pod.state {
                 PodState::Admitted => {
                     admitted += 1;
                     terminating += u32::from(pod.terminating);
-                    self.dims.add_projected(&pod.requests, used);
+                    let flavor = flavor_index(queue, pod);
+                    if set_flavor == NO_FLAVOR {
+                        set_flavor = flavor;
+                    }
+                    self.dims
+                        .add_projected_in(&pod.requests, usize::from(flavor), used);
                 }
                 PodState::Gated => self.gated.push(p),
                 PodState::Ended => {}
@@ -113,36 +136,57 @@ impl<'a> QueuePass<'a> {
         state.gated += to_u32(self.gated.len());
         state.admitted_before += admitted;
         state.terminating += terminating;
-        admitted
+        (admitted, set_flavor)
     }
 
     /// A pod set of a started workload: quota reserved for its gang members not admitted yet (a
     /// slot), and one item per gated pod, oldest first. The first ones up to the reservation fill
     /// it (already paid for, they go first); the others are elastic.
-    pub(super) fn queue_started_set(&mut self, m: usize, w: usize, s: usize, admitted_in_set: u32) {
+    /// `flavor`: the set's (its first admitted pod's, else its workload's); its reservation is
+    /// charged there and its pods try it first.
+    pub(super) fn queue_started_set(
+        &mut self,
+        m: usize,
+        w: usize,
+        s: usize,
+        admitted_in_set: u32,
+        flavor: u8,
+    ) {
         let snapshot = self.snapshot;
         let workload = &snapshot.workloads[w];
         let set = &workload.pod_sets[s];
         let width = self.width;
         let missing = set.min_count.saturating_sub(admitted_in_set);
         let mut slot = NONE;
+        let slot_flavor = if flavor == NO_FLAVOR { 0 } else { flavor };
         if missing > 0 {
             let per_pod = self.arena.push_zeroed(width);
-            self.dims
-                .add_projected(&set.per_pod, self.arena.slice_mut(per_pod, width));
+            self.dims.add_projected_in(
+                &set.per_pod,
+                usize::from(slot_flavor),
+                self.arena.slice_mut(per_pod, width),
+            );
             let held = &mut self.member_reserved[m * width..(m + 1) * width];
             add_scaled(held, self.arena.slice(per_pod, width), i64::from(missing));
             slot = to_u32(self.slots.len());
             self.slots.push(Slot {
                 left: missing,
                 per_pod,
+                flavor: slot_flavor,
             });
         }
-        for (rank, &p) in self.gated.iter().enumerate() {
+        for rank in 0..self.gated.len() {
+            let p = self.gated[rank];
             let pod = &set.pods[p];
-            let usage = self.arena.push_zeroed(width);
+            let allowed = self.allowed_for(pod);
+            if allowed == 0 {
+                self.states[m].unplaceable = true;
+                continue;
+            }
+            let usage = self.arena.push_zeroed(self.item_width);
             self.dims
                 .add_projected(&pod.requests, self.arena.slice_mut(usage, width));
+            self.spread(usage);
             let pods_start = to_u32(self.arena.pods.len());
             self.arena.pods.push(PodRef {
                 workload: w,
@@ -167,6 +211,9 @@ impl<'a> QueuePass<'a> {
                 usage,
                 reserve: NONE,
                 slot,
+                allowed,
+                prefer: flavor,
+                flavor: 0,
             });
         }
     }
@@ -177,8 +224,8 @@ impl<'a> QueuePass<'a> {
         let set = &self.snapshot.workloads[w].pod_sets[s];
         let width = self.width;
         if gang.usage == NONE {
-            gang.usage = self.arena.push_zeroed(width);
-            gang.reserve = self.arena.push_zeroed(width);
+            gang.usage = self.arena.push_zeroed(self.item_width);
+            gang.reserve = self.arena.push_zeroed(self.item_width);
         }
         let at = |p: usize| PodRef {
             workload: w,
@@ -193,6 +240,7 @@ impl<'a> QueuePass<'a> {
         }
         let take = (set.min_count as usize).min(self.gated.len());
         for &p in &self.gated[..take] {
+            gang.allowed &= self.allowed_for(&set.pods[p]);
             self.arena.pods.push(at(p));
             self.dims.add_projected(
                 &set.pods[p].requests,
@@ -218,7 +266,7 @@ impl<'a> QueuePass<'a> {
 
     /// Queues the gang of a member that has not started as one item. A workload whose sets all
     /// have a minimum of zero starts with its oldest gated pod.
-    pub(super) fn push_gang(&mut self, m: usize, w: usize, gang: Gang) {
+    pub(super) fn push_gang(&mut self, m: usize, w: usize, mut gang: Gang) {
         let workload = &self.snapshot.workloads[w];
         let mut pods_len = to_u32(self.arena.pods.len()) - gang.start;
         if pods_len == 0
@@ -229,9 +277,17 @@ impl<'a> QueuePass<'a> {
                 &set.pods[pod.pod].requests,
                 self.arena.slice_mut(gang.usage, self.width),
             );
+            gang.allowed &= self.allowed_for(&set.pods[pod.pod]);
             self.arena.pods.push(pod);
             pods_len = 1;
         }
+        if gang.allowed == 0 {
+            self.states[m].unplaceable = true;
+            self.arena.pods.truncate(gang.start as usize);
+            return;
+        }
+        self.spread(gang.usage);
+        self.spread(gang.reserve);
         self.items.push(Item {
             kind: ItemKind::Ordered,
             priority: workload.priority,
@@ -245,6 +301,9 @@ impl<'a> QueuePass<'a> {
             usage: gang.usage,
             reserve: gang.reserve,
             slot: NONE,
+            allowed: gang.allowed,
+            prefer: NO_FLAVOR,
+            flavor: 0,
         });
     }
 }

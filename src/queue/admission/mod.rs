@@ -41,6 +41,7 @@ use crate::resources::{ResourceList, describe_quantity};
 mod arena;
 mod cohort;
 mod fit;
+mod flavor;
 mod gangs;
 mod order;
 mod preempt;
@@ -69,7 +70,41 @@ pub struct QueueSnapshot {
     pub preemption: PreemptionPolicy,
     /// The cohort it shares unused quota with; None: it shares nothing.
     pub cohort: Option<CohortMembership>,
+    /// Its quota per flavor, tried in this order (`spec.flavors`); empty: `quota` is the queue's
+    /// one implicit flavor, which pins nothing. With flavors, `quota` is not read, and the
+    /// cohort's limits name flavored resources ([`flavored_resource`]).
+    pub flavors: Vec<Arc<FlavorSnapshot>>,
 }
+
+/// One flavor of a queue: its quota and where its pods run (its ResourceFlavor).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlavorSnapshot {
+    pub name: String,
+    pub quota: ResourceList,
+    /// Node labels the flavor's pods are pinned to (added to their `spec.nodeSelector`).
+    pub node_labels: BTreeMap<String, String>,
+    /// Tolerations added to the flavor's pods (for the taints of its nodes).
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// Whether its ResourceFlavor exists (node labels and tolerations known): a flavor without
+    /// one admits nothing, since its pods could not be pinned.
+    pub defined: bool,
+}
+
+/// How a resource of a flavor is named among a flavored queue's resources (the quota of each
+/// flavor is its own): `<flavor>:<resource>`. A resource name never holds a `:` (a Kubernetes
+/// qualified name), so the two parts read back unambiguously.
+pub fn flavored_resource(flavor: &str, resource: &str) -> String {
+    format!("{flavor}:{resource}")
+}
+
+/// The flavor and the resource of a name made by [`flavored_resource`]; None for a plain one.
+pub fn split_flavored(name: &str) -> Option<(&str, &str)> {
+    name.split_once(':')
+}
+
+/// At most this many flavors per queue (the CRD says so too): an item's allowed flavors are a
+/// 16-bit mask.
+pub const MAX_FLAVORS: usize = 16;
 
 /// A queue's place in a cohort (`spec.cohort` and the fields that go with it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,6 +206,13 @@ pub struct PodSnapshot {
     /// A PodDisruptionBudget refused its eviction a moment ago (the controller keeps such refusals
     /// for a while): preemption must not pick it (nor its workload whole) until then.
     pub eviction_blocked: bool,
+    /// The flavor sluice admitted the pod in (its `sluice.dev/flavor` annotation, which only
+    /// sluice writes); None for a gated pod or one admitted without flavors. In a flavored
+    /// queue an admitted pod whose flavor the queue does not list is charged to its first one.
+    pub flavor: Option<Arc<str>>,
+    /// The pod's own node constraints (nodeSelector, required node affinity); None: none. A
+    /// flavor whose node labels they exclude is never chosen for the pod: it would not run there.
+    pub placement: Option<Arc<crate::queue::placement::Placement>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -242,6 +284,17 @@ pub enum WaitReason {
         cohort: String,
         victims: u32,
     },
+    /// A flavored queue: no flavor has room for the item; why, per flavor tried, in order.
+    NoFlavorFits {
+        queue: String,
+        tried: Vec<(String, WaitReason)>,
+    },
+    /// A flavored queue: the pod's own nodeSelector or node affinity excludes every flavor's
+    /// node labels, so no flavor's quota can be charged for where it would run.
+    NoFlavorMatches {
+        queue: String,
+        flavors: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -312,6 +365,31 @@ impl std::fmt::Display for WaitReason {
                 f,
                 "waits for {victims} pods of other queues of cohort {cohort} running on quota borrowed from queue {queue} to be evicted"
             ),
+            WaitReason::NoFlavorFits { .. } | WaitReason::NoFlavorMatches { .. } => {
+                self.fmt_flavors(f)
+            }
+        }
+    }
+}
+
+impl WaitReason {
+    /// The reasons of a flavored queue.
+    fn fmt_flavors(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitReason::NoFlavorFits { queue, tried } => {
+                write!(f, "no flavor of queue {queue} has room; tried")?;
+                for (i, (flavor, why)) in tried.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { "; " };
+                    write!(f, "{sep}{flavor}: {why}")?;
+                }
+                Ok(())
+            }
+            WaitReason::NoFlavorMatches { queue, flavors } => write!(
+                f,
+                "the pod's own nodeSelector or node affinity excludes every flavor of queue {queue} ({}): change them, or ask for a flavor that allows them",
+                flavors.join(", ")
+            ),
+            _ => Ok(()),
         }
     }
 }
@@ -366,6 +444,9 @@ pub struct Decisions {
     pub evict: Vec<Eviction>,
     /// Indexed like `Snapshot::workloads`.
     pub workloads: Vec<WorkloadTally>,
+    /// The flavor each admitted pod of a flavored queue was admitted in (written to the pod with
+    /// its admission: node selector, tolerations, `sluice.dev/flavor`).
+    pub flavors: HashMap<PodRef, Arc<FlavorSnapshot>>,
     pub queues: BTreeMap<String, QueueTally>,
 }
 
@@ -395,6 +476,7 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
     let mut decisions = Decisions {
         admit: Vec::new(),
         evict: Vec::new(),
+        flavors: HashMap::new(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };
@@ -471,6 +553,8 @@ struct MemberState {
     admitted_now: u32,
     /// Admitted pods being deleted (counted in `admitted_before` too).
     terminating: u32,
+    /// A flavored queue: some of its pods' own node constraints exclude every flavor.
+    unplaceable: bool,
 }
 
 /// One queue's pass, phase by phase: gather the demand (what each member holds, the reservations
@@ -489,6 +573,7 @@ fn decide_queue(
     }
     pass.order_demand();
     let waiting = pass.admit_in_order(&mut decisions.admit, &mut decisions.evict);
+    pass.record_flavors(&mut decisions.flavors);
     pass.tally(&mut decisions.workloads, waiting)
 }
 
@@ -500,6 +585,8 @@ struct QueuePass<'a> {
     members: &'a [usize],
     dims: Dimensions,
     width: usize,
+    /// The size of an item's vectors: one `width` vector per flavor, each in its flavor's block.
+    item_width: usize,
     arena: &'a mut Arena,
     items: &'a mut Vec<Item>,
     slots: &'a mut Vec<Slot>,
@@ -514,6 +601,8 @@ struct QueuePass<'a> {
     usage_at: u32,
     reserved_at: u32,
     reserve_at: u32,
+    /// A flavored queue: the pods admitted by the pass and the flavor each was admitted in.
+    chosen: Vec<(PodRef, u8)>,
 }
 
 /// At most this many items of a queue look for victims in one pass (the first ones in admission
@@ -555,6 +644,8 @@ struct Progress {
     borrow_key: u128,
     /// After [`Step::Reclaim`]: where the item overflows what the cohort leaves the queue.
     misfit: Option<Misfit>,
+    /// After [`Step::Reclaim`]: the item in the flavor it reclaims for (its reservation loaded).
+    up: Option<arena::Item>,
 }
 
 /// What one [`QueuePass::step`] did.
@@ -581,4 +672,6 @@ struct Gang {
     reserve: u32,
     /// The oldest gated pod: the gang of a workload whose sets all have a minimum of zero.
     earliest: Option<(i64, PodRef)>,
+    /// The flavors all of its pods may run in.
+    allowed: u16,
 }

@@ -5,6 +5,7 @@
 use super::arena::{Item, sub_from};
 use super::cohort;
 use super::fit::Misfit;
+use super::flavor::Chosen;
 use super::*;
 
 impl<'a> QueuePass<'a> {
@@ -40,6 +41,7 @@ impl<'a> QueuePass<'a> {
             floor: self.floor(),
             borrow_key: 0,
             misfit: None,
+            up: None,
         }
     }
 
@@ -67,19 +69,24 @@ impl<'a> QueuePass<'a> {
             p.next += 1;
             return Step::Went;
         }
-        let credit = self.load_reserve(&item);
         let frozen = p.in_force.as_ref().is_some_and(|f| f.frozen[m]);
-        let misfit = self.misfit(&item, &self.dims.limits);
+        let mut turn = turn;
+        let Chosen {
+            item,
+            credit,
+            misfit,
+            check,
+            reason: flavor_reason,
+        } = self.choose_flavor(&item, turn.as_deref_mut());
         let Some(turn) = turn else {
             match misfit {
                 None if !frozen => self.take(&item, credit, admit),
                 None => {}
-                Some(misfit) => self.keep_waiting(p, &item, &misfit, None, admit, evict),
+                Some(misfit) => self.keep_waiting(p, &item, &misfit, flavor_reason, admit, evict),
             }
             p.next += 1;
             return Step::Went;
         };
-        let check = self.cohort_check(&item, turn);
         match (misfit, check) {
             (None, None) if !frozen => self.take_in_cohort(&item, credit, admit, turn),
             (Some(_), None) if !frozen && !turn.closed() => {
@@ -91,13 +98,14 @@ impl<'a> QueuePass<'a> {
             }
             (None, Some(over)) if !frozen && turn.may_reclaim(&item) => {
                 p.misfit = Some(over);
+                p.up = Some(item);
                 return Step::Reclaim;
             }
             (None, None) | (Some(_), None) if frozen => {}
             (nominal, over) => {
                 let over = over.or(nominal);
                 if let Some(over) = over {
-                    let reason = turn.reason(self, &over);
+                    let reason = flavor_reason.unwrap_or_else(|| turn.reason(self, &over));
                     match nominal {
                         Some(nominal) => {
                             self.keep_waiting(p, &item, &nominal, Some(reason), admit, evict);

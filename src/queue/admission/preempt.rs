@@ -3,7 +3,7 @@
 //! holders it may take room from (`src/queue/preemption.rs` chooses among them), and the plan in
 //! force for the rest of the pass once it found them.
 
-use super::arena::{Item, ItemKind, add_into, to_u32};
+use super::arena::{Item, ItemKind, add_into, flavor_index, to_u32};
 use super::fit::Misfit;
 use super::*;
 
@@ -101,7 +101,7 @@ impl<'a> QueuePass<'a> {
                 .enumerate()
                 .map(|(s, set)| HeldSet {
                     min_count: set.min_count,
-                    per_pod: self.dims.project(&set.per_pod),
+                    per_pod: self.dims.project_in(&set.per_pod, self.set_flavor(set)),
                     admitted_now: now.get(&(w, s)).copied().unwrap_or(0),
                     pods: self.held_pods(set),
                 })
@@ -124,7 +124,9 @@ impl<'a> QueuePass<'a> {
             .filter(|(_, pod)| pod.state == PodState::Admitted)
             .map(|(index, pod)| HeldPod {
                 index,
-                requests: self.dims.project(&pod.requests),
+                requests: self
+                    .dims
+                    .project_in(&pod.requests, usize::from(flavor_index(self.queue, pod))),
                 created_at: pod.created_at,
                 terminating: pod.terminating,
                 blocked: pod.eviction_blocked,

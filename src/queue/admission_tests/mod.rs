@@ -8,6 +8,7 @@ use crate::api::QueueingStrategy;
 use crate::resources::ResourceList;
 
 mod cohorts;
+mod flavors;
 mod preemption;
 mod properties;
 
@@ -29,6 +30,7 @@ fn queue(name: &str, cpu: i64, strategy: QueueingStrategy) -> QueueSnapshot {
         strategy,
         preemption: PreemptionPolicy::default(),
         cohort: None,
+        flavors: Vec::new(),
     }
 }
 
@@ -40,6 +42,8 @@ fn pod(name: &str, cpu: i64, state: PodState, created_at: i64) -> PodSnapshot {
         created_at,
         terminating: false,
         eviction_blocked: false,
+        flavor: None,
+        placement: None,
     }
 }
 

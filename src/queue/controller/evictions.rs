@@ -87,6 +87,8 @@ mod tests {
                     created_at: 0,
                     terminating: false,
                     eviction_blocked: false,
+                    flavor: None,
+                    placement: None,
                 }
             })
             .collect();

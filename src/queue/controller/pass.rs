@@ -35,6 +35,7 @@ impl Controller {
         let in_flight = self.in_flight_now(&pods, started);
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
+        let flavors = self.stores.flavors.state();
         let full = self.settings.full_passes;
         let workloads = if full {
             self.stores.workloads.state()
@@ -58,6 +59,7 @@ impl Controller {
             self.at_creation.as_deref(),
             PassInputs {
                 queues: &queues,
+                flavors: &flavors,
                 workloads: &workloads,
                 pods: &pods,
                 facts: &facts,

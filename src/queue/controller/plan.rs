@@ -23,6 +23,8 @@ use crate::resources::ResourceList;
 /// What one pass reads from the caches (besides admission at creation's holds).
 pub(crate) struct PassInputs<'a> {
     pub queues: &'a [Arc<CapacityQueue>],
+    /// The ResourceFlavors the queues' flavors name.
+    pub flavors: &'a [Arc<crate::api::ResourceFlavor>],
     pub workloads: &'a [Arc<DynamicWorkload>],
     pub pods: &'a [Arc<CachedPod>],
     /// `facts[i]` of `pods[i]` (see [`snapshot::PodMemo`]).
@@ -145,6 +147,7 @@ pub(crate) fn decide_all(
     for problem in &built.problems {
         warn!(problem, "object skipped in admission pass");
     }
+    snapshot::resolve_flavors(&mut built.snapshot, inputs.flavors);
     snapshot::subtract_holds(&mut built.snapshot, holds);
     snapshot::mark_eviction_blocked(&mut built, inputs.eviction_blocked);
     if !rules.is_empty() {
@@ -165,6 +168,7 @@ pub(crate) fn decide_changed(
     pending: HashMap<WorkloadKey, status::Preemption>,
 ) -> (Built, Decisions, Vec<bool>) {
     snapshotter.set_queues(inputs.queues.to_vec());
+    snapshotter.set_flavors(inputs.flavors.to_vec());
     snapshotter.set_namespaces(inputs.namespaces.to_vec());
     snapshotter.set_in_flight(inputs.in_flight.clone());
     snapshotter.set_eviction_blocked(inputs.eviction_blocked.clone());
@@ -269,6 +273,7 @@ mod tests {
             strategy: QueueingStrategy::BestEffortFIFO,
             preemption: Default::default(),
             cohort: None,
+            flavors: Vec::new(),
         };
         let mut snapshot = Snapshot {
             queues: vec![queue("a"), queue("b")],

@@ -226,7 +226,7 @@ impl Controller {
                 q.metadata.generation,
                 &now,
             );
-            status.usage_summary = status::usage_summary(&q.spec.quota, &status);
+            status.usage_summary = status::usage_summary(&status::summary_quota(&q.spec), &status);
             if old.as_ref() != Some(&status) {
                 self.writer.want_queue_status(name, status, seen);
             }

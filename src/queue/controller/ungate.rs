@@ -16,10 +16,12 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::Controller;
-use crate::api::{ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ADMITTED_BY_ANNOTATION};
+use crate::api::{
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ADMITTED_BY_ANNOTATION, FLAVOR_ANNOTATION,
+};
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
-use crate::queue::admission::{Decisions, WorkloadKey};
+use crate::queue::admission::{Decisions, FlavorSnapshot, WorkloadKey};
 use crate::queue::clock::now_rfc3339;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::{self, Built};
@@ -107,11 +109,16 @@ enum UngateOutcome {
 
 /// The JSON patch that admits `pod`: it applies only to this very pod (a `test` of its uid, since
 /// a pod deleted and recreated under the same name is another pod) while it still carries the
-/// gate at the position the cache shows, and notes when it was admitted.
+/// gate at the position the cache shows, and notes when it was admitted. Admitted in a `flavor`,
+/// the pod is pinned to it in the same patch, before its gate goes: the flavor's node labels
+/// join its nodeSelector, its tolerations its tolerations (Kubernetes allows adding both to a
+/// gated pod, and refuses the patch whole should a label of the pod's own differ), and
+/// `sluice.dev/flavor` says which quota it is charged to.
 pub fn ungate_patch(
     pod: &CachedPod,
     admitted_at: &str,
     admitted_by: &str,
+    flavor: Option<&FlavorSnapshot>,
 ) -> Result<json_patch::Patch, UngatePatchError> {
     let name = format!(
         "{}/{}",
@@ -134,18 +141,59 @@ pub fn ungate_patch(
     if pod.has_annotations {
         ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-at", "value": admitted_at}));
         ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1admitted-by", "value": admitted_by}));
+        if let Some(flavor) = flavor {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1flavor", "value": flavor.name}));
+        }
     } else {
-        ops.push(
-            json!({"op": "add", "path": "/metadata/annotations", "value": {
-                ADMITTED_AT_ANNOTATION: admitted_at,
-                ADMITTED_BY_ANNOTATION: admitted_by,
-            }}),
-        );
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(ADMITTED_AT_ANNOTATION.into(), admitted_at.into());
+        annotations.insert(ADMITTED_BY_ANNOTATION.into(), admitted_by.into());
+        if let Some(flavor) = flavor {
+            annotations.insert(FLAVOR_ANNOTATION.into(), flavor.name.clone().into());
+        }
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": annotations}));
+    }
+    if let Some(flavor) = flavor {
+        pin_to_flavor(pod, flavor, &mut ops);
     }
     serde_json::from_value(serde_json::Value::Array(ops)).map_err(|e| UngatePatchError::Build {
         pod: name,
         reason: e.to_string(),
     })
+}
+
+/// The operations that pin a gated pod to its flavor's nodes: the flavor's node labels added to
+/// its nodeSelector, its tolerations to the pod's.
+fn pin_to_flavor(pod: &CachedPod, flavor: &FlavorSnapshot, ops: &mut Vec<serde_json::Value>) {
+    let facts = pod.facts.as_deref();
+    if !flavor.node_labels.is_empty() {
+        if facts.is_some_and(|f| f.has_node_selector) {
+            for (key, value) in &flavor.node_labels {
+                let path = format!("/spec/nodeSelector/{}", pointer_escape(key));
+                ops.push(json!({"op": "add", "path": path, "value": value}));
+            }
+        } else {
+            ops.push(
+                json!({"op": "add", "path": "/spec/nodeSelector", "value": flavor.node_labels}),
+            );
+        }
+    }
+    if !flavor.tolerations.is_empty() {
+        if facts.is_some_and(|f| f.has_tolerations) {
+            for toleration in &flavor.tolerations {
+                ops.push(json!({"op": "add", "path": "/spec/tolerations/-", "value": toleration}));
+            }
+        } else {
+            ops.push(
+                json!({"op": "add", "path": "/spec/tolerations", "value": flavor.tolerations}),
+            );
+        }
+    }
+}
+
+/// A JSON pointer token (RFC 6901): `~` and `/` escaped.
+fn pointer_escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
 }
 
 /// One pod to ungate, with what its metrics, logs and event need.
@@ -157,6 +205,8 @@ pub(super) struct UngateItem {
     pub(super) key: WorkloadKey,
     pub(super) created_at_ms: i64,
     pub(super) workload: Option<ObjectReference>,
+    /// The flavor it is admitted in (a flavored queue).
+    pub(super) flavor: Option<Arc<FlavorSnapshot>>,
 }
 
 impl Controller {
@@ -194,6 +244,7 @@ impl Controller {
                     workload: built.workloads[r.workload]
                         .as_ref()
                         .map(|d| d.object_ref(&())),
+                    flavor: decisions.flavors.get(r).cloned(),
                 });
             }
         }
@@ -224,7 +275,10 @@ impl Ungater {
                 let span = info_span!("ungate", queue = %item.queue, workload = %item.key);
                 async move {
                     let outcome = match self.slots.acquire().await {
-                        Ok(_permit) => self.ungate_pod(&item.pod, item.ticket, now).await,
+                        Ok(_permit) => {
+                            let flavor = item.flavor.as_deref();
+                            self.ungate_pod(&item.pod, item.ticket, now, flavor).await
+                        }
                         // Closed: never, the semaphore lives as long as self.
                         Err(_) => UngateOutcome::Unknown,
                     };
@@ -291,13 +345,19 @@ impl Ungater {
     /// Removes the gate of this very pod with one JSON patch ([`ungate_patch`]), while the term is
     /// valid. A pod not admitted is no longer counted in flight; one whose fate stayed unknown is
     /// counted until its entry expires.
-    async fn ungate_pod(&self, pod: &CachedPod, ticket: u64, now: &str) -> UngateOutcome {
+    async fn ungate_pod(
+        &self,
+        pod: &CachedPod,
+        ticket: u64,
+        now: &str,
+        flavor: Option<&FlavorSnapshot>,
+    ) -> UngateOutcome {
         let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
             return UngateOutcome::NotAdmitted;
         };
         let forget = |entry: &mut Option<InFlight>| *entry = None;
         let name = pod.name_any();
-        let patch = match ungate_patch(pod, now, &self.admitted_by) {
+        let patch = match ungate_patch(pod, now, &self.admitted_by, flavor) {
             Ok(patch) => patch,
             Err(e) => {
                 warn!(%e, "no ungate patch");
@@ -422,7 +482,8 @@ mod tests {
 
     #[test]
     fn the_ungate_patch_applies_only_to_the_pod_it_was_decided_for() {
-        let patch = ungate_patch(&gated_pod(true), "2026-01-01T00:00:00Z", "r1@3").expect("patch");
+        let patch =
+            ungate_patch(&gated_pod(true), "2026-01-01T00:00:00Z", "r1@3", None).expect("patch");
         assert_eq!(
             ops(&patch),
             vec![
@@ -435,9 +496,75 @@ mod tests {
         );
     }
 
+    fn a100() -> FlavorSnapshot {
+        FlavorSnapshot {
+            name: "a100".into(),
+            quota: crate::resources::ResourceList::new(),
+            node_labels: BTreeMap::from([("gpu.example/type".to_string(), "a100".to_string())]),
+            tolerations: vec![
+                serde_json::from_value(
+                    json!({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}),
+                )
+                .expect("toleration"),
+            ],
+            defined: true,
+        }
+    }
+
+    /// Applies the ungate patch of `pod` (admitted in a100) to the pod itself.
+    fn admitted_in_a100(mut pod: serde_json::Value) -> serde_json::Value {
+        let cached: CachedPod = serde_json::from_value(pod.clone()).expect("pod");
+        let patch = ungate_patch(&cached, "t", "r1@3", Some(&a100())).expect("patch");
+        json_patch::patch(&mut pod, &patch).expect("the patch applies");
+        pod
+    }
+
+    #[test]
+    fn the_ungate_patch_pins_the_pod_to_its_flavor_adding_to_what_it_has() {
+        let mut bare = gated_pod_json(false);
+        bare["metadata"]["labels"] = json!({"sluice.dev/queue": "q"});
+        let pinned = admitted_in_a100(bare.clone());
+        assert_eq!(
+            pinned["spec"]["nodeSelector"],
+            json!({"gpu.example/type": "a100"})
+        );
+        assert_eq!(pinned["spec"]["tolerations"][0]["key"], "gpu");
+        assert_eq!(
+            pinned["metadata"]["annotations"]["sluice.dev/flavor"],
+            "a100"
+        );
+        assert_eq!(
+            pinned["spec"]["schedulingGates"],
+            json!([{"name": "other.dev/gate"}])
+        );
+
+        let mut own = bare;
+        own["metadata"]["annotations"] = json!({"x": "y"});
+        own["spec"]["nodeSelector"] = json!({"team": "ml"});
+        own["spec"]["tolerations"] = json!([{"key": "spot", "operator": "Exists"}]);
+        let pinned = admitted_in_a100(own);
+        assert_eq!(
+            pinned["spec"]["nodeSelector"],
+            json!({"team": "ml", "gpu.example/type": "a100"})
+        );
+        let keys: Vec<&str> = (pinned["spec"]["tolerations"]
+            .as_array()
+            .expect("list")
+            .iter())
+        .filter_map(|t| t["key"].as_str())
+        .collect();
+        assert_eq!(keys, vec!["spot", "gpu"]);
+        assert_eq!(
+            pinned["metadata"]["annotations"]["sluice.dev/flavor"],
+            "a100"
+        );
+        assert_eq!(pinned["metadata"]["annotations"]["x"], "y");
+    }
+
     #[test]
     fn the_ungate_patch_of_a_recreated_pod_fails_its_uid_test() {
-        let patch = ungate_patch(&gated_pod(false), "2026-01-01T00:00:00Z", "r1@3").expect("patch");
+        let patch =
+            ungate_patch(&gated_pod(false), "2026-01-01T00:00:00Z", "r1@3", None).expect("patch");
         assert_eq!(
             ops(&patch).last(),
             Some(
@@ -465,13 +592,13 @@ mod tests {
         let mut pod = gated_pod(false);
         pod.metadata.uid = None;
         assert!(matches!(
-            ungate_patch(&pod, "t", "r1@3"),
+            ungate_patch(&pod, "t", "r1@3", None),
             Err(UngatePatchError::NoUid(_))
         ));
         let mut pod = gated_pod(false);
         pod.admission_gate = None;
         assert!(matches!(
-            ungate_patch(&pod, "t", "r1@3"),
+            ungate_patch(&pod, "t", "r1@3", None),
             Err(UngatePatchError::NotGated { .. })
         ));
     }
@@ -552,7 +679,7 @@ mod tests {
             .pods
             .insert("uid-a".into(), entry(7, None));
         let sent = Instant::now();
-        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t").await;
+        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t", None).await;
         assert_eq!(outcome, UngateOutcome::Unknown);
         let kept = ungater.lock_in_flight().pods.get("uid-a").copied();
         let expires = kept
@@ -571,7 +698,7 @@ mod tests {
             .pods
             .insert("uid-a".into(), entry(7, None));
         // With an hour's timeout on a silent server, any call sent would hang the test.
-        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t").await;
+        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t", None).await;
         assert_eq!(outcome, UngateOutcome::NotAdmitted);
         assert!(ungater.lock_in_flight().pods.is_empty());
         server.abort();

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::{ControllerError, lock};
-use crate::api::{CapacityQueue, DynamicWorkload, QUEUE_LABEL};
+use crate::api::{CapacityQueue, DynamicWorkload, QUEUE_LABEL, ResourceFlavor};
 use crate::queue::admission::WorkloadKey;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::{self};
@@ -26,6 +26,8 @@ use crate::watch_store;
 
 pub(super) struct Stores {
     pub(super) queues: Store<CapacityQueue>,
+    /// Where the queues' flavors run (node labels and tolerations).
+    pub(super) flavors: Store<ResourceFlavor>,
     pub(super) workloads: Store<DynamicWorkload>,
     /// Keyed by uid, without kube's per-object key (see [`crate::watch_store`]); notes what
     /// changed for the incremental passes.
@@ -64,6 +66,7 @@ impl Stores {
     pub(super) async fn wait_until_ready(&self) -> Result<(), ControllerError> {
         let ready = async {
             self.queues.wait_until_ready().await?;
+            self.flavors.wait_until_ready().await?;
             self.workloads.wait_until_ready().await?;
             self.namespaces.wait_until_ready().await
         };
@@ -114,6 +117,14 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
         (changed, Vec::new()),
         "capacityqueues",
     );
+    let (flavors, f) = watch(
+        Api::<ResourceFlavor>::all(client.clone()),
+        config.clone(),
+        |_| {},
+        |_| {},
+        (changed, Vec::new()),
+        "resourceflavors",
+    );
     let workload_changes = Arc::new(Mutex::new(WorkloadChanges::default()));
     let noted = workload_changes.clone();
     let (workloads, w) = watch(
@@ -151,12 +162,13 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
     );
     let stores = Stores {
         queues,
+        flavors,
         workloads,
         pods,
         namespaces,
         workload_changes,
     };
-    (stores, vec![q, w, p, n])
+    (stores, vec![q, f, w, p, n])
 }
 
 /// A store of `K` kept by a watch in the background: each object trimmed by `trim` before it is

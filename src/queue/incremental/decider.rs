@@ -226,6 +226,7 @@ impl Decider {
             built.left_behind.append(&mut b.left_behind);
             decisions.workloads.append(&mut d.workloads);
             decisions.admit.extend(d.admit.iter().map(moved));
+            (decisions.flavors).extend(d.flavors.iter().map(|(r, f)| (moved(r), Arc::clone(f))));
             decisions.evict.extend(d.evict.iter().map(|e| Eviction {
                 victim: moved(&e.victim),
                 preemptor: e.preemptor + offset,
@@ -337,6 +338,7 @@ impl Decider {
             built.workloads.extend(b.workloads.iter().cloned());
             built.left_behind.extend(b.left_behind.iter().copied());
             decisions.admit.extend(d.admit.iter().map(moved));
+            (decisions.flavors).extend(d.flavors.iter().map(|(r, f)| (moved(r), Arc::clone(f))));
             decisions.evict.extend(d.evict.iter().map(|e| Eviction {
                 victim: moved(&e.victim),
                 preemptor: e.preemptor + offset,

@@ -15,6 +15,7 @@ pub(super) struct Kept {
 #[derive(Default)]
 pub struct Snapshotter {
     pub(super) queues: Vec<Arc<CapacityQueue>>,
+    pub(super) flavors: Vec<Arc<crate::api::ResourceFlavor>>,
     pub(super) namespaces: Vec<Arc<PartialObjectMeta<Namespace>>>,
     pub(super) in_flight: HashSet<String>,
     /// Per workload, its pods by (name, uid).
@@ -98,6 +99,18 @@ impl Snapshotter {
             self.all_dirty = true;
         }
         self.queues = queues;
+    }
+
+    /// The ResourceFlavors: a change builds every workload again (the queues' flavors pin with
+    /// them).
+    pub fn set_flavors(&mut self, flavors: Vec<Arc<crate::api::ResourceFlavor>>) {
+        let specs = |fs: &[Arc<crate::api::ResourceFlavor>]| -> Vec<(String, crate::api::ResourceFlavorSpec)> {
+            fs.iter().map(|f| (f.name_any(), f.spec.clone())).collect()
+        };
+        if specs(&self.flavors) != specs(&flavors) {
+            self.all_dirty = true;
+        }
+        self.flavors = flavors;
     }
 
     /// The namespaces (their labels decide which queues admit them): a change builds every
@@ -287,6 +300,7 @@ impl Snapshotter {
             &self.in_flight,
         );
         // What the controller's full pass does after its build, to the workloads built here.
+        snapshot::resolve_flavors(&mut built.snapshot, &self.flavors);
         snapshot::subtract_holds(&mut built.snapshot, &self.holds);
         snapshot::mark_eviction_blocked(&mut built, &self.eviction_blocked);
         if !self.requeue_rules.is_empty() {

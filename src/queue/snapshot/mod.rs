@@ -14,13 +14,14 @@ use kube::core::PartialObjectMeta;
 
 use crate::api::{
     ADMISSION_GATE, CapacityQueue, CapacityQueueSpec, DynamicWorkload, QUEUE_LABEL,
-    QueuePreemption, ReclaimWithinCohort, WithinQueuePreemption,
+    QueuePreemption, ReclaimWithinCohort, ResourceFlavor, WithinQueuePreemption,
 };
 use crate::duration::parse_duration;
 use crate::integrations::Adapters;
 use crate::queue::admission::{
-    CohortMembership, PodSetSnapshot, PodSnapshot, PodState, PreemptionPolicy, QueueSnapshot,
-    ReclaimPolicy, Snapshot, WithinQueue, WorkloadKey, WorkloadSnapshot,
+    CohortMembership, FlavorSnapshot, MAX_FLAVORS, PodSetSnapshot, PodSnapshot, PodState,
+    PreemptionPolicy, QueueSnapshot, ReclaimPolicy, Snapshot, WithinQueue, WorkloadKey,
+    WorkloadSnapshot, flavored_resource,
 };
 use crate::queue::pod_cache::CachedPod;
 use crate::resources::ResourceList;
@@ -34,7 +35,10 @@ use adjust::{drop_gated_if, requeued};
 pub use adjust::{exhausted, leave_gated_behind, mark_eviction_blocked, subtract_holds};
 pub use pods::{is_gated, is_terminating, millis, pod_is_gated, pod_state};
 use queues::{admits_namespace, queue_snapshots};
-pub use queues::{cohort_membership, preemption_policy, selector_matches, timeout_ms};
+pub use queues::{
+    cohort_membership, flavor_snapshots, preemption_policy, resolve_flavors, selector_matches,
+    timeout_ms,
+};
 use strays::{keyed_parts, leave_strays_behind, owning_queue};
 pub use strays::{stray_part_key, stray_part_of};
 
@@ -364,6 +368,10 @@ fn snapshot_pods(
             created_at: fact.created_at,
             terminating: is_terminating(pod, state),
             eviction_blocked: false,
+            flavor: (state == PodState::Admitted)
+                .then(|| fact.flavor.clone())
+                .flatten(),
+            placement: fact.placement.clone(),
         });
         kept.push(pod.clone());
     }

@@ -19,10 +19,29 @@ pub fn cohort_membership(spec: &CapacityQueueSpec) -> Result<Option<CohortMember
     let Some(name) = &spec.cohort else {
         return Ok(None);
     };
-    let borrowing_limit = ResourceList::from_quantities(&spec.borrowing_limit)
+    let mut borrowing_limit = ResourceList::from_quantities(&spec.borrowing_limit)
         .map_err(|e| format!("spec.borrowingLimit: {e}"))?;
-    let lending_limit = ResourceList::from_quantities(&spec.lending_limit)
+    let mut lending_limit = ResourceList::from_quantities(&spec.lending_limit)
         .map_err(|e| format!("spec.lendingLimit: {e}"))?;
+    // A flavored queue lends and borrows per flavor: its limits name flavored resources.
+    for (i, flavor) in spec.flavors.iter().enumerate() {
+        let limits = [
+            (
+                &flavor.borrowing_limit,
+                &mut borrowing_limit,
+                "borrowingLimit",
+            ),
+            (&flavor.lending_limit, &mut lending_limit, "lendingLimit"),
+        ];
+        for (quantities, into, field) in limits {
+            let read = ResourceList::from_quantities(quantities)
+                .map_err(|e| format!("spec.flavors[{i}].{field}: {e}"))?;
+            for (resource, value) in read.0 {
+                into.0
+                    .insert(flavored_resource(&flavor.name, &resource), value);
+            }
+        }
+    }
     let weight = spec.fair_sharing.as_ref().and_then(|f| f.weight.as_ref());
     let weight_milli = match weight {
         None => 1000,
@@ -101,9 +120,10 @@ pub(super) fn queue_snapshots(
         let read = ResourceList::from_quantities(&q.spec.quota)
             .map_err(|e| e.to_string())
             .and_then(|quota| Ok((quota, cohort_membership(&q.spec)?)))
+            .and_then(|read| Ok((read, flavor_snapshots(&q.spec)?)))
             .and_then(|read| timeout_ms(&q.spec).map(|_| read));
         match read {
-            Ok((quota, cohort)) => {
+            Ok(((quota, cohort), flavors)) => {
                 let preemption = q.spec.preemption();
                 snapshots.push(QueueSnapshot {
                     name: name.clone(),
@@ -111,6 +131,7 @@ pub(super) fn queue_snapshots(
                     strategy: q.spec.queueing_strategy,
                     preemption: preemption_policy(&preemption),
                     cohort,
+                    flavors,
                 });
                 rules.insert(
                     name,
@@ -125,6 +146,59 @@ pub(super) fn queue_snapshots(
         }
     }
     (snapshots, rules)
+}
+
+/// A queue's flavors as admission reads them, before their ResourceFlavors are known
+/// ([`resolve_flavors`]): names and quotas. An unreadable quota is refused with the field's name.
+pub fn flavor_snapshots(spec: &CapacityQueueSpec) -> Result<Vec<Arc<FlavorSnapshot>>, String> {
+    if spec.flavors.len() > MAX_FLAVORS {
+        return Err(format!(
+            "spec.flavors: {} flavors, at most {MAX_FLAVORS}",
+            spec.flavors.len()
+        ));
+    }
+    let mut flavors = Vec::with_capacity(spec.flavors.len());
+    for (i, flavor) in spec.flavors.iter().enumerate() {
+        if flavor.name.contains(':') || spec.flavors[..i].iter().any(|f| f.name == flavor.name) {
+            return Err(format!(
+                "spec.flavors[{i}].name: {:?} is not a unique ResourceFlavor name",
+                flavor.name
+            ));
+        }
+        let quota = ResourceList::from_quantities(&flavor.quota)
+            .map_err(|e| format!("spec.flavors[{i}].quota: {e}"))?;
+        flavors.push(Arc::new(FlavorSnapshot {
+            name: flavor.name.clone(),
+            quota,
+            node_labels: BTreeMap::new(),
+            tolerations: Vec::new(),
+            defined: false,
+        }));
+    }
+    Ok(flavors)
+}
+
+/// Gives the snapshot's flavors their ResourceFlavors' node labels and tolerations; a flavor
+/// whose ResourceFlavor does not exist stays undefined (it admits nothing).
+pub fn resolve_flavors(snapshot: &mut Snapshot, resource_flavors: &[Arc<ResourceFlavor>]) {
+    for queue in &mut snapshot.queues {
+        for flavor in &mut queue.flavors {
+            let found = resource_flavors
+                .iter()
+                .find(|rf| rf.name_any() == flavor.name);
+            let resolved = FlavorSnapshot {
+                node_labels: found
+                    .map(|rf| rf.spec.node_labels.clone())
+                    .unwrap_or_default(),
+                tolerations: found
+                    .map(|rf| rf.spec.tolerations.clone())
+                    .unwrap_or_default(),
+                defined: found.is_some(),
+                ..FlavorSnapshot::clone(flavor)
+            };
+            *flavor = Arc::new(resolved);
+        }
+    }
 }
 
 /// A queue's timeout, in milliseconds; None when it sets none. An unreadable one is refused with

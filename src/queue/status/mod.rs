@@ -16,7 +16,7 @@ use crate::queue::snapshot::Built;
 
 mod queue;
 
-pub use queue::{queue_status, usage_summary};
+pub use queue::{queue_status, summary_quota, usage_summary};
 
 /// What a pass knows of one workload, as its status needs it.
 pub struct WorkloadView<'a> {

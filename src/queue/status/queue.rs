@@ -1,7 +1,12 @@
 //! A CapacityQueue's status after a pass: its usage, reservations and pending demand from the
 //! pass's tally, and the one-line summary of its usage.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use super::*;
+use crate::api::FlavorStatus;
 
 /// The status a CapacityQueue should have after this pass: its tally, or (no tally: its quota
 /// could not be read, so the pass skipped it) inactive. `old`: the newest status known.
@@ -32,6 +37,7 @@ pub fn queue_status(
             )],
             observed_generation: generation,
             usage_summary: String::new(),
+            flavors: flavor_statuses(t),
         },
         None => CapacityQueueStatus {
             conditions: vec![Condition::updated(
@@ -46,6 +52,57 @@ pub fn queue_status(
             ..CapacityQueueStatus::default()
         },
     }
+}
+
+/// A flavored queue's holdings per flavor, read from its tally's flavored resources
+/// (`<flavor>:<resource>`), in the order the flavors first appear (the queue's order).
+fn flavor_statuses(t: &QueueTally) -> Vec<FlavorStatus> {
+    use crate::queue::admission::split_flavored;
+    let mut flavors: Vec<FlavorStatus> = Vec::new();
+    let lists = [(&t.usage, false), (&t.reserved, true)];
+    for (list, reserved) in lists {
+        for (name, value) in &list.0 {
+            let Some((flavor, resource)) = split_flavored(name) else {
+                continue;
+            };
+            let at = match flavors.iter().position(|f| f.name == flavor) {
+                Some(at) => at,
+                None => {
+                    flavors.push(FlavorStatus {
+                        name: flavor.to_string(),
+                        ..FlavorStatus::default()
+                    });
+                    flavors.len() - 1
+                }
+            };
+            let into = if reserved {
+                &mut flavors[at].reserved
+            } else {
+                &mut flavors[at].usage
+            };
+            into.insert(
+                resource.to_string(),
+                Quantity(crate::resources::format_quantity(resource, *value)),
+            );
+        }
+    }
+    flavors
+}
+
+/// The quota `Used/Quota` reads: `spec.quota`, or for a queue with flavors each flavor's quota
+/// under its flavored names (`<flavor>:<resource>`, as the status's usage names them).
+pub fn summary_quota(spec: &crate::api::CapacityQueueSpec) -> BTreeMap<String, Quantity> {
+    if spec.flavors.is_empty() {
+        return spec.quota.clone();
+    }
+    let mut quota = BTreeMap::new();
+    for flavor in &spec.flavors {
+        for (resource, value) in &flavor.quota {
+            let name = crate::queue::admission::flavored_resource(&flavor.name, resource);
+            quota.insert(name, value.clone());
+        }
+    }
+    quota
 }
 
 /// `kubectl get cq`'s `Used/Quota`: per resource the quota names, what is used and reserved

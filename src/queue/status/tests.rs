@@ -46,6 +46,8 @@ fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
                     created_at: i as i64,
                     terminating: false,
                     eviction_blocked: false,
+                    flavor: None,
+                    placement: None,
                 })
                 .collect(),
         }],

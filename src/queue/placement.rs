@@ -1,0 +1,155 @@
+//! A pod's own node constraints (its nodeSelector and required node affinity), read once per pod
+//! version, and whether a flavor's node labels satisfy them: a flavor they exclude is never
+//! charged for the pod, since the pod would not run on that flavor's nodes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec};
+
+/// A pod's node constraints.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Placement {
+    pub node_selector: BTreeMap<String, String>,
+    /// `requiredDuringSchedulingIgnoredDuringExecution` terms (any one must hold); empty: none.
+    pub terms: Vec<Vec<NodeSelectorRequirement>>,
+}
+
+impl Placement {
+    /// The pod's constraints; None when it has none (most pods: no allocation).
+    pub fn of(spec: &PodSpec) -> Option<Placement> {
+        let node_selector = spec.node_selector.clone().unwrap_or_default();
+        let terms: Vec<Vec<NodeSelectorRequirement>> = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|required| {
+                (required.node_selector_terms.iter())
+                    .map(|t| t.match_expressions.clone().unwrap_or_default())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (!node_selector.is_empty() || !terms.is_empty()).then_some(Placement {
+            node_selector,
+            terms,
+        })
+    }
+
+    /// Whether a node carrying `labels` (a flavor's node labels; its other labels unknown) may
+    /// satisfy the constraints. Only what the labels decide is judged: a requirement on a key they
+    /// do not name may hold on the flavor's nodes, so it does not exclude the flavor.
+    pub fn allows(&self, labels: &BTreeMap<String, String>) -> bool {
+        let selector_ok = self
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k).is_none_or(|l| l == v));
+        let affinity_ok = self.terms.is_empty()
+            || self
+                .terms
+                .iter()
+                .any(|term| term.iter().all(|r| requirement_may_hold(r, labels)));
+        selector_ok && affinity_ok
+    }
+}
+
+/// Whether one node selector requirement may hold on a node with `labels` (unknown keys: yes).
+fn requirement_may_hold(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let Some(value) = labels.get(&r.key) else {
+        // DoesNotExist / NotIn hold if the nodes lack the key; In / Exists might hold anyway
+        // through the nodes' other labels: only the flavor's own labels exclude.
+        return true;
+    };
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => values.contains(value),
+        "NotIn" => !values.contains(value),
+        "Exists" => true,
+        "DoesNotExist" => false,
+        "Gt" => {
+            matches!((number(value), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((number(value), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+        }
+        // An operator the API server would have refused: it matches nothing.
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> PodSpec {
+        serde_json::from_value(v).expect("a pod spec")
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_without_constraints_has_no_placement() {
+        assert_eq!(Placement::of(&spec(json!({"containers": []}))), None);
+    }
+
+    #[test]
+    fn a_node_selector_excludes_a_flavor_with_another_value_only() {
+        let p = Placement::of(&spec(
+            json!({"containers": [], "nodeSelector": {"gpu": "h100"}}),
+        ))
+        .expect("constraints");
+        assert!(!p.allows(&labels(&[("gpu", "a100")])));
+        assert!(p.allows(&labels(&[("gpu", "h100"), ("pool", "x")])));
+        assert!(p.allows(&labels(&[("pool", "x")])), "unknown key: may hold");
+    }
+
+    #[test]
+    fn required_affinity_terms_are_ored_and_requirements_anded() {
+        let p = Placement::of(&spec(
+            json!({"containers": [], "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu", "operator": "NotIn", "values": ["a100"]}]},
+                {"matchExpressions": [{"key": "spot", "operator": "DoesNotExist"},
+                                      {"key": "gpu", "operator": "In", "values": ["a100"]}]}
+            ]}}}}),
+        ))
+        .expect("constraints");
+        assert!(p.allows(&labels(&[("gpu", "h100")])));
+        assert!(
+            p.allows(&labels(&[("gpu", "a100")])),
+            "second term may hold"
+        );
+        assert!(!p.allows(&labels(&[("gpu", "a100"), ("spot", "true")])));
+    }
+
+    #[test]
+    fn numeric_and_unknown_operators() {
+        let p = Placement::of(&spec(
+            json!({"containers": [], "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "mem", "operator": "Gt", "values": ["100"]}]}]}}}}),
+        ))
+        .expect("constraints");
+        assert!(p.allows(&labels(&[("mem", "200")])));
+        assert!(!p.allows(&labels(&[("mem", "50")])));
+        assert!(!p.allows(&labels(&[("mem", "lots")])));
+        let q = Placement {
+            terms: vec![vec![NodeSelectorRequirement {
+                key: "gpu".into(),
+                operator: "Like".into(),
+                values: None,
+            }]],
+            ..Placement::default()
+        };
+        assert!(!q.allows(&labels(&[("gpu", "a100")])));
+    }
+}
