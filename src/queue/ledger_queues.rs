@@ -31,20 +31,18 @@ struct Index {
     relist: Option<HashMap<WorkloadKey, String>>,
 }
 
-/// The ledger's key and queue; None for one without a namespace or a queue (it names nothing).
-fn entry(ledger: &DynamicWorkload) -> Option<(WorkloadKey, String)> {
-    let namespace = ledger.namespace()?;
+/// The ledger's workload key; None without a namespace.
+fn key_of(ledger: &DynamicWorkload) -> Option<WorkloadKey> {
+    Some(WorkloadKey {
+        namespace: ledger.namespace()?,
+        name: ledger.name_any(),
+    })
+}
+
+/// The queue the ledger names; None when it names none.
+fn queue_named(ledger: &DynamicWorkload) -> Option<String> {
     let queue = ledger.spec.queue_name.trim();
-    if queue.is_empty() {
-        return None;
-    }
-    Some((
-        WorkloadKey {
-            namespace,
-            name: ledger.name_any(),
-        },
-        queue.to_string(),
-    ))
+    (!queue.is_empty()).then(|| queue.to_string())
 }
 
 impl LedgerQueues {
@@ -59,29 +57,21 @@ impl LedgerQueues {
         let mut index = self.inner.write().unwrap_or_else(|e| e.into_inner());
         match event {
             Event::Apply(ledger) => {
-                let Some(namespace) = ledger.namespace() else {
-                    return;
-                };
-                let key = WorkloadKey {
-                    namespace,
-                    name: ledger.name_any(),
-                };
-                match entry(&ledger) {
-                    Some((key, queue)) => index.queues.insert(key, queue),
+                let Some(key) = key_of(&ledger) else { return };
+                match queue_named(&ledger) {
+                    Some(queue) => index.queues.insert(key, queue),
                     None => index.queues.remove(&key),
                 };
             }
             Event::Delete(ledger) => {
-                if let Some(namespace) = ledger.namespace() {
-                    index.queues.remove(&WorkloadKey {
-                        namespace,
-                        name: ledger.name_any(),
-                    });
+                if let Some(key) = key_of(&ledger) {
+                    index.queues.remove(&key);
                 }
             }
             Event::Init => index.relist = Some(HashMap::new()),
             Event::InitApply(ledger) => {
-                if let (Some(relist), Some((key, queue))) = (index.relist.as_mut(), entry(&ledger))
+                if let (Some(relist), Some(key), Some(queue)) =
+                    (index.relist.as_mut(), key_of(&ledger), queue_named(&ledger))
                 {
                     relist.insert(key, queue);
                 }
