@@ -110,6 +110,20 @@ def workload_of(labels):
     return None
 
 
+def ledger_name(workload):
+    """The DynamicWorkload's name for a sluice.dev/workload label value (sluice's documented
+    naming: the value itself when it is a valid name, else a cleaned form with a hash)."""
+    cleaned = "".join(c if c in "abcdefghijklmnopqrstuvwxyz0123456789-." else c.lower() if "A" <= c <= "Z" else "-"
+                      for c in workload)
+    trimmed = cleaned.strip("-.")
+    if trimmed == workload and trimmed and len(trimmed) <= 253:
+        return workload
+    h = 0xcbf29ce484222325
+    for b in workload.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{trimmed[:200] or 'workload'}-{h & 0xFFFFFFFF:08x}"
+
+
 def slim_pod(obj):
     """What the checks read of a pod (the rest is dropped: 10,000 pods stay small)."""
     md, spec, st = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
@@ -268,9 +282,22 @@ def slim_queue(obj):
         q = (spec.get(field) or {}).get("cpu")
         return None if q is None else cpu_millis(q)
 
+    status = obj.get("status") or {}
+
+    def status_cpu(field):
+        q = (status.get(field) or {}).get("cpu")
+        try:
+            return 0 if q is None else cpu_millis(q)
+        except ValueError:
+            return q
+
+    # sluice's own count, as its last status write gave it: only reported beside the auditor's
+    # when a check fails (never used to judge, so the auditor stays independent of it).
+    sluice = {f: status_cpu(f) for f in ("usage", "reserved", "borrowed", "lent")}
+    sluice.update(pending_pods=status.get("pendingPods"), admitted_pods=status.get("admittedPods"))
     return {"name": obj["metadata"]["name"], "quota": cpu_of("quota") or 0,
             "strict": spec.get("queueingStrategy") == "StrictFIFO", "cohort": spec.get("cohort"),
-            "borrowing": cpu_of("borrowingLimit"), "lending": cpu_of("lendingLimit")}
+            "borrowing": cpu_of("borrowingLimit"), "lending": cpu_of("lendingLimit"), "sluice": sluice}
 
 
 def lending(members):
@@ -299,6 +326,7 @@ class Auditor:
         self.max_ratio = {}  # queue or "cohort/<name>" -> max usage / what it may hold
         self.longest_stranded, self.longest_stranded_pod = 0.0, None
         self.room_since = {}  # pod uid -> since when it has had room (continuously)
+        self.pods_by_uid, self.ledger_cache = {}, {}  # for the report of a stranded pod
         self.lease_key, self.renewing_since = None, None
         self.terms = {}  # leaseTransitions -> {"holder", "acquired", "renewed", "duration"}
         self.admissions = {}  # leaseTransitions -> (latest admitted-at, pod) of that term
@@ -448,7 +476,9 @@ class Auditor:
             with_room.update(self.check_cohort(now, cohort, members, state))
         self.last_state = {name: {"usage": st["usage"], "reserved": st["reserved"], "quota": queues[name]["quota"],
                                   "cohort": queues[name]["cohort"], "waiting_items": len(st["demand"]),
-                                  "waiting_cpu": sum(d[2] for d in st["demand"])} for name, st in state.items()}
+                                  "waiting_cpu": sum(d[2] for d in st["demand"]),
+                                  "sluice_says": queues[name]["sluice"]} for name, st in state.items()}
+        self.pods_by_uid = {p["uid"]: p for p in pods}
         self.update_stranded(now, with_room)
         gated = sum(st["gated"] for st in state.values())
         holding = sum(len(st["admitted_priorities"]) for st in state.values())
@@ -574,8 +604,30 @@ class Auditor:
                 cohort = self.last_state.get(queue, {}).get("cohort")
                 seen = {n: st for n, st in self.last_state.items() if n == queue or (cohort and st["cohort"] == cohort)}
                 self.violation(now, f"queue {queue}: pod {uid} gated {waited:.1f}s with room for it under a renewing leader"
-                                    f" (room since {since - self.start:.1f}s, leader since {self.renewing_since - self.start:.1f}s; state {json.dumps(seen)})")
+                                    f" (room since {since - self.start:.1f}s, leader since {self.renewing_since - self.start:.1f}s; state {json.dumps(seen)};"
+                                    f" its ledger says: {self.ledger_says(uid)})")
                 self.room_since[uid] = now  # one violation per stranded stretch
+
+    def ledger_says(self, uid):
+        """What sluice's ledger of a stranded pod's workload says of its wait (read once per
+        workload per 30 s; reported, never judged): the answer a user would get."""
+        pod = self.pods_by_uid.get(uid)
+        if pod is None or not pod["workload"] or pod["workload"].startswith("ray/"):
+            return None
+        key = (pod["ns"], pod["workload"])
+        said = self.ledger_cache.get(key)
+        if said and time.time() - said[0] < 30:
+            return said[1]
+        try:
+            obj = self.api.call("GET", f"/apis/sluice.dev/v1alpha1/namespaces/{pod['ns']}/dynamicworkloads/"
+                                       f"{ledger_name(pod['workload'])}", timeout=5)
+            st = obj.get("status") or {}
+            answer = {"phase": st.get("phase"), "message": st.get("message"),
+                      "conditions": [(c.get("type"), c.get("status"), c.get("message")) for c in st.get("conditions") or []]}
+        except (OSError, RuntimeError, ValueError) as e:
+            answer = f"not read: {e}"[:300]
+        self.ledger_cache[key] = (time.time(), answer)
+        return answer
 
     # ---- the loop -------------------------------------------------------------------------------
     def run(self):

@@ -186,7 +186,30 @@ pub(crate) fn decide_changed(
     );
     let decided = snapshotter.decider.decided_mask();
     let (built, decisions) = snapshotter.lend();
+    log_waiting_queues(&decisions, holds);
     (built, decisions, decided)
+}
+
+/// At debug, a pass's figures for each queue in which something waits: what an operator (or the
+/// churn run's auditor) compares with its own count when a pod waits longer than expected. Room
+/// held at creation lowers the queue's quota for the pass and shows nowhere else.
+fn log_waiting_queues(decisions: &Decisions, holds: &HashMap<String, ResourceList>) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    for (queue, tally) in decisions.queues.iter().filter(|(_, t)| t.has_waiting()) {
+        debug!(
+            queue,
+            usage = ?tally.usage.0,
+            reserved = ?tally.reserved.0,
+            borrowed = ?tally.borrowed.0,
+            lent = ?tally.lent.0,
+            held_at_creation = ?holds.get(queue).map(|h| &h.0),
+            pending_pods = tally.pending_pods,
+            admitted_pods = tally.admitted_pods,
+            "queue after the pass"
+        );
+    }
 }
 
 /// The queues in which a pass over `pods` may admit a gated pod: the queue of each workload with a
