@@ -3,18 +3,22 @@
 //! in flight), watches them, and prints one JSON object with the time every pod was first seen without
 //! scheduling gates ("admitted") and first seen Running. With `--end-after S` each pod is ended
 //! (annotation `sluice.dev/kwok-phase=Succeeded`, which kwok acts on) S seconds after it runs, so a
-//! quota-limited queue turns over. The namespace (and the queue objects) must exist; see hack/bench.sh.
+//! quota-limited queue turns over. A pod deleted by someone else before it ran (evicted by a
+//! preemption or a cohort's reclaim in the churn run: a plain pod is not recreated) counts as gone;
+//! the load is complete when every pod ran or is gone. The namespace (and the queue objects) must
+//! exist; see hack/bench.sh.
 //!
 //!   cargo run --release -p sluice-tools --bin e2e_load -- --mode sluice --namespace e2e --queue e2e --pods 5000
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -100,6 +104,17 @@ fn pod(args: &Args, workload: usize, size: usize, index: usize) -> serde_json::V
     })
 }
 
+/// What the watch tells the main loop.
+enum Seen {
+    Pod {
+        name: String,
+        ungated: bool,
+        running: bool,
+    },
+    /// Deleted (by an eviction, or anyone but this tool).
+    Gone(String),
+}
+
 fn ungated(p: &Pod) -> bool {
     p.spec
         .as_ref()
@@ -124,32 +139,43 @@ async fn main() -> anyhow::Result<()> {
 
     // The watch is open before the first create, so no transition is missed.
     let mut events = Box::pin(
-        watcher(pods.clone(), watcher::Config::default().labels("bench=e2e"))
-            .default_backoff()
-            .applied_objects(),
+        watcher(pods.clone(), watcher::Config::default().labels("bench=e2e")).default_backoff(),
     );
     let start = Instant::now();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool, bool)>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
     tokio::spawn(async move {
         while let Some(ev) = events.next().await {
-            match ev {
-                Ok(p) => {
-                    let _ = tx.send((p.name_any(), ungated(&p), running(&p)));
+            let seen = match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => Seen::Pod {
+                    name: p.name_any(),
+                    ungated: ungated(&p),
+                    running: running(&p),
+                },
+                Ok(watcher::Event::Delete(p)) => Seen::Gone(p.name_any()),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                Err(e) => {
+                    eprintln!("watch: {e}");
+                    continue;
                 }
-                Err(e) => eprintln!("watch: {e}"),
-            }
+            };
+            let _ = tx.send(seen);
         }
     });
-
+    let created_all = Arc::new(AtomicBool::new(false));
+    let specs: Vec<serde_json::Value> = shapes
+        .iter()
+        .enumerate()
+        .flat_map(|(w, &size)| (0..size).map(move |i| (w, size, i)))
+        .map(|(w, size, i)| pod(&args, w, size, i))
+        .collect();
+    let all_names: Vec<String> = specs
+        .iter()
+        .filter_map(|s| s["metadata"]["name"].as_str().map(String::from))
+        .collect();
     let creator = {
-        let args = args.clone();
+        let concurrency = args.concurrency;
+        let created_all = created_all.clone();
         let pods = pods.clone();
-        let specs: Vec<serde_json::Value> = shapes
-            .iter()
-            .enumerate()
-            .flat_map(|(w, &size)| (0..size).map(move |i| (w, size, i)))
-            .map(|(w, size, i)| pod(&args, w, size, i))
-            .collect();
         tokio::spawn(async move {
             let errors = stream::iter(specs)
                 .map(|spec| {
@@ -173,9 +199,10 @@ async fn main() -> anyhow::Result<()> {
                         }
                     }
                 })
-                .buffer_unordered(args.concurrency)
+                .buffer_unordered(concurrency)
                 .fold(0u32, |acc, f| async move { acc + f })
                 .await;
+            created_all.store(true, Ordering::Release);
             (start.elapsed().as_secs_f64(), errors)
         })
     };
@@ -183,13 +210,44 @@ async fn main() -> anyhow::Result<()> {
     let mut admitted: HashMap<String, f64> = HashMap::new();
     let mut ran: HashMap<String, f64> = HashMap::new();
     let mut ended: HashSet<String> = HashSet::new();
+    let mut gone: HashSet<String> = HashSet::new();
     let deadline = start + Duration::from_secs_f64(args.timeout);
     let mut last_report = Instant::now();
-    while ran.len() < total {
-        let next = tokio::time::timeout_at(deadline.into(), rx.recv()).await;
-        let Ok(Some((name, is_ungated, is_running))) = next else {
-            eprintln!("e2e_load: timed out with {} of {total} running", ran.len());
-            break;
+    let mut last_list = Instant::now();
+    while ran.len() + gone.len() < total {
+        // A deletion the watch did not deliver (one between a relist's LIST and its WATCH) is
+        // found by a LIST once every pod was created.
+        if created_all.load(Ordering::Acquire) && last_list.elapsed() > Duration::from_secs(15) {
+            last_list = Instant::now();
+            if let Ok(list) = pods.list_metadata(&ListParams::default().labels("bench=e2e")).await {
+                let present: HashSet<String> = list.items.iter().map(|p| p.name_any()).collect();
+                gone.extend(
+                    all_names
+                        .iter()
+                        .filter(|n| !present.contains(*n) && !ran.contains_key(*n))
+                        .cloned(),
+                );
+            }
+        }
+        let tick = (Instant::now() + Duration::from_secs(5)).min(deadline);
+        let next = tokio::time::timeout_at(tick.into(), rx.recv()).await;
+        let (name, is_ungated, is_running) = match next {
+            Ok(Some(Seen::Pod {
+                name,
+                ungated,
+                running,
+            })) => (name, ungated, running),
+            Ok(Some(Seen::Gone(name))) => {
+                if !ran.contains_key(&name) {
+                    gone.insert(name);
+                }
+                continue;
+            }
+            Err(_) if Instant::now() < deadline => continue,
+            _ => {
+                eprintln!("e2e_load: timed out with {} of {total} running", ran.len());
+                break;
+            }
         };
         let t = start.elapsed().as_secs_f64();
         if is_ungated || is_running {
@@ -218,9 +276,10 @@ async fn main() -> anyhow::Result<()> {
         }
         if last_report.elapsed() > Duration::from_secs(5) {
             eprintln!(
-                "e2e_load: {t:.1}s admitted {} running {} of {total}",
+                "e2e_load: {t:.1}s admitted {} running {} gone {} of {total}",
                 admitted.len(),
-                ran.len()
+                ran.len(),
+                gone.len()
             );
             last_report = Instant::now();
         }
@@ -246,7 +305,8 @@ async fn main() -> anyhow::Result<()> {
         "end_after_s": args.end_after,
         "create_s": create_s,
         "create_retries": create_retries,
-        "complete": running_times.len() == total,
+        "gone_before_running": gone.len(),
+        "complete": running_times.len() + gone.len() == total,
         "all_running_s": running_times.last(),
         "all_admitted_s": admitted_times.last(),
         "admitted_times": round(&admitted_times),
