@@ -219,7 +219,10 @@ async fn main() -> anyhow::Result<()> {
         // found by a LIST once every pod was created.
         if created_all.load(Ordering::Acquire) && last_list.elapsed() > Duration::from_secs(15) {
             last_list = Instant::now();
-            if let Ok(list) = pods.list_metadata(&ListParams::default().labels("bench=e2e")).await {
+            if let Ok(list) = pods
+                .list_metadata(&ListParams::default().labels("bench=e2e"))
+                .await
+            {
                 let present: HashSet<String> = list.items.iter().map(|p| p.name_any()).collect();
                 gone.extend(
                     all_names
