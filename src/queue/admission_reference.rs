@@ -208,10 +208,12 @@ fn prepare<'a>(
         let workload = &snapshot.workloads[w];
         let mut used = vec![0i64; width];
         let mut held = vec![0i64; width];
-        let started = workload
-            .pod_sets
-            .iter()
-            .any(|s| s.pods.iter().any(|p| p.state == PodState::Admitted));
+        // A workload whose admitted pods are all terminating has stopped: it reserves nothing.
+        let started = workload.pod_sets.iter().any(|s| {
+            s.pods
+                .iter()
+                .any(|p| p.state == PodState::Admitted && !p.terminating)
+        });
         let mut gated_total = 0u32;
 
         for (s, set) in workload.pod_sets.iter().enumerate() {
@@ -863,13 +865,14 @@ pub fn held(
                 if holds {
                     count += 1;
                     used += pod.requests.get(resource);
+                    started |= !pod.terminating || admitted.contains(&at);
                 }
             }
-            started |= count > 0;
             missing += i64::from(set.min_count.saturating_sub(count)) * set.per_pod.get(resource);
         }
+        total += used;
         if started {
-            total += used + missing;
+            total += missing;
         }
     }
     total

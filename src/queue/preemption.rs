@@ -162,11 +162,18 @@ fn counts(holder: &Holder, with_terminating: bool) -> Vec<u32> {
         .collect()
 }
 
+/// Whether the holder's gang has started: a pod admitted by the pass, or an admitted pod that is
+/// not terminating (one whose admitted pods all terminate has stopped and reserves nothing, as the
+/// admission pass counts it).
+fn started(holder: &Holder) -> bool {
+    (holder.sets.iter()).any(|s| s.admitted_now > 0 || s.pods.iter().any(|p| !p.terminating))
+}
+
 /// The reservation of a workload with `counts` admitted pods per set: its missing gang members,
-/// once it has started (nothing before).
+/// once it has started (nothing before, nor once it has stopped).
 fn reservation(holder: &Holder, counts: &[u32], width: usize) -> Vec<i64> {
     let mut out = vec![0i64; width];
-    if counts.iter().all(|c| *c == 0) {
+    if !started(holder) || counts.iter().all(|c| *c == 0) {
         return out;
     }
     for (set, count) in holder.sets.iter().zip(counts) {

@@ -51,16 +51,21 @@ impl<'a> QueuePass<'a> {
     }
 
     /// Gathers one member's demand: counts its admitted and gated pods; for a workload that has
-    /// started, reserves its missing gang members and queues each gated pod; for one that has not,
-    /// queues its minimum gang as one item. What it holds joins the queue's usage and reservations.
+    /// started (an admitted pod not terminating), reserves its missing gang members and queues
+    /// each gated pod; for one that has not, queues its minimum gang as one item. What it holds joins the queue's usage and reservations.
     pub(super) fn gather_member(&mut self, m: usize) {
         let snapshot = self.snapshot;
         let w = self.members[m];
         let workload = &snapshot.workloads[w];
-        let first_admitted = (workload.pod_sets.iter())
+        let mut admitted = (workload.pod_sets.iter())
             .flat_map(|s| s.pods.iter())
-            .find(|p| p.state == PodState::Admitted);
-        let started = first_admitted.is_some();
+            .filter(|p| p.state == PodState::Admitted);
+        let first_admitted = admitted.clone().next();
+        // A workload whose admitted pods are all terminating (evicted by a preemption or a
+        // reclaim, or deleted) has stopped: the places of its gang are no longer held, so the room
+        // they took is free now, not only once the pods are gone (their own requests still count
+        // until then). Its gated pods need the whole minimum again.
+        let started = admitted.any(|p| !p.terminating);
         let workload_flavor = first_admitted.map_or(NO_FLAVOR, |p| self.flavor_of(p));
         let mut gang = Gang {
             start: to_u32(self.arena.pods.len()),

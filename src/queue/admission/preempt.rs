@@ -61,10 +61,17 @@ impl<'a> QueuePass<'a> {
         let mut need = self.arena.slice(item.usage, width).to_vec();
         add_into(&mut need, self.arena.slice(self.reserve_at, width));
         // The preemptor's own pods count as admitted: a workload of the preemptor whose pods are
-        // terminating keeps its reservation for them once they are gone.
+        // terminating keeps its reservation for them once they are gone. Not so for the gang of
+        // a workload that has stopped (its admitted pods all terminating): the item carries the
+        // whole gang's places, and its terminating pods free all they hold.
         let start = item.pods_start as usize;
         let item_pods = &self.arena.pods[start..start + item.pods_len as usize];
-        let (holders, owners) = self.holders(item.priority, admitted_now.iter().chain(item_pods));
+        let preemptor = &self.snapshot.workloads[self.members[item.member as usize]];
+        let stopped = !(preemptor.pod_sets.iter())
+            .flat_map(|set| &set.pods)
+            .any(|pod| pod.state == PodState::Admitted && !pod.terminating);
+        let own = if stopped { &[][..] } else { item_pods };
+        let (holders, owners) = self.holders(item.priority, admitted_now.iter().chain(own));
         let need = Need {
             limits: &self.dims.limits,
             load: &load,

@@ -157,6 +157,46 @@ fn reclaim_waits_for_terminating_borrowed_pods_without_a_second_round() {
     assert_eq!(evicted_names(&s, &d), vec!["a3-p", "a2-p"]);
 }
 
+/// The churn run's strand (issue 40, runs 12 and 14): a reclaim evicted the one admitted pod of a
+/// borrowing gang, whose other places were reserved; while that pod terminated (16 s on a busy API
+/// server) the reservation still held the pool, so pods that fit it waited for nothing.
+#[test]
+fn a_gang_whose_admitted_pods_all_terminate_gives_its_reserved_places_back_at_once() {
+    // a (quota 4) holds 4 cores and a gang of 4 with 1 pod admitted (3 places reserved):
+    // it borrows 4 of b's quota of 4. That one admitted pod is being evicted.
+    let mut workloads = in_queue(admitted_singles("a", 4, 1, 0, 0), "a");
+    let mut gang = gated_gang("gang", 4, 0, 10);
+    gang.queue = "a".into();
+    gang.pod_sets[0].pods.truncate(1);
+    gang.pod_sets[0].pods[0].state = PodState::Admitted;
+    gang.pod_sets[0].pods[0].terminating = true;
+    workloads.push(gang);
+    workloads.extend(gated_singles("b", "b", 3, 0, 20));
+    let s = Snapshot {
+        queues: vec![in_cohort("a", 4, "c"), in_cohort("b", 4, "c")],
+        workloads,
+    };
+    let d = decide(&s);
+    // The pool is 8: a takes 5 (its terminating pod still counts until it is gone), so b's three
+    // fit. Before, the 3 reserved places kept the pool full until the pod was gone.
+    assert_eq!(admitted_in(&s, &d, "b"), 3);
+    assert_eq!(d.queues["a"].reserved.get("cpu"), 0);
+    assert_eq!(d.queues["a"].usage.get("cpu"), 5 * CPU);
+    assert!(d.evict.is_empty(), "nothing more to reclaim");
+
+    // The same gang with a live pod beside the terminating one still holds its places.
+    let mut live = s.clone();
+    let gang = &mut live.workloads[4].pod_sets[0];
+    let mut second = gang.pods[0].clone();
+    second.name = "gang-p1".into();
+    second.terminating = false;
+    gang.pods.push(second);
+    let d = decide(&live);
+    assert_eq!(d.queues["a"].reserved.get("cpu"), 2 * CPU);
+    // a takes 4 + 2 + 2 reserved: the whole pool; b's pods wait (and reclaim: a borrows).
+    assert_eq!(admitted_in(&live, &d, "b"), 0);
+}
+
 #[test]
 fn fair_sharing_alternates_borrowers_by_weight() {
     // c lends 6 idle cores; a and b (quota 1 each, used) each want 6 more. a's work is older.

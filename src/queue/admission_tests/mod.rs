@@ -437,7 +437,8 @@ fn held_after(s: &Snapshot, d: &Decisions, queue: &str) -> i64 {
                 if now {
                     n += 1;
                     total += p.requests.get("cpu");
-                    started = true;
+                    // Admitted now, or before and not terminating (all terminating: stopped).
+                    started |= p.state == PodState::Gated || !p.terminating;
                 }
             }
             per_set.push((set.min_count.saturating_sub(n), set.per_pod.get("cpu")));

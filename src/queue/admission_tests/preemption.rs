@@ -258,10 +258,12 @@ fn a_workload_losing_pods_admits_none_in_the_same_pass() {
 /// not admitted by the pass.
 fn preemptor_items(s: &Snapshot, d: &Decisions, p: usize) -> Vec<Vec<PodRef>> {
     let wl = &s.workloads[p];
-    let started = wl
-        .pod_sets
-        .iter()
-        .any(|set| set.pods.iter().any(|x| x.state == PodState::Admitted));
+    // Started: an admitted pod not terminating (all terminating: stopped, a gang again).
+    let started = wl.pod_sets.iter().any(|set| {
+        set.pods
+            .iter()
+            .any(|x| x.state == PodState::Admitted && !x.terminating)
+    });
     if !started {
         return vec![crate::queue::admission_reference::gang_pods(s, p)];
     }
@@ -365,7 +367,7 @@ proptest! {
                 .collect();
             let [p] = waiting[..] else { continue };
             let wl = &s.workloads[p];
-            let started = wl.pod_sets.iter().any(|set| set.pods.iter().any(|x| x.state == PodState::Admitted));
+            let started = wl.pod_sets.iter().any(|set| set.pods.iter().any(|x| x.state == PodState::Admitted && !x.terminating));
             let gated = wl.pod_sets.iter().flat_map(|set| &set.pods).filter(|x| x.state == PodState::Gated).count() as u32;
             if started || !wl.namespace_allowed || d.workloads[p].pending_pods < gated {
                 continue; // not a lone gang left waiting
