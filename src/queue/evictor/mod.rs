@@ -333,6 +333,7 @@ impl Evictor {
             needed = %order.needed,
             "preempting: evicting lower-priority pods"
         );
+        debug!(victims = ?order.victims.iter().map(|v| pod_name(&v.pod)).collect::<Vec<_>>(), reason = %order.reason, "preemption victims");
         if order.victims.len() > 1 {
             let dry = self.evict_all(&order, true).await;
             if let Some((victim, why)) = first_blocked(&order, &dry) {
@@ -416,6 +417,14 @@ impl Evictor {
                 }
             }
         }
+        let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
+        info!(
+            evicted = evicted_pods.len(),
+            already_gone = count(|o| matches!(o, Outcome::Gone)),
+            blocked = count(|o| matches!(o, Outcome::Blocked(_))),
+            unknown = count(|o| matches!(o, Outcome::Unknown(_))),
+            "preemption: evictions done"
+        );
         // The preemptions are kept before any event is sent: a pass running meanwhile must already
         // keep the record of a workload whose last pod just went (and write its status).
         self.record_preemptions(order, per_workload, &now).await;
