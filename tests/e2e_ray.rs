@@ -50,12 +50,14 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
         .await
         .expect("create a");
     env.wait_queue_counts(&queue, 0, 3).await;
-    let dwl = wait_for(
-        "raycluster-a's DynamicWorkload",
-        Duration::from_secs(30),
-        || async { env.workloads().get("raycluster-a").await.ok() },
-    )
-    .await;
+    let dwl = env
+        .wait_workload(
+            "raycluster-a",
+            "raycluster-a's DynamicWorkload",
+            Duration::from_secs(30),
+            |_| true,
+        )
+        .await;
     assert_eq!(
         pod_set_minimums(&dwl),
         vec![("head".to_string(), 1), ("workers".to_string(), 2)]
@@ -81,16 +83,15 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     let pods = env.list_pods().await;
     let b_admitted = holding_of_cluster(&pods, "b");
     assert_eq!(b_admitted, 0, "no part of B's gang runs");
-    let message = wait_for("B's message", Duration::from_secs(30), || async {
-        env.workloads()
-            .get("raycluster-b")
-            .await
-            .ok()?
-            .status
-            .filter(|s| s.pending_pods == 2)
-            .map(|s| s.message)
-    })
-    .await;
+    let message = env
+        .wait_workload_status(
+            "raycluster-b",
+            "B's message",
+            Duration::from_secs(30),
+            |s| s.pending_pods == 2,
+        )
+        .await
+        .message;
     assert_eq!(
         message,
         format!("needs 2 cpu more in queue {queue}: 3/3 cpu used, 0 cpu reserved")

@@ -51,18 +51,7 @@ pub(crate) async fn wait_admitted(env: &TestEnv, name: &str) -> Pod {
 
 pub(crate) async fn wait_gone(env: &TestEnv, names: &[&str]) {
     for name in names {
-        wait_for(
-            &format!("pod {name} to be evicted and gone"),
-            PREEMPTION_TIMEOUT,
-            || async {
-                env.pods()
-                    .get_opt(name)
-                    .await
-                    .ok()
-                    .and_then(|p| p.is_none().then_some(()))
-            },
-        )
-        .await;
+        wait_absent(&env.pods(), name, PREEMPTION_TIMEOUT).await;
     }
 }
 
