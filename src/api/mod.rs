@@ -26,9 +26,9 @@ pub use scavenger_job::{
     ScavengerResources,
 };
 pub use task::{
-    ContainerExecutor, HarNameValue, HarParam, HarPostData, HarRequest, HttpExecutor, HttpTls,
-    KeyReference, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle, TaskPhase,
-    TaskSpec, TaskStatus, WorkflowExecutor,
+    ContainerExecutor, DURATION_RULE_ACCEPTS, DURATION_RULE_REFUSES, HarNameValue, HarParam,
+    HarPostData, HarRequest, HttpExecutor, HttpTls, KeyReference, PodExecutor, ResourceExecutor,
+    Task, TaskExecutor, TaskHandle, TaskPhase, TaskSpec, TaskStatus, WorkflowExecutor,
 };
 pub use task_cluster::{TaskCluster, TaskClusterSpec, TaskClusterStatus};
 pub use task_object::{TaskObject, TaskObjectSpec};

@@ -30,6 +30,22 @@ self.endsWith('m') ? int(self.substring(0, self.size() - 1)) <= 5256000 : \
 self.endsWith('s') ? int(self.substring(0, self.size() - 1)) <= 315360000 : \
 int(self) <= 315360000)";
 
+/// Durations [`DURATION_RULE`] must accept: the unit test below holds the parser to the same
+/// samples, and the e2e test `a_timeout_that_does_not_parse_is_refused_at_submit` submits them.
+pub const DURATION_RULE_ACCEPTS: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
+/// Durations [`DURATION_RULE`] must refuse (held to the same two tests).
+pub const DURATION_RULE_REFUSES: &[&str] = &[
+    "5 m",
+    "5min",
+    "1.5h",
+    "3651d",
+    "",
+    "-1s",
+    "1h30m",
+    "s",
+    "315360001s",
+];
+
 /// What the API server says when [`DURATION_RULE`] refuses a value.
 pub const DURATION_RULE_MESSAGE: &str = "must be a duration: a whole number and a unit, ms, s, m, h or d (500ms, 30s, 5m, 1h, 2d; a bare number is seconds), at most 3650d";
 
@@ -415,27 +431,14 @@ pub struct TaskStatus {
 
 #[cfg(test)]
 mod tests {
-    /// Durations the API server's rule ([`super::DURATION_RULE`]) must accept and refuse; the e2e
-    /// test `a_timeout_that_does_not_parse_is_refused_at_submit` submits the same ones.
-    pub const VALID: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
-    pub const INVALID: &[&str] = &[
-        "5 m",
-        "5min",
-        "1.5h",
-        "3651d",
-        "",
-        "-1s",
-        "1h30m",
-        "s",
-        "315360001s",
-    ];
+    use super::{DURATION_RULE_ACCEPTS, DURATION_RULE_REFUSES};
 
     #[test]
     fn the_duration_rule_and_the_parser_agree_on_samples() {
-        for ok in VALID {
+        for ok in DURATION_RULE_ACCEPTS {
             assert!(crate::duration::parse_duration(ok).is_ok(), "{ok}");
         }
-        for bad in INVALID {
+        for bad in DURATION_RULE_REFUSES {
             assert!(crate::duration::parse_duration(bad).is_err(), "{bad}");
         }
     }

@@ -24,6 +24,23 @@ pub mod task_cluster;
 #[cfg(test)]
 pub(crate) mod testing {
     use k8s_openapi::api::core::v1::Pod;
+    use kube::core::DynamicObject;
+
+    /// An application object `kind` of `api_version` named `name` in namespace `ns`, submitted to
+    /// queue `q`, with `spec`.
+    pub fn application(
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
+            "spec": spec,
+        }))
+        .expect("an application object")
+    }
 
     /// A pod named `name` (when given) with `labels` and, when there are any, `annotations`.
     pub fn labelled_pod(

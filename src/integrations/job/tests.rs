@@ -2,12 +2,7 @@ use super::*;
 use serde_json::{Value, json};
 
 fn job(spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "etl", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-        "spec": spec,
-    }))
-    .expect("job")
+    crate::integrations::testing::application("batch/v1", "Job", "etl", spec)
 }
 
 fn template(cpu: &str) -> Value {

@@ -9,12 +9,7 @@ fn container(name: &str, cpu: &str) -> Value {
 }
 
 fn rayjob(spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": "rj", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-        "spec": spec,
-    }))
-    .expect("rayjob")
+    crate::integrations::testing::application("ray.io/v1", "RayJob", "rj", spec)
 }
 
 fn cluster_spec() -> Value {
