@@ -90,14 +90,19 @@ async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
         env.create_pod(p).await;
     }
     env.wait_queue_counts(&queue, 3, 1).await;
-    let status = env
-        .wait_workload_status(
+    let dwl = env
+        .wait_workload(
             "gang",
             "the gang's DynamicWorkload to say what is missing",
             Duration::from_secs(30),
-            |s| s.pending_pods == 3 && !s.message.is_empty(),
+            |d| {
+                d.status
+                    .as_ref()
+                    .is_some_and(|s| s.pending_pods == 3 && !s.message.is_empty())
+            },
         )
         .await;
+    let status = dwl.status.expect("status");
     assert_eq!(status.admitted_pods, 0);
     assert_eq!(
         status.message,

@@ -83,15 +83,16 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     let pods = env.list_pods().await;
     let b_admitted = holding_of_cluster(&pods, "b");
     assert_eq!(b_admitted, 0, "no part of B's gang runs");
-    let message = env
-        .wait_workload_status(
-            "raycluster-b",
-            "B's message",
-            Duration::from_secs(30),
-            |s| s.pending_pods == 2,
-        )
-        .await
-        .message;
+    let message = wait_for("B's message", Duration::from_secs(30), || async {
+        env.workloads()
+            .get("raycluster-b")
+            .await
+            .ok()?
+            .status
+            .filter(|s| s.pending_pods == 2)
+            .map(|s| s.message)
+    })
+    .await;
     assert_eq!(
         message,
         format!("needs 2 cpu more in queue {queue}: 3/3 cpu used, 0 cpu reserved")
