@@ -75,12 +75,10 @@ async fn a_high_priority_pod_preempts_exactly_as_many_low_priority_pods_as_it_ne
         .await
         .expect("the pods above the lowest are untouched");
 
-    let report = sampler.finish().await;
-    assert_eq!(
-        report.taken_names(),
-        victims,
-        "exactly the two lowest were evicted"
-    );
+    sampler
+        .finish()
+        .await
+        .assert_taken(&victims, "exactly the two lowest were evicted");
     s.end().await;
 }
 
@@ -115,12 +113,10 @@ async fn a_gang_victim_is_evicted_whole_never_in_part() {
         wait_preemption_event(&s.env, "Pod", member).await;
     }
 
-    let report = sampler.finish().await;
-    assert_eq!(
-        report.taken_names(),
-        gang,
-        "the whole gang and nothing else"
-    );
+    sampler
+        .finish()
+        .await
+        .assert_taken(&gang, "the whole gang and nothing else");
     s.end().await;
 }
 
@@ -260,8 +256,7 @@ async fn equal_priority_never_preempts() {
     .await;
     s.env.wait_queue_counts(&s.queue, 1, 2).await;
 
-    let report = sampler.finish().await;
-    report.assert_nothing_taken();
+    sampler.finish().await.assert_nothing_taken();
     s.end().await;
 }
 
@@ -287,8 +282,7 @@ async fn a_queue_with_within_queue_never_never_preempts() {
     )
     .await;
 
-    let report = sampler.finish().await;
-    report.assert_nothing_taken();
+    sampler.finish().await.assert_nothing_taken();
     s.end().await;
 }
 
@@ -427,8 +421,7 @@ async fn a_preemptor_waits_when_its_only_victim_is_protected_by_a_disruption_bud
     })
     .await;
 
-    let report = sampler.finish().await;
-    report.assert_nothing_taken();
+    sampler.finish().await.assert_nothing_taken();
     s.end().await;
 }
 

@@ -88,23 +88,20 @@ pub(crate) async fn holding_and_waiting(
     holding: &[&str],
     waiting: &[&str],
 ) -> Result<(), String> {
+    let get = |name: &str| {
+        let name = name.to_string();
+        async move {
+            let pod = env.pods().get(&name).await;
+            pod.map_err(|e| format!("{name}: {e}"))
+        }
+    };
     for name in holding {
-        let p = env
-            .pods()
-            .get(name)
-            .await
-            .map_err(|e| format!("{name}: {e}"))?;
-        if !holds_quota(&p) {
+        if !holds_quota(&get(name).await?) {
             return Err(format!("{name} no longer holds quota"));
         }
     }
     for name in waiting {
-        let p = env
-            .pods()
-            .get(name)
-            .await
-            .map_err(|e| format!("{name}: {e}"))?;
-        if !is_gated(&p) {
+        if !is_gated(&get(name).await?) {
             return Err(format!("{name} was admitted"));
         }
     }

@@ -92,6 +92,11 @@ impl SamplerReport {
     pub(crate) fn taken_names(&self) -> Vec<&str> {
         self.taken.keys().map(String::as_str).collect()
     }
+
+    /// Fails unless exactly the pods `expected` were taken (`why` says what that means).
+    pub(crate) fn assert_taken(&self, expected: &[&str], why: &str) {
+        assert_eq!(self.taken_names(), expected, "{why}");
+    }
 }
 
 /// Lists the queue's pods every [`SAMPLE_EVERY`] while the test runs (a list is one moment of the
