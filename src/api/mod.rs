@@ -1,6 +1,9 @@
 //! sluice's custom resources (group `sluice.dev`, version `v1alpha1`) and the names sluice puts on
 //! other objects. This module is the single source of the CRD YAML (`sluice crds`).
 
+// kube-derive repeats printcolumn(name, type_, json_path) once per column by design.
+#![allow(clippy::duplicated_attributes)]
+
 mod capacity_queue;
 mod conditions;
 mod dynamic_workload;
