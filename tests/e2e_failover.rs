@@ -283,13 +283,11 @@ async fn follower_refuses_a_pod_joining_another_queues_workload(env: &mut TestEn
         with_labels(pod(name, queue, "1"), &[("sluice.dev/workload", "w")])
     };
     env.create_pod(joined("w-first", &ledger_queue)).await;
-    wait_for(
+    env.wait_workload(
+        "w",
         "w's ledger, naming its queue",
         Duration::from_secs(60),
-        || async {
-            let ledger = env.workloads().get("w").await.ok()?;
-            (ledger.spec.queue_name == ledger_queue).then_some(())
-        },
+        |ledger| ledger.spec.queue_name == ledger_queue,
     )
     .await;
     // The ledger reaches replica 1 by its watch a moment after the API server has it: a pod the

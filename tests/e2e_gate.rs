@@ -59,18 +59,7 @@ async fn quota_holds_and_ended_pods_give_it_back() {
     assert_eq!(gated(&pods).len(), 4);
     // A workload recorded from a pod goes with its last pod.
     for name in &admitted[..2] {
-        wait_for(
-            &format!("DynamicWorkload {name} to be deleted with its pod"),
-            Duration::from_secs(30),
-            || async {
-                env.workloads()
-                    .get_opt(name)
-                    .await
-                    .ok()
-                    .and_then(|d| d.is_none().then_some(()))
-            },
-        )
-        .await;
+        wait_absent(&env.workloads(), name, Duration::from_secs(30)).await;
     }
 
     // Complete two: two more again.
@@ -101,18 +90,18 @@ async fn a_gang_that_does_not_fit_waits_whole_and_says_what_is_missing() {
         env.create_pod(p).await;
     }
     env.wait_queue_counts(&queue, 3, 1).await;
-    let dwl = wait_for(
-        "the gang's DynamicWorkload to say what is missing",
-        Duration::from_secs(30),
-        || async {
-            env.workloads().get("gang").await.ok().filter(|d| {
+    let dwl = env
+        .wait_workload(
+            "gang",
+            "the gang's DynamicWorkload to say what is missing",
+            Duration::from_secs(30),
+            |d| {
                 d.status
                     .as_ref()
                     .is_some_and(|s| s.pending_pods == 3 && !s.message.is_empty())
-            })
-        },
-    )
-    .await;
+            },
+        )
+        .await;
     let status = dwl.status.expect("status");
     assert_eq!(status.admitted_pods, 0);
     assert_eq!(
@@ -146,19 +135,15 @@ async fn strategy_run(strategy: &str) -> (bool, String) {
     };
     let small: Pod = env.pods().get("small").await.expect("small");
     assert_eq!(!is_gated(&small), small_admitted);
-    let message = wait_for(
-        "small's DynamicWorkload status",
-        Duration::from_secs(30),
-        || async {
-            env.workloads()
-                .get("small")
-                .await
-                .ok()
-                .and_then(|d| d.status)
-                .map(|s| s.message)
-        },
-    )
-    .await;
+    let message = env
+        .wait_workload_status(
+            "small",
+            "small's DynamicWorkload status",
+            Duration::from_secs(30),
+            |_| true,
+        )
+        .await
+        .message;
     env.cleanup().await;
     (small_admitted, message)
 }

@@ -57,11 +57,7 @@ mod leader_and_ungate {
             .delete("a", &DeleteParams::default())
             .await
             .expect("delete a");
-        let pods = env.pods();
-        wait_for("pod a to be gone", Duration::from_secs(30), || async {
-            pods.get_opt("a").await.ok()?.is_none().then_some(())
-        })
-        .await;
+        wait_absent(&env.pods(), "a", Duration::from_secs(30)).await;
         let second = env.create_pod(pod("a", &queue, "1")).await;
         assert_ne!(second.uid(), first.uid());
         assert!(is_gated(&second), "no room: the new pod is gated");

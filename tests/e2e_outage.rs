@@ -224,18 +224,7 @@ async fn during_an_outage_application_finalizers_and_metadata_can_be_edited_but_
         merge(&clusters, "pool", json!({"metadata": {"finalizers": null}}))
             .await
             .expect("removing the finalizer of a deleted application during the outage");
-        wait_for(
-            "the TaskCluster to be gone",
-            Duration::from_secs(30),
-            || async {
-                clusters
-                    .get_opt("pool")
-                    .await
-                    .ok()
-                    .and_then(|c| c.is_none().then_some(()))
-            },
-        )
-        .await;
+        wait_absent(&clusters, "pool", Duration::from_secs(30)).await;
     };
     let outcome = AssertUnwindSafe(body).catch_unwind().await;
     delete_configurations(&client, &name).await;

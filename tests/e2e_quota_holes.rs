@@ -101,13 +101,11 @@ async fn moving_a_ledger_to_another_queue_moves_none_of_its_pods() {
         .expect("an admin may edit a ledger");
     env.create_pod(with_labels(pod("c", &queue, "1"), &w1))
         .await;
-    wait_for(
+    env.wait_workload(
+        "w1",
         "the controller to write the pods' queue back",
         Duration::from_secs(30),
-        || async {
-            let l = env.workloads().get("w1").await.ok()?;
-            (l.spec.queue_name == queue).then_some(())
-        },
+        |l| l.spec.queue_name == queue,
     )
     .await;
     env.wait_queue_counts(&queue, 1, 2).await;

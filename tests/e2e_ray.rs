@@ -50,12 +50,14 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
         .await
         .expect("create a");
     env.wait_queue_counts(&queue, 0, 3).await;
-    let dwl = wait_for(
-        "raycluster-a's DynamicWorkload",
-        Duration::from_secs(30),
-        || async { env.workloads().get("raycluster-a").await.ok() },
-    )
-    .await;
+    let dwl = env
+        .wait_workload(
+            "raycluster-a",
+            "raycluster-a's DynamicWorkload",
+            Duration::from_secs(30),
+            |_| true,
+        )
+        .await;
     assert_eq!(
         pod_set_minimums(&dwl),
         vec![("head".to_string(), 1), ("workers".to_string(), 2)]

@@ -58,12 +58,14 @@ async fn a_rayjob_is_one_workload_for_its_cluster_and_submitter_and_gives_it_bac
         .await
         .expect("create rj");
 
-    let dwl = wait_for(
-        "rayjob-rj's DynamicWorkload",
-        Duration::from_secs(30),
-        || async { env.workloads().get("rayjob-rj").await.ok() },
-    )
-    .await;
+    let dwl = env
+        .wait_workload(
+            "rayjob-rj",
+            "rayjob-rj's DynamicWorkload",
+            Duration::from_secs(30),
+            |_| true,
+        )
+        .await;
     assert_eq!(
         pod_set_minimums(&dwl),
         [

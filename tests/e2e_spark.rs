@@ -273,18 +273,14 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     // even though one executor is still behind the gate, which is never admitted.
     drop(spark);
     end_pod(&env.pods(), &driver_name, "Succeeded").await;
-    let dwl = wait_for(
-        "the ledger to record the application's end",
-        Duration::from_secs(120),
-        || async {
-            env.workloads()
-                .get("sparkapplication-etl")
-                .await
-                .ok()
-                .filter(|d| d.spec.application_ended.is_some())
-        },
-    )
-    .await;
+    let dwl = env
+        .wait_workload(
+            "sparkapplication-etl",
+            "the ledger to record the application's end",
+            Duration::from_secs(120),
+            |d| d.spec.application_ended.is_some(),
+        )
+        .await;
     assert_eq!(dwl.spec.application_ended, Some(ApplicationEnd::Succeeded));
     let status = env
         .wait_workload_phase(

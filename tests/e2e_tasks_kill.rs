@@ -19,19 +19,9 @@ use task_support::*;
 
 const T: Duration = Duration::from_secs(60);
 
-/// The samples of `src/api/task.rs`' duration rule test, submitted to the API server.
-const VALID: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
-const INVALID: &[&str] = &[
-    "5 m",
-    "5min",
-    "1.5h",
-    "3651d",
-    "",
-    "-1s",
-    "1h30m",
-    "s",
-    "315360001s",
-];
+/// The samples of `src/api/task.rs`' duration rule, submitted to the API server.
+const VALID: &[&str] = sluice::api::DURATION_RULE_ACCEPTS;
+const INVALID: &[&str] = sluice::api::DURATION_RULE_REFUSES;
 
 #[tokio::test]
 async fn a_timeout_that_does_not_parse_is_refused_at_submit() {

@@ -7,6 +7,8 @@
 //! The roles are rendered by the chart with Helm (built by `hack/cluster.sh build`) and applied with
 //! server-side apply, as an install would.
 
+#[path = "support/helm.rs"]
+mod helm;
 mod support;
 
 use std::time::Duration;
@@ -26,19 +28,7 @@ async fn client_as(user: &str) -> Client {
 }
 
 fn helm() -> std::path::PathBuf {
-    let versions = std::fs::read_to_string(repo_root().join("hack/versions.sh")).expect("versions");
-    let version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("HELM_VERSION="))
-        .and_then(|v| v.split_whitespace().next())
-        .expect("HELM_VERSION");
-    let cache = std::env::var_os("SLUICE_CACHE")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice")
-        });
-    cache.join(format!("bin/helm-{version}"))
+    helm::helm_path(&repo_root())
 }
 
 /// Renders the chart's user roles and applies them (server-side apply, field manager of the test).

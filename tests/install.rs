@@ -7,6 +7,9 @@
 //! `hack/cluster.sh build` (hack/tools/helm, cached in $SLUICE_CACHE/bin); without it these tests
 //! skip under plain `cargo test` and fail under hack/test.sh.
 
+#[path = "support/helm.rs"]
+mod helm;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,19 +20,7 @@ fn root() -> PathBuf {
 /// Helm of hack/versions.sh, as hack/cluster.sh builds it; None (after saying so) when it is not
 /// built and hack/test.sh does not require it.
 fn helm() -> Option<PathBuf> {
-    let versions = std::fs::read_to_string(root().join("hack/versions.sh")).expect("versions.sh");
-    let version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("HELM_VERSION="))
-        .and_then(|v| v.split_whitespace().next())
-        .expect("HELM_VERSION in hack/versions.sh");
-    let cache = std::env::var_os("SLUICE_CACHE")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/sluice")
-        });
-    let helm = cache.join(format!("bin/helm-{version}"));
+    let helm = helm::helm_path(&root());
     if helm.exists() {
         return Some(helm);
     }

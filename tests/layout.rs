@@ -2,8 +2,9 @@
 //!
 //! - no function in `src/`, `webhooks/src` or `certs/src` is longer than [`MAX_FN_LINES`] lines
 //!   unless a comment right above it says why (`// Long: <reason>`);
-//! - no file there is longer than [`MAX_FILE_LINES`] lines unless its first lines say why
-//!   (`//! Long: <reason>`);
+//! - no source file anywhere in the workspace (Rust, shell, Python, Go: [`FILE_RULE_DIRS`]) is
+//!   longer than [`MAX_FILE_LINES`] lines unless its first lines say why (`//! Long: <reason>`, or
+//!   `# Long: <reason>` in a script);
 //! - no import circle between the top-level modules of `src/` (`crate::a` using `crate::b` using
 //!   `crate::a`): each of them can be read, and moved, on its own.
 
@@ -18,6 +19,26 @@ const MAX_FN_LINES: usize = 80;
 const MAX_FILE_LINES: usize = 800;
 /// The crates whose functions are measured (paths from the workspace root).
 const SOURCE_DIRS: [&str; 3] = ["src", "webhooks/src", "certs/src"];
+/// Where the file-length rule looks (paths from the workspace root): every folder of source the
+/// workspace holds, tests, tools and scripts included.
+const FILE_RULE_DIRS: [&str; 8] = [
+    "src",
+    "webhooks",
+    "certs",
+    "tests",
+    "tools/src",
+    "benches",
+    "fuzz/fuzz_targets",
+    "hack",
+];
+/// The source files the file-length rule reads, by extension, each with how its first lines say why
+/// it stays long.
+const FILE_RULE_KINDS: [(&str, &str); 4] = [
+    ("rs", "//! Long:"),
+    ("sh", "# Long:"),
+    ("py", "# Long:"),
+    ("go", "// Long:"),
+];
 /// What a comment above a long function starts with to say why it stays long.
 const LONG_MARKER: &str = "// Long:";
 
@@ -296,22 +317,25 @@ fn no_function_is_longer_than_80_lines_without_a_reason() {
 #[test]
 fn no_file_is_longer_than_800_lines_without_a_reason() {
     let mut long = Vec::new();
-    for dir in SOURCE_DIRS {
-        for path in rust_files(&root().join(dir)) {
-            let text = read(&path);
-            let lines = text.lines().count();
-            let file = path.strip_prefix(root()).unwrap_or(&path);
-            let name = file.to_string_lossy().replace('\\', "/");
-            let reason = text.lines().take(5).any(|l| l.starts_with("//! Long:"));
-            if lines > MAX_FILE_LINES && !reason {
-                long.push(format!("{name} ({lines} lines)"));
+    for dir in FILE_RULE_DIRS {
+        for (extension, marker) in FILE_RULE_KINDS {
+            for path in tree::files_with_extension(&root().join(dir), extension) {
+                let text = read(&path);
+                let lines = text.lines().count();
+                let file = path.strip_prefix(root()).unwrap_or(&path);
+                let name = file.to_string_lossy().replace('\\', "/");
+                let reason = text.lines().take(5).any(|l| l.starts_with(marker));
+                if lines > MAX_FILE_LINES && !reason {
+                    long.push(format!("{name} ({lines} lines)"));
+                }
             }
         }
     }
     assert!(
         long.is_empty(),
         "{} file(s) over {MAX_FILE_LINES} lines: split them by concern (a folder of files, each \
-         named for what it does), or write `//! Long: <why>` at the top:\n  {}",
+         named for what it does), or write `//! Long: <why>` (`# Long: <why>` in a script) at \
+         the top:\n  {}",
         long.len(),
         long.join("\n  ")
     );

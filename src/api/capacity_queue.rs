@@ -1,8 +1,9 @@
-// kube-derive repeats printcolumn(name, type_, json_path) once per column by design.
-#![allow(clippy::duplicated_attributes)]
+//! The quota API: CapacityQueue (a pool of quota governed pods are admitted against) and
+//! ResourceFlavor (where the pods charged to a flavor of a queue run).
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
@@ -358,6 +359,54 @@ pub struct CapacityQueueStatus {
     /// per flavor and resource, e.g. `a100:nvidia.com/gpu=8/8 h100:nvidia.com/gpu=2/8`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub usage_summary: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// ResourceFlavor: where the pods charged to a flavor of a queue run.
+
+/// Where pods charged to a flavor run: a named set of node labels and tolerations (a GPU type,
+/// spot or on-demand capacity, a zone). Cluster-scoped and owned by the cluster's administrators;
+/// CapacityQueues give it quota in `spec.flavors`. sluice adds the labels to a pod's
+/// `spec.nodeSelector` and the tolerations to its `spec.tolerations` as it admits the pod in
+/// the flavor, so the pod runs only on the flavor's nodes.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "sluice.dev",
+    version = "v1alpha1",
+    kind = "ResourceFlavor",
+    plural = "resourceflavors",
+    shortname = "rf",
+    category = "sluice",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A ResourceFlavor names where pods charged to it run: node labels and tolerations sluice pins them with.",
+    printcolumn(
+        name = "Node-Labels",
+        type_ = "string",
+        json_path = ".spec.nodeLabels",
+        description = "the labels a pod admitted in this flavor is pinned to"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFlavorSpec {
+    /// Node labels of the flavor's nodes (e.g. `nvidia.com/gpu.product: A100`): added to the
+    /// `spec.nodeSelector` of every pod admitted in the flavor. A pod whose own nodeSelector or
+    /// required node affinity excludes them is never admitted in the flavor. Empty: the flavor
+    /// pins nothing (its pods run on any node).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 8))]
+    pub node_labels: BTreeMap<String, String>,
+
+    /// Tolerations added to every pod admitted in the flavor (for the taints of its nodes, e.g.
+    /// spot capacity).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub tolerations: Vec<Toleration>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,3 @@
-// kube-derive repeats printcolumn(name, type_, json_path) once per column by design.
-#![allow(clippy::duplicated_attributes)]
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -1,37 +1,35 @@
 //! sluice's custom resources (group `sluice.dev`, version `v1alpha1`) and the names sluice puts on
 //! other objects. This module is the single source of the CRD YAML (`sluice crds`).
 
+// kube-derive repeats printcolumn(name, type_, json_path) once per column by design.
+#![allow(clippy::duplicated_attributes)]
+
 mod capacity_queue;
 mod conditions;
 mod dynamic_workload;
-mod resource_flavor;
 mod scavenger_job;
 mod task;
-mod task_cluster;
-mod task_object;
 
 pub use capacity_queue::{
     AdmissionTiming, CapacityQueue, CapacityQueueSpec, CapacityQueueStatus, FairSharing,
     FlavorQuota, FlavorStatus, QueuePreemption, QueueingStrategy, ReclaimWithinCohort,
-    WithinQueuePreemption,
+    ResourceFlavor, ResourceFlavorSpec, WithinQueuePreemption,
 };
 pub use conditions::{Condition, ConditionStatus};
 pub use dynamic_workload::{
     ApplicationEnd, DynamicWorkload, DynamicWorkloadSpec, DynamicWorkloadStatus, PodSetSpec,
     PodSetStatus, SourceRef, WorkloadPhase,
 };
-pub use resource_flavor::{ResourceFlavor, ResourceFlavorSpec};
 pub use scavenger_job::{
     ScavengerJob, ScavengerJobSpec, ScavengerJobStatus, ScavengerMount, ScavengerPhase,
     ScavengerResources,
 };
 pub use task::{
-    ContainerExecutor, HarNameValue, HarParam, HarPostData, HarRequest, HttpExecutor, HttpTls,
-    KeyReference, PodExecutor, ResourceExecutor, Task, TaskExecutor, TaskHandle, TaskPhase,
-    TaskSpec, TaskStatus, WorkflowExecutor,
+    ContainerExecutor, DURATION_RULE_ACCEPTS, DURATION_RULE_REFUSES, HarNameValue, HarParam,
+    HarPostData, HarRequest, HttpExecutor, HttpTls, KeyReference, PodExecutor, ResourceExecutor,
+    Task, TaskCluster, TaskClusterSpec, TaskClusterStatus, TaskExecutor, TaskHandle, TaskObject,
+    TaskObjectSpec, TaskPhase, TaskSpec, TaskStatus, WorkflowExecutor,
 };
-pub use task_cluster::{TaskCluster, TaskClusterSpec, TaskClusterStatus};
-pub use task_object::{TaskObject, TaskObjectSpec};
 
 use kube::CustomResourceExt;
 

@@ -1,6 +1,3 @@
-// kube-derive repeats printcolumn(name, type_, json_path) once per column by design.
-#![allow(clippy::duplicated_attributes)]
-
 //! ScavengerJob: preemptible work that runs on reserved but idle capacity (seed 004). The
 //! controller (`src/scavenger/`) runs it as a batch/v1 Job it owns, with Guaranteed pods of the
 //! lowest priority, and starts it again after an interruption.

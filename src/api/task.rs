@@ -1,5 +1,5 @@
-// kube-derive repeats printcolumn(name, type_, json_path) once per column by design.
-#![allow(clippy::duplicated_attributes)]
+//! The Task API: Task (a small unit of work run by one executor), TaskObject (its input) and
+//! TaskCluster (the pool of worker pods container Tasks run in).
 
 use std::collections::BTreeMap;
 
@@ -29,6 +29,22 @@ self.endsWith('h') ? int(self.substring(0, self.size() - 1)) <= 87600 : \
 self.endsWith('m') ? int(self.substring(0, self.size() - 1)) <= 5256000 : \
 self.endsWith('s') ? int(self.substring(0, self.size() - 1)) <= 315360000 : \
 int(self) <= 315360000)";
+
+/// Durations [`DURATION_RULE`] must accept: the unit test below holds the parser to the same
+/// samples, and the e2e test `a_timeout_that_does_not_parse_is_refused_at_submit` submits them.
+pub const DURATION_RULE_ACCEPTS: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
+/// Durations [`DURATION_RULE`] must refuse (held to the same two tests).
+pub const DURATION_RULE_REFUSES: &[&str] = &[
+    "5 m",
+    "5min",
+    "1.5h",
+    "3651d",
+    "",
+    "-1s",
+    "1h30m",
+    "s",
+    "315360001s",
+];
 
 /// What the API server says when [`DURATION_RULE`] refuses a value.
 pub const DURATION_RULE_MESSAGE: &str = "must be a duration: a whole number and a unit, ms, s, m, h or d (500ms, 30s, 5m, 1h, 2d; a bare number is seconds), at most 3650d";
@@ -413,29 +429,162 @@ pub struct TaskStatus {
     pub conditions: Vec<Condition>,
 }
 
+// ---------------------------------------------------------------------------------------------
+// TaskObject: the input of a Task.
+
+/// The input of a Task: structured JSON, any shape (objects, arrays, numbers, strings).
+///
+/// A TaskObject has no status: it is data, written once by whoever creates the Task that reads it.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "sluice.dev",
+    version = "v1alpha1",
+    kind = "TaskObject",
+    plural = "taskobjects",
+    shortname = "tobj",
+    category = "sluice",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A TaskObject holds the input of a Task as structured JSON (spec.data).",
+    printcolumn(
+        name = "Data",
+        type_ = "string",
+        json_path = ".spec.data",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskObjectSpec {
+    /// Any JSON value; Tasks read it whole or field by field (`${input.count}`).
+    #[serde(default)]
+    #[schemars(schema_with = "any_json")]
+    pub data: serde_json::Value,
+}
+
+// ---------------------------------------------------------------------------------------------
+// TaskCluster: the worker pods container Tasks run in.
+
+fn default_min_workers() -> i32 {
+    1
+}
+fn default_slots() -> i32 {
+    1
+}
+fn default_max_tasks_per_worker() -> i32 {
+    10
+}
+fn default_idle_timeout() -> String {
+    "30s".into()
+}
+
+/// A pool of worker pods that run Tasks as ephemeral containers. Label it `sluice.dev/queue` and its
+/// workers are governed by sluice like any application: one DynamicWorkload, `minWorkers` the gang,
+/// more workers elastic.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "sluice.dev",
+    version = "v1alpha1",
+    kind = "TaskCluster",
+    plural = "taskclusters",
+    shortname = "tc",
+    category = "sluice",
+    namespaced,
+    status = "TaskClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A TaskCluster is a pool of worker pods, governed by sluice's gate, that run Tasks as ephemeral containers.",
+    printcolumn(
+        name = "Queue",
+        type_ = "string",
+        json_path = ".metadata.labels.sluice\\.dev/queue"
+    ),
+    printcolumn(name = "Min", type_ = "integer", json_path = ".spec.minWorkers"),
+    printcolumn(name = "Max", type_ = "integer", json_path = ".spec.maxWorkers"),
+    printcolumn(name = "Workers", type_ = "integer", json_path = ".status.workers"),
+    printcolumn(name = "Admitted", type_ = "integer", json_path = ".status.admitted"),
+    printcolumn(name = "Busy", type_ = "integer", json_path = ".status.busy"),
+    printcolumn(
+        name = "Waiting",
+        type_ = "integer",
+        json_path = ".status.waitingTasks"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maxWorkers >= self.minWorkers").message("maxWorkers must not be below minWorkers"))]
+pub struct TaskClusterSpec {
+    /// Workers that start together (the gang) and are always kept.
+    #[serde(default = "default_min_workers")]
+    #[x_kube(validation = Rule::new("self >= 0").message("minWorkers must not be negative"))]
+    pub min_workers: i32,
+    /// Most workers at once; extra ones are added while Tasks wait and removed when idle.
+    pub max_workers: i32,
+    /// Tasks a worker runs at once.
+    #[serde(default = "default_slots")]
+    #[x_kube(validation = Rule::new("self >= 1").message("slotsPerWorker must be at least 1"))]
+    pub slots_per_worker: i32,
+    /// A worker is retired and replaced after this many Tasks (a pod's ephemeral containers can
+    /// never be removed, so its spec would grow without end).
+    #[serde(default = "default_max_tasks_per_worker")]
+    #[x_kube(validation = Rule::new("self >= 1").message("maxTasksPerWorker must be at least 1"))]
+    pub max_tasks_per_worker: i32,
+    /// An extra worker (above minWorkers) idle this long is removed (500ms, 30s, 5m).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout: String,
+    /// The worker pod template (`metadata`, `spec`); its first container should stay up (a shell
+    /// loop, `sleep infinity`): Tasks run beside it.
+    #[schemars(schema_with = "any_object")]
+    pub template: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskClusterStatus {
+    /// Worker pods that exist and are not being deleted.
+    #[serde(default)]
+    pub workers: i32,
+    /// Workers admitted by the gate (not gated).
+    #[serde(default)]
+    pub admitted: i32,
+    /// Workers waiting behind the gate.
+    #[serde(default)]
+    pub gated: i32,
+    /// Workers running at least one Task.
+    #[serde(default)]
+    pub busy: i32,
+    /// Tasks waiting for a worker.
+    #[serde(default)]
+    pub waiting_tasks: i32,
+    /// Tasks running on the workers.
+    #[serde(default)]
+    pub running_tasks: i32,
+    /// What the controller does or waits for.
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
 #[cfg(test)]
 mod tests {
-    /// Durations the API server's rule ([`super::DURATION_RULE`]) must accept and refuse; the e2e
-    /// test `a_timeout_that_does_not_parse_is_refused_at_submit` submits the same ones.
-    pub const VALID: &[&str] = &["500ms", "30s", "5m", "1h", "2d", "20", "3650d", "0s"];
-    pub const INVALID: &[&str] = &[
-        "5 m",
-        "5min",
-        "1.5h",
-        "3651d",
-        "",
-        "-1s",
-        "1h30m",
-        "s",
-        "315360001s",
-    ];
+    use super::{DURATION_RULE_ACCEPTS, DURATION_RULE_REFUSES};
 
     #[test]
     fn the_duration_rule_and_the_parser_agree_on_samples() {
-        for ok in VALID {
+        for ok in DURATION_RULE_ACCEPTS {
             assert!(crate::duration::parse_duration(ok).is_ok(), "{ok}");
         }
-        for bad in INVALID {
+        for bad in DURATION_RULE_REFUSES {
             assert!(crate::duration::parse_duration(bad).is_err(), "{bad}");
         }
     }

@@ -323,57 +323,59 @@ pub fn start(
 ) -> Arc<Dashboard> {
     let (dashboard, feeds) = Dashboard::new(client.clone(), namespaces);
     let feeds = Arc::new(Mutex::new(feeds));
-    let queue_events = watcher(
+    let (d, f) = (dashboard.clone(), feeds.clone());
+    spawn_watch(
         Api::<CapacityQueue>::all(client.clone()),
-        Default::default(),
-    )
-    .backoff(crate::watch_backoff::watch_backoff());
-    let (d, f, stop) = (dashboard.clone(), feeds.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        let run = queue_events.for_each(|event| {
+        watcher::Config::default(),
+        shutdown.clone(),
+        move |event| {
             if let Ok(event) = event {
-                let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
-                d.apply_queue(&mut feeds, &event);
+                d.apply_queue(&mut f.lock().unwrap_or_else(|e| e.into_inner()), &event);
             }
-            async {}
-        });
-        tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
-    });
-    let workload_changes = watcher(
+        },
+    );
+    let d = dashboard.clone();
+    spawn_watch(
         Api::<DynamicWorkload>::all(client.clone()),
-        Default::default(),
-    )
-    .backoff(crate::watch_backoff::watch_backoff());
-    let (d, f, stop) = (dashboard.clone(), feeds, shutdown.clone());
-    tokio::spawn(async move {
-        let run = workload_changes.for_each(|event| {
+        watcher::Config::default(),
+        shutdown.clone(),
+        move |event| {
             if let Ok(event) = event {
-                let mut feeds = f.lock().unwrap_or_else(|e| e.into_inner());
-                d.apply_workload(&mut feeds, &event);
+                d.apply_workload(&mut feeds.lock().unwrap_or_else(|e| e.into_inner()), &event);
             }
-            async {}
-        });
-        tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
-    });
-    let event_watch = watcher::Config::default().fields(events::FIELD_SELECTOR);
-    let workload_events = watcher(
+        },
+    );
+    let d = dashboard.clone();
+    spawn_watch(
         Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()),
-        event_watch,
-    )
-    .backoff(crate::watch_backoff::watch_backoff());
-    let (d, stop) = (dashboard.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        let run = workload_events.for_each(|event| {
-            match event {
-                Ok(event) => d.apply_event(&event),
-                Err(e) => warn!(%e, "the dashboard's watch of workload events failed; retried"),
-            }
-            async {}
-        });
-        tokio::select! { _ = run => {}, _ = stop.cancelled() => {} }
-    });
+        watcher::Config::default().fields(events::FIELD_SELECTOR),
+        shutdown.clone(),
+        move |event| match event {
+            Ok(event) => d.apply_event(&event),
+            Err(e) => warn!(%e, "the dashboard's watch of workload events failed; retried"),
+        },
+    );
     spawn_sampler(dashboard.clone(), args, shutdown);
     dashboard
+}
+
+/// Watches `api` (retried with sluice's backoff) until `shutdown`, handing every event to `apply`.
+fn spawn_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    shutdown: CancellationToken,
+    mut apply: impl FnMut(Result<watcher::Event<K>, watcher::Error>) + Send + 'static,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let events = watcher(api, config).backoff(crate::watch_backoff::watch_backoff());
+    tokio::spawn(async move {
+        let run = events.for_each(|event| {
+            apply(event);
+            async {}
+        });
+        tokio::select! { _ = run => {}, _ = shutdown.cancelled() => {} }
+    });
 }
 
 impl Dashboard {

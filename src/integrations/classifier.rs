@@ -203,15 +203,7 @@ mod tests {
     use sluice_webhooks::PodClassifier;
 
     fn pod_with(labels: &[(&str, &str)]) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.name = Some("p".into());
-        p.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        p
+        crate::integrations::testing::labelled_pod(Some("p"), labels, &[])
     }
 
     #[test]

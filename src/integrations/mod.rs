@@ -20,6 +20,48 @@ pub mod scheduled_spark;
 pub mod spark;
 pub mod task_cluster;
 
+/// Pods for the integrations' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::DynamicObject;
+
+    /// An application object `kind` of `api_version` named `name` in namespace `ns`, submitted to
+    /// queue `q`, with `spec`.
+    pub fn application(
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
+            "spec": spec,
+        }))
+        .expect("an application object")
+    }
+
+    /// A pod named `name` (when given) with `labels` and, when there are any, `annotations`.
+    pub fn labelled_pod(
+        name: Option<&str>,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> Pod {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let mut p = Pod::default();
+        p.metadata.name = name.map(str::to_string);
+        p.metadata.labels = Some(map(labels));
+        p.metadata.annotations = (!annotations.is_empty()).then(|| map(annotations));
+        p
+    }
+}
+
 pub use classifier::{Adapters, is_label_value, workload_object_name};
 pub use framework::{DemandError, LabelTarget, TargetLabels, queue_label_patch};
 pub use job::Jobs;

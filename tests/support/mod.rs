@@ -444,6 +444,21 @@ impl TestEnv {
         })
     }
 
+    /// Waits until the DynamicWorkload `name` exists and `ready` holds for it, and returns it.
+    pub async fn wait_workload(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ready: impl Fn(&DynamicWorkload) -> bool,
+    ) -> DynamicWorkload {
+        let api = self.workloads();
+        wait_for(what, timeout, || async {
+            api.get(name).await.ok().filter(|d| ready(d))
+        })
+        .await
+    }
+
     /// Waits until the DynamicWorkload `name` has a status for which `ready` holds, and returns it.
     pub async fn wait_workload_status(
         &self,

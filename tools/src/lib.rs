@@ -59,3 +59,32 @@ pub async fn delete_scratch(client: &Client, name: &str) {
         .delete(name, &DeleteParams::default())
         .await;
 }
+
+/// A field of this process's `/proc/self/status` in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
+pub fn proc_status_kib(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Ends the kwok pod `name` as Succeeded (its `sluice.dev/kwok-phase` annotation) after `delay`
+/// seconds, in a task of its own; tries ten times, 200 ms apart.
+pub fn end_pod_later(pods: Api<k8s_openapi::api::core::v1::Pod>, name: String, delay: f64) {
+    tokio::spawn(async move {
+        if delay > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+        }
+        let patch = json!({"metadata": {"annotations": {"sluice.dev/kwok-phase": "Succeeded"}}});
+        for _ in 0..10 {
+            let merge = kube::api::Patch::Merge(&patch);
+            match pods.patch(&name, &Default::default(), &merge).await {
+                Ok(_) => return,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    });
+}

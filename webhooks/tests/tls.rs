@@ -22,16 +22,9 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_util::sync::CancellationToken;
 
-struct QueueLabel;
-impl PodClassifier for QueueLabel {
-    fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
-        let queue = pod.metadata.labels.as_ref()?.get("sluice.dev/queue")?;
-        Some(BTreeMap::from([(
-            "sluice.dev/queue".to_string(),
-            queue.clone(),
-        )]))
-    }
-}
+#[path = "support/queue_label.rs"]
+mod queue_label;
+use queue_label::QueueLabel;
 
 fn settings() -> CertSettings {
     CertSettings {

@@ -2,12 +2,7 @@ use super::*;
 use serde_json::{Value, json};
 
 fn job(spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "etl", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-        "spec": spec,
-    }))
-    .expect("job")
+    crate::integrations::testing::application("batch/v1", "Job", "etl", spec)
 }
 
 fn template(cpu: &str) -> Value {
@@ -180,21 +175,7 @@ fn hostile_counts_and_annotations_are_refused_naming_the_field() {
 #[test]
 fn pods_are_the_jobs_only_when_sluice_marked_its_template() {
     let pod = |labels: &[(&str, &str)], annotations: &[(&str, &str)]| {
-        let mut p = Pod::default();
-        p.metadata.name = Some("etl-abcde".into());
-        p.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        p.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        p
+        crate::integrations::testing::labelled_pod(Some("etl-abcde"), labels, annotations)
     };
     let id = Jobs
         .identify_pod(&pod(

@@ -5,19 +5,15 @@ use crate::integrations::{TargetLabels, queue_label_patch};
 
 fn raycluster(autoscaling: bool) -> DynamicObject {
     let container = |cpu: &str, mem: &str| json!({"name": "ray", "image": "rayproject/ray", "resources": {"requests": {"cpu": cpu, "memory": mem}}});
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": "rc", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-        "spec": {
-            "enableInTreeAutoscaling": autoscaling,
-            "headGroupSpec": {"template": {"spec": {"containers": [container("2", "4Gi")]}}},
-            "workerGroupSpecs": [
-                {"groupName": "cpu", "replicas": 2, "minReplicas": 1, "maxReplicas": 5, "template": {"spec": {"containers": [container("1", "2Gi")]}}},
-                {"groupName": "tpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "numOfHosts": 4, "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [container("4", "8Gi")]}}},
-            ],
-        },
-    }))
-    .expect("raycluster")
+    let spec = json!({
+        "enableInTreeAutoscaling": autoscaling,
+        "headGroupSpec": {"template": {"spec": {"containers": [container("2", "4Gi")]}}},
+        "workerGroupSpecs": [
+            {"groupName": "cpu", "replicas": 2, "minReplicas": 1, "maxReplicas": 5, "template": {"spec": {"containers": [container("1", "2Gi")]}}},
+            {"groupName": "tpu", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "numOfHosts": 4, "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [container("4", "8Gi")]}}},
+        ],
+    });
+    crate::integrations::testing::application("ray.io/v1", "RayCluster", "rc", spec)
 }
 
 #[test]

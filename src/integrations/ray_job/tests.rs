@@ -9,12 +9,7 @@ fn container(name: &str, cpu: &str) -> Value {
 }
 
 fn rayjob(spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": "rj", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-        "spec": spec,
-    }))
-    .expect("rayjob")
+    crate::integrations::testing::application("ray.io/v1", "RayJob", "rj", spec)
 }
 
 fn cluster_spec() -> Value {
@@ -124,16 +119,8 @@ fn the_webhook_labels_every_template_and_makes_the_default_submitter_explicit() 
 
 #[test]
 fn pods_of_the_cluster_and_the_submitter_are_the_rayjobs() {
-    let pod = |labels: &[(&str, &str)]| {
-        let mut p = Pod::default();
-        p.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        p
-    };
+    let pod =
+        |labels: &[(&str, &str)]| crate::integrations::testing::labelled_pod(None, labels, &[]);
     let worker = RayJobs
         .identify_pod(&pod(&[
             (RAY_JOB_LABEL, "rj"),

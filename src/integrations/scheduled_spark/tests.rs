@@ -3,12 +3,12 @@ use serde_json::{Value, json};
 use super::*;
 
 fn scheduled(template: Value) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "ScheduledSparkApplication",
-        "metadata": {"name": "nightly", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}},
-        "spec": {"schedule": "@every 1m", "concurrencyPolicy": "Forbid", "template": template},
-    }))
-    .expect("scheduled")
+    crate::integrations::testing::application(
+        "sparkoperator.k8s.io/v1beta2",
+        "ScheduledSparkApplication",
+        "nightly",
+        json!({"schedule": "@every 1m", "concurrencyPolicy": "Forbid", "template": template}),
+    )
 }
 
 fn template() -> Value {

@@ -4,9 +4,12 @@ use super::*;
 use crate::resources::parse_quantity;
 
 fn app(spec: Value) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
-        "metadata": {"name": "etl", "namespace": "ns", "labels": {"sluice.dev/queue": "q"}}, "spec": spec}))
-    .expect("app")
+    crate::integrations::testing::application(
+        "sparkoperator.k8s.io/v1beta2",
+        "SparkApplication",
+        "etl",
+        spec,
+    )
 }
 
 fn memory_mib(set: &PodSetSpec) -> i64 {

@@ -60,17 +60,34 @@ fn workload(
         .map(|p| ResourceList::clone(&p.requests))
         .unwrap_or_default();
     WorkloadSnapshot {
+        queue: queue.into(),
+        priority,
+        queued_at,
+        ..one_set_workload(name, "main", per_pod, min, pods)
+    }
+}
+
+/// The unit tests' workload: `name` in namespace `ns` and queue `q`, of one pod set `set` (each
+/// pod asking `per_pod`, `min` of them the gang) holding `pods`; priority 0, queued at 0.
+pub(crate) fn one_set_workload(
+    name: &str,
+    set: &str,
+    per_pod: ResourceList,
+    min: u32,
+    pods: Vec<PodSnapshot>,
+) -> WorkloadSnapshot {
+    WorkloadSnapshot {
         key: WorkloadKey {
             namespace: "ns".into(),
             name: name.into(),
         },
-        queue: queue.into(),
+        queue: "q".into(),
         namespace_allowed: true,
-        priority,
+        priority: 0,
         interrupted_count: 0,
-        queued_at,
+        queued_at: 0,
         pod_sets: vec![PodSetSnapshot {
-            name: "main".into(),
+            name: set.into(),
             per_pod,
             min_count: min,
             pods,

@@ -60,16 +60,14 @@ pub(crate) fn eviction_orders(built: &Built, decisions: &Decisions) -> Vec<evict
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::admission::{PodState, WorkloadKey, WorkloadSnapshot};
+    use crate::queue::admission::{PodState, WorkloadSnapshot};
     use crate::queue::pod_cache::CachedPod;
     use crate::queue::snapshot;
     use crate::resources::ResourceList;
     use std::collections::HashSet;
     use std::sync::Arc;
 
-    use crate::queue::admission::{
-        Eviction, EvictionReason, PodRef, PodSetSnapshot, PodSnapshot, Snapshot,
-    };
+    use crate::queue::admission::{Eviction, EvictionReason, PodRef, PodSnapshot, Snapshot};
     fn workload(
         name: &str,
         pods: &[(&str, PodState, i64)],
@@ -107,23 +105,13 @@ mod tests {
                 })
             })
             .collect();
-        let snapshot = WorkloadSnapshot {
-            key: WorkloadKey {
-                namespace: "ns".into(),
-                name: name.into(),
-            },
-            queue: "q".into(),
-            namespace_allowed: true,
-            priority: 0,
-            interrupted_count: 0,
-            queued_at: 0,
-            pod_sets: vec![PodSetSnapshot {
-                name: "main".into(),
-                per_pod: ResourceList::new(),
-                min_count: 1,
-                pods: snapshots,
-            }],
-        };
+        let snapshot = crate::queue::admission_tests::one_set_workload(
+            name,
+            "main",
+            ResourceList::new(),
+            1,
+            snapshots,
+        );
         (snapshot, objects)
     }
 

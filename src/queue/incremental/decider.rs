@@ -197,16 +197,7 @@ impl Decider {
         let order: Vec<Group> = (self.ordered_groups().into_iter())
             .map(|(group, _)| group)
             .collect();
-        let mut built = Built {
-            snapshot: Snapshot {
-                queues: self.queues.clone(),
-                workloads: Vec::new(),
-            },
-            pods: Vec::new(),
-            workloads: Vec::new(),
-            problems: Vec::new(),
-            left_behind: Vec::new(),
-        };
+        let mut built = empty_built(&self.queues, 0);
         let mut decisions = Decisions::default();
         let mut shares = Vec::with_capacity(order.len());
         for group in order {
@@ -214,10 +205,6 @@ impl Decider {
                 continue;
             };
             let offset = built.snapshot.workloads.len();
-            let moved = |r: &PodRef| PodRef {
-                workload: r.workload + offset,
-                ..*r
-            };
             let (b, d) = (&mut part.built, &mut part.decisions);
             shares.push((group, b.snapshot.workloads.len()));
             built.snapshot.workloads.append(&mut b.snapshot.workloads);
@@ -225,16 +212,7 @@ impl Decider {
             built.workloads.append(&mut b.workloads);
             built.left_behind.append(&mut b.left_behind);
             decisions.workloads.append(&mut d.workloads);
-            decisions.admit.extend(d.admit.iter().map(moved));
-            (decisions.flavors).extend(d.flavors.iter().map(|(r, f)| (moved(r), Arc::clone(f))));
-            decisions.evict.extend(d.evict.iter().map(|e| Eviction {
-                victim: moved(&e.victim),
-                preemptor: e.preemptor + offset,
-                reason: e.reason,
-            }));
-            decisions
-                .queues
-                .extend(d.queues.iter().map(|(k, v)| (k.clone(), v.clone())));
+            extend_shifted(&mut decisions, d, offset);
         }
         self.lent = Some(shares);
         (built, decisions)
@@ -309,26 +287,13 @@ impl Decider {
     pub fn assemble(&self) -> (Built, Decisions) {
         let parts = self.ordered();
         let total: usize = parts.iter().map(|p| p.built.snapshot.workloads.len()).sum();
-        let mut built = Built {
-            snapshot: Snapshot {
-                queues: self.queues.clone(),
-                workloads: Vec::with_capacity(total),
-            },
-            pods: Vec::with_capacity(total),
-            workloads: Vec::with_capacity(total),
-            problems: Vec::new(),
-            left_behind: Vec::with_capacity(total),
-        };
+        let mut built = empty_built(&self.queues, total);
         let mut decisions = Decisions {
             workloads: Vec::with_capacity(total),
             ..Decisions::default()
         };
         for part in parts {
             let offset = built.snapshot.workloads.len();
-            let moved = |r: &PodRef| PodRef {
-                workload: r.workload + offset,
-                ..*r
-            };
             let (b, d) = (&part.built, &part.decisions);
             built
                 .snapshot
@@ -337,17 +302,8 @@ impl Decider {
             built.pods.extend(b.pods.iter().cloned());
             built.workloads.extend(b.workloads.iter().cloned());
             built.left_behind.extend(b.left_behind.iter().copied());
-            decisions.admit.extend(d.admit.iter().map(moved));
-            (decisions.flavors).extend(d.flavors.iter().map(|(r, f)| (moved(r), Arc::clone(f))));
-            decisions.evict.extend(d.evict.iter().map(|e| Eviction {
-                victim: moved(&e.victim),
-                preemptor: e.preemptor + offset,
-                reason: e.reason,
-            }));
             decisions.workloads.extend(d.workloads.iter().cloned());
-            decisions
-                .queues
-                .extend(d.queues.iter().map(|(k, v)| (k.clone(), v.clone())));
+            extend_shifted(&mut decisions, d, offset);
         }
         (built, decisions)
     }
@@ -380,4 +336,37 @@ pub(super) fn dirty_pods_between(
             dirty.insert(key.clone());
         }
     }
+}
+
+/// An empty whole for the groups' parts, room for `capacity` workloads.
+fn empty_built(queues: &[QueueSnapshot], capacity: usize) -> Built {
+    Built {
+        snapshot: Snapshot {
+            queues: queues.to_vec(),
+            workloads: Vec::with_capacity(capacity),
+        },
+        pods: Vec::with_capacity(capacity),
+        workloads: Vec::with_capacity(capacity),
+        problems: Vec::new(),
+        left_behind: Vec::with_capacity(capacity),
+    }
+}
+
+/// A group's admissions, flavors, evictions and queue decisions added to the whole's, their
+/// workload indices moved by `offset` (where the group's workloads start in the whole).
+fn extend_shifted(whole: &mut Decisions, group: &Decisions, offset: usize) {
+    let moved = |r: &PodRef| PodRef {
+        workload: r.workload + offset,
+        ..*r
+    };
+    whole.admit.extend(group.admit.iter().map(moved));
+    (whole.flavors).extend(group.flavors.iter().map(|(r, f)| (moved(r), Arc::clone(f))));
+    whole.evict.extend(group.evict.iter().map(|e| Eviction {
+        victim: moved(&e.victim),
+        preemptor: e.preemptor + offset,
+        reason: e.reason,
+    }));
+    whole
+        .queues
+        .extend(group.queues.iter().map(|(k, v)| (k.clone(), v.clone())));
 }

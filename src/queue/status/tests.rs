@@ -2,7 +2,8 @@
 //! requeues, and queue statuses.
 
 use super::*;
-use crate::queue::admission::{PodSetSnapshot, PodSnapshot, WaitReason, WorkloadKey};
+use crate::queue::admission::{PodSnapshot, WaitReason};
+use crate::queue::admission_tests::one_set_workload;
 use crate::queue::pod_cache::CachedPodStatus;
 use crate::resources::ResourceList;
 
@@ -22,36 +23,21 @@ struct Fixture {
 }
 
 fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
-    let workload = WorkloadSnapshot {
-        key: WorkloadKey {
-            namespace: "ns".into(),
-            name: "w".into(),
-        },
-        queue: "q".into(),
-        namespace_allowed: true,
-        priority: 0,
-        interrupted_count: 0,
-        queued_at: 0,
-        pod_sets: vec![PodSetSnapshot {
-            name: "exec".into(),
-            per_pod: cpu(1),
-            min_count: 1,
-            pods: pods
-                .iter()
-                .enumerate()
-                .map(|(i, (state, _))| PodSnapshot {
-                    name: format!("p{i}"),
-                    requests: Arc::new(cpu(1)),
-                    state: *state,
-                    created_at: i as i64,
-                    terminating: false,
-                    eviction_blocked: false,
-                    flavor: None,
-                    placement: None,
-                })
-                .collect(),
-        }],
-    };
+    let snapshots = pods
+        .iter()
+        .enumerate()
+        .map(|(i, (state, _))| PodSnapshot {
+            name: format!("p{i}"),
+            requests: Arc::new(cpu(1)),
+            state: *state,
+            created_at: i as i64,
+            terminating: false,
+            eviction_blocked: false,
+            flavor: None,
+            placement: None,
+        })
+        .collect();
+    let workload = one_set_workload("w", "exec", cpu(1), 1, snapshots);
     let objects = pods
         .iter()
         .map(|(_, phase)| {

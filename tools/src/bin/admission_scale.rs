@@ -169,15 +169,7 @@ fn queue(q: usize) -> serde_json::Value {
 
 /// Peak and current resident memory of this process, in KiB (Linux /proc/self/status).
 fn memory_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let field = sluice_tools::proc_status_kib;
     (field("VmHWM:"), field("VmRSS:"))
 }
 

@@ -173,15 +173,7 @@ fn cpu_and_rss() -> (f64, f64, f64) {
         .collect();
     let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
         + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let kb = |key: &str| sluice_tools::proc_status_kib(key) as f64;
     (ticks / 100.0, kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -261,20 +261,7 @@ async fn main() -> anyhow::Result<()> {
             if let Some(after) = args.end_after
                 && ended.insert(name.clone())
             {
-                let pods = pods.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs_f64(after)).await;
-                    let patch = json!({"metadata": {"annotations": {"sluice.dev/kwok-phase": "Succeeded"}}});
-                    for _ in 0..10 {
-                        match pods
-                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                            .await
-                        {
-                            Ok(_) => return,
-                            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-                        }
-                    }
-                });
+                sluice_tools::end_pod_later(pods.clone(), name.clone(), after);
             }
         }
         if last_report.elapsed() > Duration::from_secs(5) {

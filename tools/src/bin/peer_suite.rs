@@ -378,23 +378,7 @@ fn spawn_generators(
 }
 
 fn end_pod(client: &Client, ns: &str, name: &str, delay: f64) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let name = name.to_string();
-    tokio::spawn(async move {
-        if delay > 0.0 {
-            tokio::time::sleep(Duration::from_secs_f64(delay)).await;
-        }
-        let patch = json!({"metadata": {"annotations": {"sluice.dev/kwok-phase": "Succeeded"}}});
-        for _ in 0..10 {
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return,
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-    });
+    sluice_tools::end_pod_later(Api::namespaced(client.clone(), ns), name.to_string(), delay);
 }
 
 /// One pod observation applied to its workload: admission, running (then its end is scheduled),

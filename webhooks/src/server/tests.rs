@@ -14,16 +14,9 @@ use super::*;
 
 const UID: &str = "7f0b2891-916f-4ed6-b7cd-27bff1815a8c";
 
-struct QueueLabel;
-impl PodClassifier for QueueLabel {
-    fn classify(&self, pod: &Pod) -> Option<BTreeMap<String, String>> {
-        let queue = pod.metadata.labels.as_ref()?.get("sluice.dev/queue")?;
-        Some(BTreeMap::from([(
-            "sluice.dev/queue".to_string(),
-            queue.clone(),
-        )]))
-    }
-}
+#[path = "../../tests/support/queue_label.rs"]
+mod queue_label;
+use queue_label::QueueLabel;
 
 /// Denies every application whose name starts with "bad".
 struct NoBadApplications;
