@@ -6,8 +6,11 @@
 //! found: the room each queue has left and the workloads that hold quota. The webhook takes room
 //! under a lock and marks the pod with a token (annotation [`AT_CREATION_ANNOTATION`]); until a
 //! pass sees a pod with that token in its pod cache, the pass counts the token's hold against the
-//! queue's quota, so the quota is never given twice. A hold whose pod never appears (its creation
-//! failed later in the API server) gives its room back after [`HOLD_FOR`].
+//! queue's quota, so the quota is never given twice. A hold whose pod has not appeared after
+//! [`HOLD_FOR`] is checked against the API server itself ([`AdmitAtCreation::overdue_holds`]): its
+//! room goes back only once the API server has no such pod (its creation failed later in the API
+//! server, or the pod is gone), never merely because the pod cache is late: a watch behind by more
+//! than [`HOLD_FOR`] (seen under a burst of creations) would otherwise let the room be given twice.
 //!
 //! Order is kept: a queue in which a pod waits behind the gate (after the last pass, or gated by
 //! the webhook since, within [`WAITING_GUARD`] of the pass's read of its caches) admits nothing at
@@ -42,10 +45,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use sluice_webhooks::{Classified, RequestFacts};
 
-/// How long room held for a pod that has not appeared in the controller's cache stays held. Short:
-/// a forged review (or a creation that failed after the webhook) blocks room no longer than this;
-/// long enough for a created pod to reach the cache (milliseconds, seconds under a burst).
+/// How long room held for a pod that has not appeared in the controller's cache is held before the
+/// API server is asked whether the pod exists. Short: a forged review (or a creation that failed
+/// after the webhook) blocks room about this long; long enough for a created pod to reach the
+/// cache (milliseconds, seconds under a burst).
 pub const HOLD_FOR: Duration = Duration::from_secs(10);
+/// After an unanswered check, the next one.
+pub const RECHECK_AFTER: Duration = Duration::from_secs(2);
 /// A pod gated by the webhook this long before a pass read its caches may not be in them yet: its
 /// queue counts as one in which a pod waits.
 pub const WAITING_GUARD: Duration = Duration::from_secs(1);
@@ -151,7 +157,30 @@ struct Hold {
     /// A reinvocation of the webhook for this pod's creation has confirmed it once already.
     confirmed: bool,
     seq: u64,
-    at: Instant,
+    /// When to ask the API server whether the pod exists, unless the cache shows it first.
+    check_at: Instant,
+    /// A check is under way.
+    checking: bool,
+}
+
+/// A hold whose pod the pod cache has not shown within [`HOLD_FOR`]: whether the pod exists is
+/// to be asked of the API server, and the answer given to [`AdmitAtCreation::hold_checked`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverdueHold {
+    pub token: String,
+    pub pod: PodBinding,
+    pub queue: String,
+}
+
+/// What the API server said of an overdue hold's pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldCheck {
+    /// No pod carries the hold's token: the room (and the places of a gang it began) go back.
+    Gone,
+    /// The pod exists: the cache is behind; the hold stays until the cache shows the pod.
+    Exists,
+    /// No answer: asked again after [`RECHECK_AFTER`].
+    Unknown,
 }
 
 /// A pod the pass's pod cache shows admitted with a token (see [`AdmitAtCreation::holds_for_pass`]).
@@ -266,7 +295,8 @@ impl AdmitAtCreation {
                     pod: pod.clone(),
                     confirmed: false,
                     seq,
-                    at: Instant::now(),
+                    check_at: Instant::now() + HOLD_FOR,
+                    checking: false,
                 },
             );
             AdmittedAtCreation {
@@ -321,8 +351,8 @@ impl AdmitAtCreation {
     }
 
     /// For a pass, after it read the pod cache: drops the holds of pods the cache shows admitted
-    /// (they count as admitted pods now; a token on any other pod is ignored) and those too old,
-    /// with the gang places of a first pod that never appeared, and returns the rest per queue.
+    /// (they count as admitted pods now; a token on any other pod is ignored) and returns the rest
+    /// per queue (those the cache is late for included: see [`AdmitAtCreation::overdue_holds`]).
     pub fn holds_for_pass<'a>(
         &self,
         read_at: Instant,
@@ -336,17 +366,6 @@ impl AdmitAtCreation {
             if shown {
                 state.holds.remove(seen.token);
             }
-        }
-        let expired: Vec<String> = state
-            .holds
-            .iter()
-            .filter(|(_, hold)| hold.at.elapsed() >= HOLD_FOR)
-            .map(|(token, _)| token.clone())
-            .collect();
-        for token in expired {
-            state.holds.remove(&token);
-            // Its pod never appeared: the places held for the rest of its gang go too.
-            state.new_gangs.retain(|_, gang| gang.token != token);
         }
         let mut per_queue: HashMap<String, ResourceList> = HashMap::new();
         for hold in state.holds.values() {
@@ -456,6 +475,45 @@ impl AdmitAtCreation {
             .get(key)
             .or_else(|| state.new_gangs.get(key).map(|g| &g.queue))
             .cloned()
+    }
+
+    /// The holds whose pods the cache has not shown in time and that no check is under way for:
+    /// each is to be checked against the API server (marked as under way until
+    /// [`AdmitAtCreation::hold_checked`]).
+    pub fn overdue_holds(&self) -> Vec<OverdueHold> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let mut overdue = Vec::new();
+        for (token, hold) in state.holds.iter_mut() {
+            if !hold.checking && hold.check_at <= now {
+                hold.checking = true;
+                overdue.push(OverdueHold {
+                    token: token.clone(),
+                    pod: hold.pod.clone(),
+                    queue: hold.queue.clone(),
+                });
+            }
+        }
+        overdue
+    }
+
+    /// The API server's answer for an overdue hold (a hold already dropped is left alone).
+    pub fn hold_checked(&self, token: &str, check: HoldCheck) {
+        let mut state = self.lock();
+        match check {
+            HoldCheck::Gone => state.give_back(token),
+            HoldCheck::Exists | HoldCheck::Unknown => {
+                if let Some(hold) = state.holds.get_mut(token) {
+                    hold.checking = false;
+                    let after = if check == HoldCheck::Exists {
+                        HOLD_FOR
+                    } else {
+                        RECHECK_AFTER
+                    };
+                    hold.check_at = Instant::now() + after;
+                }
+            }
+        }
     }
 
     /// The controller stopped here (leadership lost, shutdown): admit nothing at creation.

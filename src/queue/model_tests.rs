@@ -16,7 +16,8 @@
 //! admitted twice).
 //!
 //! What the model leaves out, on purpose: time. A hold whose pod never appears stays held (the
-//! real one is given back after `HOLD_FOR`, 10 s), a pod gated by the webhook keeps its queue
+//! real one is given back once, after `HOLD_FOR`, the API server says no such pod exists:
+//! `controller/holds.rs`), a pod gated by the webhook keeps its queue
 //! waiting until the next pass (`WAITING_GUARD`), the pod cache is the API server's state (no
 //! watch lag), and a leadership change lets the old term's answered creations and ungate patches
 //! land or fail before the new leader's first pass (the lease duration outlasts them).

@@ -376,23 +376,69 @@ fn gang_places_expire_with_the_hold_of_a_first_pod_that_never_appeared() {
         .try_admit(&pod_at("ns"), &member, &list(2))
         .expect("first pod holds the gang");
     assert_eq!(room(&a), 2);
-    // The first pod is deleted (or its creation failed) before any pass saw it; its hold expires.
-    {
-        let mut s = a.lock();
-        let hold = s.holds.get_mut(&first).expect("held");
-        hold.at = Instant::now()
-            .checked_sub(HOLD_FOR)
-            .expect("the machine has been up longer than a hold");
-    }
+    // The first pod is deleted (or its creation failed) before any pass saw it: once its hold is
+    // overdue, the API server says so.
+    make_overdue(&a, &first);
+    let overdue = a.overdue_holds();
+    assert_eq!(overdue.len(), 1);
+    assert_eq!(overdue[0].token, first);
+    a.hold_checked(&first, HoldCheck::Gone);
     let (_, held) = a.holds_for_pass(Instant::now(), std::iter::empty());
-    assert!(held.is_empty(), "the expired hold is gone");
+    assert!(
+        held.is_empty(),
+        "the hold of a pod that does not exist is gone"
+    );
     assert!(
         a.lock().new_gangs.is_empty(),
         "and the places it held for the rest of the gang with it"
     );
-    // A later member finds no place held: it starts a new gang of 4 (8 cpu), which does not fit
-    // the 2 cpu left, so it waits for a pass instead of filling a place nobody holds.
-    assert_eq!(a.try_admit(&pod_at("ns"), &member, &list(2)), None);
+    // The pod's 2 cpu and the 6 held for the rest of its gang are back.
+    assert_eq!(room(&a), 10);
+}
+
+/// A pod cache behind by more than HOLD_FOR (a burst of creations) never frees a hold by itself:
+/// the hold stays while the API server has the pod, and is asked about again later.
+#[test]
+fn a_hold_outlives_a_late_cache_while_its_pod_exists() {
+    let a = open_with_room(10);
+    let token = a
+        .try_admit(&pod_at("ns"), &identity("q", None, None), &list(2))
+        .expect("admitted at creation");
+    // Not overdue yet: nothing to check.
+    assert!(a.overdue_holds().is_empty());
+    make_overdue(&a, &token);
+    let overdue = a.overdue_holds();
+    assert_eq!(overdue.len(), 1, "{overdue:?}");
+    // Under way: not handed out twice.
+    assert!(a.overdue_holds().is_empty());
+    a.hold_checked(&token, HoldCheck::Exists);
+    let (_, held) = a.holds_for_pass(Instant::now(), std::iter::empty());
+    assert_eq!(held["q"].get("cpu"), 2000, "still held: the pod exists");
+    assert!(a.overdue_holds().is_empty(), "checked again only later");
+    // No answer (API server down): asked again soon, and held meanwhile.
+    make_overdue(&a, &token);
+    assert_eq!(a.overdue_holds().len(), 1);
+    a.hold_checked(&token, HoldCheck::Unknown);
+    let (_, held) = a.holds_for_pass(Instant::now(), std::iter::empty());
+    assert_eq!(held["q"].get("cpu"), 2000);
+    // The cache shows the pod at last: the hold is dropped (the pod counts now), and a late
+    // answer for it changes nothing.
+    let seen = VisibleToken {
+        token: &token,
+        namespace: "ns",
+        name: "p-x7k2q",
+        queue: "q",
+    };
+    let (_, held) = a.holds_for_pass(Instant::now(), [seen]);
+    assert!(held.is_empty());
+    a.hold_checked(&token, HoldCheck::Gone);
+    assert_eq!(room(&a), 8, "a late answer gives nothing back twice");
+}
+
+fn make_overdue(a: &AdmitAtCreation, token: &str) {
+    let mut s = a.lock();
+    let hold = s.holds.get_mut(token).expect("held");
+    hold.check_at = Instant::now();
 }
 
 /// Issue 16, hole 5: in-place resize (`pods/resize`) cannot grow an admitted pod past its quota.

@@ -24,6 +24,7 @@ use crate::queue::snapshot::{self};
 use crate::queue::writer::Writer;
 
 mod evictions;
+mod holds;
 mod pass;
 mod plan;
 mod statuses;

@@ -75,6 +75,7 @@ impl Controller {
         if let Some(mark) = mark {
             self.publish_room(mark, &queues, &built, &decisions);
         }
+        self.check_overdue_holds();
         self.start_ungates(&built, &decisions);
         self.start_evictions(&built, &decisions, started);
         self.want_records_and_statuses(&built, &decisions, decided.as_deref());
