@@ -400,3 +400,72 @@ async fn a_burst_of_workloads_loses_no_status_and_the_pending_gauge_drains() {
     .await;
     env.cleanup().await;
 }
+
+/// A creation the API server refuses after sluice's webhook admitted it at creation (here by a
+/// ResourceQuota on the pod count, checked after the mutating webhooks) leaves room held for a pod
+/// that never exists. Once the hold is overdue, the controller asks the API server, which has no
+/// such pod, and the room comes back: a pod that waited for it is admitted.
+#[tokio::test]
+async fn room_held_for_a_creation_refused_later_comes_back_once_the_api_server_has_no_such_pod() {
+    let (env, queue) = env_and_queue!("refusedlater", json!({"cpu": "2"}), "BestEffortFIFO");
+    let quotas: kube::Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        kube::Api::namespaced(env.client.clone(), &env.namespace);
+    let one_pod = serde_json::from_value(json!({
+        "metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}
+    }))
+    .expect("quota");
+    quotas
+        .create(&Default::default(), &one_pod)
+        .await
+        .expect("create the ResourceQuota");
+    // The quota's admission refuses everything until the quota controller has counted.
+    wait_for(
+        "the ResourceQuota counted",
+        Duration::from_secs(30),
+        || async {
+            let q = quotas.get("one-pod").await.ok()?;
+            q.status.and_then(|s| s.hard).map(|_| ())
+        },
+    )
+    .await;
+    let first = env.create_pod(pod("first", &queue, "1")).await;
+    assert!(admitted_at_creation(&first), "room and nobody waiting");
+    // sluice's webhook admits the second at creation (1 cpu of room held for it), then the
+    // ResourceQuota refuses the creation: no pod carries that hold.
+    let refusal = env
+        .refused(
+            &pod("refused", &queue, "1"),
+            "one pod only in the namespace",
+        )
+        .await;
+    assert!(refusal.contains("exceeded quota"), "{refusal}");
+    quotas
+        .delete("one-pod", &Default::default())
+        .await
+        .expect("lift the ResourceQuota");
+    // The third fits only in the refused pod's room: it is admitted once that room is back
+    // (at creation, or by a pass after the hold's check).
+    let third = wait_for(
+        "the ResourceQuota to be lifted",
+        Duration::from_secs(30),
+        || async {
+            env.pods()
+                .create(&Default::default(), &pod("third", &queue, "1"))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    wait_for(
+        "the third pod admitted into the refused pod's room",
+        Duration::from_secs(60),
+        || async {
+            let p = env.pods().get(&third.name_any()).await.ok()?;
+            (!is_gated(&p)).then_some(())
+        },
+    )
+    .await;
+    let pods = env.list_pods().await;
+    assert_eq!(holding(&pods).len(), 2, "the quota of 2 cpu, never more");
+    env.cleanup().await;
+}
