@@ -87,6 +87,7 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
                     eviction_blocked: false,
                     flavor: None,
                     placement: None,
+                    topology: None,
                 })
                 .collect();
             WorkloadSnapshot {

@@ -48,6 +48,7 @@ fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
                     eviction_blocked: false,
                     flavor: None,
                     placement: None,
+                    topology: None,
                 })
                 .collect(),
         }],
