@@ -10,7 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span};
 
-use super::plan::{PassInputs, PassPlan, PassWay, open_queues, plan_pass, still_waiting};
+use super::plan::{self, PassInputs, PassPlan, PassWay, open_queues, plan_pass, still_waiting};
 use super::ungate::prune_in_flight;
 use super::{Controller, lock};
 use crate::api::{CapacityQueue, DynamicWorkload};
@@ -36,11 +36,21 @@ impl Controller {
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
         let flavors = self.stores.flavors.state();
-        let full = self.settings.full_passes;
+        // A gated pod asking for a topology domain: every queue is decided in one pass over the
+        // nodes' shared room (the incremental state is still fed, for the passes after).
+        let topology = plan::wants_topology(&pods, &facts);
+        let full = self.settings.full_passes || topology;
+        if !self.settings.full_passes {
+            self.feed_snapshotter(&pods, pod_changes, started);
+        }
         let workloads = if full {
             self.stores.workloads.state()
         } else {
-            self.feed_snapshotter(&pods, pod_changes, started);
+            Vec::new()
+        };
+        let nodes = if topology {
+            self.stores.nodes.state()
+        } else {
             Vec::new()
         };
         let way = if full {
@@ -64,6 +74,7 @@ impl Controller {
                 pods: &pods,
                 facts: &facts,
                 namespaces: &self.stores.namespaces.state(),
+                nodes: &nodes,
                 in_flight: &in_flight,
                 eviction_blocked: &self.evictor.blocked_uids(),
             },
