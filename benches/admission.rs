@@ -14,6 +14,10 @@
 //! (`Snapshotter::lend`, `give_back`: moved, not copied), as the controller's pass does; `full` the same
 //! state built and decided whole (a restart's pass); `build_and_decide` the controller's full path
 //! (`snapshot::build_from_facts` over every pod, then `decide`).
+//! `admission_pass_topology`: the 1k/10k-workload snapshots with every workload's pods asking for
+//! one rack (`sluice.dev/topology-required`) over 1,000 nodes in 50 racks (`decide_with`), beside
+//! the same snapshots without the ask and without nodes (the cost of the feature when unused is
+//! `admission_pass` against the figures before it).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::collections::HashSet;
@@ -170,6 +174,46 @@ fn bench(c: &mut Criterion) {
         }
         group.bench_with_input(BenchmarkId::from_parameter(id), &s, |b, s| {
             b.iter(|| decide(s))
+        });
+    }
+    group.finish();
+    bench_topology(c, &snapshots);
+}
+
+/// See the module documentation.
+fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
+    use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
+    let nodes = Topology {
+        nodes: (0..1000)
+            .map(|n| NodeRoom {
+                name: format!("node-{n:04}"),
+                labels: [("rack".to_string(), format!("rack-{}", n % 50))].into(),
+                free: resources(64_000, 256 * 1024),
+            })
+            .collect(),
+    };
+    let ask = Arc::new(PodTopology {
+        ask: Some(TopologyAsk {
+            key: "rack".into(),
+            required: true,
+        }),
+        ..PodTopology::default()
+    });
+    let mut group = c.benchmark_group("admission_pass_topology");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() <= 10_000)
+    {
+        let mut asking = s.clone();
+        for pod in (asking.workloads.iter_mut())
+            .flat_map(|w| w.pod_sets.iter_mut())
+            .flat_map(|set| set.pods.iter_mut())
+        {
+            pod.topology = Some(Arc::clone(&ask));
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
+            b.iter(|| decide_with(s, Some(&nodes)))
         });
     }
     group.finish();

@@ -288,6 +288,14 @@ impl sluice_webhooks::PodClassifier for Classifier {
             at_creation.try_admit_never(&identity.queue);
             return None;
         }
+        if let Ok(Some(_)) =
+            crate::queue::topology::TopologyAsk::of(pod.metadata.annotations.as_ref())
+        {
+            // A gang asking for a topology domain is pinned as it is admitted: a pass chooses the
+            // domain (admission at creation sees no nodes).
+            at_creation.try_admit_never(&identity.queue);
+            return None;
+        }
         let binding = PodBinding::of(namespace, pod);
         // The webhook called again for the same creation (reinvocation): already admitted, if the
         // token is this pod's own and the pod did not grow since.

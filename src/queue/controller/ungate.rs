@@ -750,7 +750,9 @@ mod tests {
             .pods
             .insert("uid-a".into(), entry(7, None));
         let sent = Instant::now();
-        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t", Pin::default()).await;
+        let outcome = ungater
+            .ungate_pod(&gated_pod(false), 7, "t", Pin::default())
+            .await;
         assert_eq!(outcome, UngateOutcome::Unknown);
         let kept = ungater.lock_in_flight().pods.get("uid-a").copied();
         let expires = kept
@@ -769,7 +771,9 @@ mod tests {
             .pods
             .insert("uid-a".into(), entry(7, None));
         // With an hour's timeout on a silent server, any call sent would hang the test.
-        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t", Pin::default()).await;
+        let outcome = ungater
+            .ungate_pod(&gated_pod(false), 7, "t", Pin::default())
+            .await;
         assert_eq!(outcome, UngateOutcome::NotAdmitted);
         assert!(ungater.lock_in_flight().pods.is_empty());
         server.abort();
