@@ -157,7 +157,7 @@ pub(crate) fn decide_all(
         ready::apply_pending_requeues(&mut built, rules, pending);
     }
     // The nodes' room only when a gated pod asks for a topology domain: no work per node else.
-    let topology = wants_topology(inputs.pods, inputs.facts).then(|| nodes_room(&inputs));
+    let topology = wants_topology(inputs.pods, inputs.facts).then(|| nodes_room(inputs));
     let decisions = decide_with(&built.snapshot, topology.as_ref());
     (built, decisions)
 }
