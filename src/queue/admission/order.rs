@@ -79,13 +79,7 @@ impl<'a> QueuePass<'a> {
             reason: flavor_reason,
         } = self.choose_flavor(&item, turn.as_deref_mut());
         let may_take = misfit.is_none() || (turn.is_some() && check.is_none());
-        if item.topology
-            && !frozen
-            && may_take
-            && let Err(reason) = self.plan_topology(&item)
-        {
-            // Fits the quota but no domain: no preemption would make room on the nodes.
-            self.waits(p, &item, reason);
+        if !frozen && may_take && self.waits_for_domain(p, &item) {
             p.next += 1;
             return Step::Went;
         }

@@ -188,6 +188,21 @@ impl<'a> QueuePass<'a> {
         workload_domain(&self.snapshot.workloads[first.workload], Some(&ask.key))
     }
 
+    /// An item that fits its quota and asks for a domain but fits none waits (true), saying why.
+    /// No preemption: evicting pods of the queue frees quota, not room in one domain.
+    pub(super) fn waits_for_domain(&mut self, p: &mut Progress, item: &Item) -> bool {
+        if !item.topology {
+            return false;
+        }
+        match self.plan_topology(item) {
+            Ok(()) => false,
+            Err(reason) => {
+                self.waits(p, item, reason);
+                true
+            }
+        }
+    }
+
     /// Before an item that fits its quota is taken: Err why it fits no domain (it waits).
     pub(super) fn plan_topology(&mut self, item: &Item) -> Result<(), WaitReason> {
         self.planned = None;

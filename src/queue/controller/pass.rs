@@ -36,23 +36,7 @@ impl Controller {
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
         let flavors = self.stores.flavors.state();
-        // A gated pod asking for a topology domain: every queue is decided in one pass over the
-        // nodes' shared room (the incremental state is still fed, for the passes after).
-        let topology = plan::wants_topology(&pods, &facts);
-        let full = self.settings.full_passes || topology;
-        if !self.settings.full_passes {
-            self.feed_snapshotter(&pods, pod_changes, started);
-        }
-        let workloads = if full {
-            self.stores.workloads.state()
-        } else {
-            Vec::new()
-        };
-        let nodes = if topology {
-            self.stores.nodes.state()
-        } else {
-            Vec::new()
-        };
+        let (full, workloads, nodes) = self.pass_way(&pods, &facts, pod_changes, started);
         let way = if full {
             PassWay::Full
         } else {
@@ -106,6 +90,38 @@ impl Controller {
             self.snapshotter.give_back(built, decisions);
         }
         waiting
+    }
+
+    /// Whether the pass is a full one, with the workloads it reads then, and the nodes it reads
+    /// (only when a gated pod asks for a topology domain: every queue is then decided in one
+    /// pass over the nodes' shared room; the incremental state is still fed, for the passes after).
+    fn pass_way(
+        &mut self,
+        pods: &[Arc<CachedPod>],
+        facts: &[Option<Arc<snapshot::PodFacts>>],
+        pod_changes: watch_store::Changes<CachedPod>,
+        now: Instant,
+    ) -> (
+        bool,
+        Vec<Arc<DynamicWorkload>>,
+        Vec<Arc<k8s_openapi::api::core::v1::Node>>,
+    ) {
+        let topology = plan::wants_topology(pods, facts);
+        let full = self.settings.full_passes || topology;
+        if !self.settings.full_passes {
+            self.feed_snapshotter(pods, pod_changes, now);
+        }
+        let workloads = if full {
+            self.stores.workloads.state()
+        } else {
+            Vec::new()
+        };
+        let nodes = if topology {
+            self.stores.nodes.state()
+        } else {
+            Vec::new()
+        };
+        (full, workloads, nodes)
     }
 
     /// Tells the snapshotter what the watches changed since the last pass. Once per resync period
