@@ -6,13 +6,15 @@
 //! - a gang that fits the queue but no single rack waits, its DynamicWorkload saying so;
 //! - a hostile user: a forged `sluice.dev/topology-domain` is dropped at creation and refused
 //!   later, a nodeSelector naming the small rack keeps the gang out of the big one (it waits), an
-//!   ask that is not a label key is refused at creation.
+//!   ask that is not a label key is refused at creation;
+//! - a batch/v1 Job whose pod template asks: all its pods in one rack.
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -94,13 +96,21 @@ fn rack_pod(racks: &Racks, name: &str, queue: &str, cpu: &str, gang: (&str, u32)
 
 /// The rack each pod of `gang` is pinned to and runs in, once all `size` are bound.
 async fn racks_of(env: &TestEnv, racks: &Racks, gang: &str, size: usize) -> BTreeSet<String> {
+    racks_selected(env, racks, &format!("sluice.dev/workload={gang}"), size).await
+}
+
+/// [`racks_of`] for the pods `selector` selects.
+async fn racks_selected(
+    env: &TestEnv,
+    racks: &Racks,
+    selector: &str,
+    size: usize,
+) -> BTreeSet<String> {
     let pods = wait_for(
-        &format!("the {size} pods of {gang} admitted and bound"),
+        &format!("the {size} pods {selector} admitted and bound"),
         Duration::from_secs(90),
         || async {
-            let pods = env
-                .pods_labelled(&format!("sluice.dev/workload={gang}"))
-                .await;
+            let pods = env.pods_labelled(selector).await;
             let bound = (pods.iter())
                 .filter(|p| !is_gated(p) && p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
                 .count();
@@ -230,6 +240,36 @@ async fn a_hostile_pod_cannot_forge_or_escape_its_rack() {
     env.create_pod(narrow).await;
     let message = wait_message(&env, "narrow", "no single").await;
     assert!(message.contains("the most any"), "{message}");
+    env.cleanup().await;
+    racks.remove().await;
+}
+
+#[tokio::test]
+async fn a_jobs_pods_asking_in_their_template_all_run_in_one_rack() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-job").await else {
+        return;
+    };
+    let racks = Racks::create(&env).await;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    // 3 pods of 1.5 cpu at once: only r2's 3-cpu nodes hold two each.
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "shuffle", "labels": {"sluice.dev/queue": queue}},
+        "spec": {"parallelism": 3, "completions": 3, "template": {
+            "metadata": {"annotations": {"sluice.dev/kwok-hold": "true",
+                "sluice.dev/topology-required": racks.key}},
+            "spec": {"restartPolicy": "Never",
+                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "w", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}]}}},
+    }))
+    .expect("job");
+    Api::<Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create job");
+    let seen = racks_selected(&env, &racks, "batch.kubernetes.io/job-name=shuffle", 3).await;
+    assert_eq!(seen, BTreeSet::from([racks.rack("r2")]));
     env.cleanup().await;
     racks.remove().await;
 }

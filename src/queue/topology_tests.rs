@@ -224,3 +224,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn node_room_is_allocatable_less_bound_pods_and_cordoned_nodes_have_none() {
+    let node = |name: &str, cordoned: bool, cpu: &str| -> std::sync::Arc<Node> {
+        std::sync::Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"rack": "a"}},
+                "spec": {"unschedulable": cordoned},
+                "status": {"allocatable": {"cpu": cpu, "pods": "110", "memory": "lots"}},
+            }))
+            .expect("node"),
+        )
+    };
+    let nodes = [node("b", false, "4"), node("a", false, "2"), node("c", true, "8")];
+    let two = pod(2);
+    let bound = [("b", &two), ("gone", &two)];
+    let topology = Topology::from_nodes(&nodes, bound.iter().map(|(n, r)| (*n, *r)));
+    let names: Vec<&str> = topology.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["a", "b"], "sorted, the cordoned node left out");
+    assert_eq!(topology.nodes[1].free.0["cpu"], 2000);
+    assert_eq!(topology.nodes[1].free.0["pods"], 109_000);
+    assert!(!topology.nodes[0].free.0.contains_key("memory"), "unreadable: no room");
+}
