@@ -6,7 +6,7 @@
 //! is over-filled. Pure: the controller builds a [`Topology`] from its Node watch; the admission
 //! pass asks [`Rooms::place`] and [`Rooms::commit`]s what it admits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Node;
 
@@ -171,39 +171,58 @@ pub struct Shortfall {
 #[derive(Clone, Debug, Default)]
 pub struct Rooms {
     pub nodes: Vec<NodeRoom>,
+    /// Per label key asked for: its domains (value, nodes), built at the key's first use.
+    domains: HashMap<String, Vec<(String, Vec<usize>)>>,
 }
 
 impl Rooms {
     pub fn new(topology: &Topology) -> Rooms {
         Rooms {
             nodes: topology.nodes.clone(),
+            domains: HashMap::new(),
         }
+    }
+
+    /// The domains of `key`: each value and the nodes that carry it, by value.
+    fn domains_of(&mut self, key: &str) -> &[(String, Vec<usize>)] {
+        let nodes = &self.nodes;
+        self.domains.entry(key.to_string()).or_insert_with(|| {
+            let mut by_value: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            for (i, node) in nodes.iter().enumerate() {
+                if let Some(value) = node.labels.get(key) {
+                    by_value.entry(value).or_default().push(i);
+                }
+            }
+            (by_value.into_iter())
+                .map(|(v, members)| (v.to_string(), members))
+                .collect()
+        })
     }
 
     /// The best domain of `key` for `pods`: among the domains (values of `key`, only `only` when
     /// given) of the nodes `node_ok` accepts, those where every pod fits first-fit on a node
     /// (largest first); of those the tightest (least cpu left), then the first by name.
     pub fn place(
-        &self,
+        &mut self,
         key: &str,
         pods: &[&ResourceList],
         node_ok: &dyn Fn(&NodeRoom) -> bool,
         only: Option<&str>,
     ) -> Result<Placed, Shortfall> {
-        let mut domains: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            if let Some(value) = node.labels.get(key)
-                && only.is_none_or(|o| o == value)
-                && node_ok(node)
-            {
-                domains.entry(value.as_str()).or_default().push(i);
-            }
-        }
+        self.domains_of(key);
+        let all = self.domains.get(key).map(Vec::as_slice).unwrap_or_default();
         let order = largest_first(pods);
         let mut best: Option<(i64, Placed)> = None;
-        let mut most = 0u32;
-        for (value, members) in &domains {
-            let (placed, left) = self.first_fit(members, pods, &order);
+        let (mut most, mut tried) = (0u32, 0u32);
+        let mut members = Vec::new();
+        for (value, nodes) in all.iter().filter(|(v, _)| only.is_none_or(|o| o == v)) {
+            members.clear();
+            members.extend(nodes.iter().copied().filter(|&i| node_ok(&self.nodes[i])));
+            if members.is_empty() {
+                continue;
+            }
+            tried += 1;
+            let (placed, left) = self.first_fit(&members, pods, &order);
             let count = placed.iter().filter(|n| n.is_some()).count();
             most = most.max(u32::try_from(count).unwrap_or(u32::MAX));
             if count < pods.len() {
@@ -221,7 +240,7 @@ impl Rooms {
             }
         }
         best.map(|(_, placed)| placed).ok_or(Shortfall {
-            domains: u32::try_from(domains.len()).unwrap_or(u32::MAX),
+            domains: tried,
             most,
         })
     }
@@ -256,20 +275,23 @@ impl Rooms {
         pods: &[&ResourceList],
         order: &[usize],
     ) -> (Vec<Option<usize>>, i64) {
-        let mut free: Vec<ResourceList> = members
-            .iter()
-            .map(|&i| self.nodes[i].free.clone())
-            .collect();
+        // What the gang takes of each node, only for the nodes it lands on (no copy of the rest).
+        let mut taken: Vec<Option<ResourceList>> = vec![None; members.len()];
         let mut placed = vec![None; pods.len()];
         for &p in order {
-            if let Some(at) = free.iter().position(|f| fits(f, pods[p])) {
-                subtract(&mut free[at], pods[p]);
+            let free = |at: usize| &self.nodes[members[at]].free;
+            let at =
+                (0..members.len()).find(|&at| fits_less(free(at), taken[at].as_ref(), pods[p]));
+            if let Some(at) = at {
+                taken[at]
+                    .get_or_insert_with(ResourceList::new)
+                    .add_all(pods[p]);
                 placed[p] = Some(members[at]);
             }
         }
-        let left = free
-            .iter()
-            .map(|f| f.0.get("cpu").copied().unwrap_or(0))
+        let cpu = |l: &ResourceList| l.0.get("cpu").copied().unwrap_or(0);
+        let left = (members.iter().zip(&taken))
+            .map(|(&i, t)| cpu(&self.nodes[i].free) - t.as_ref().map_or(0, cpu))
             .sum();
         (placed, left)
     }
@@ -286,6 +308,20 @@ fn largest_first(pods: &[&ResourceList]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..pods.len()).collect();
     order.sort_by(|&a, &b| size(pods[b]).cmp(&size(pods[a])).then(a.cmp(&b)));
     order
+}
+
+/// Whether `pod` fits in `free` less `taken`.
+fn fits_less(free: &ResourceList, taken: Option<&ResourceList>, pod: &ResourceList) -> bool {
+    let Some(taken) = taken else {
+        return fits(free, pod);
+    };
+    pod.0.iter().all(|(r, v)| {
+        *v <= 0
+            || free
+                .0
+                .get(r)
+                .is_some_and(|f| f.saturating_sub(taken.0.get(r).copied().unwrap_or(0)) >= *v)
+    })
 }
 
 /// Whether `pod` fits in `free`: every resource it asks for is there (one a node lacks: none).

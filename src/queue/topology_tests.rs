@@ -80,7 +80,7 @@ fn domains_round_trip_through_the_annotation() {
 
 #[test]
 fn a_gang_goes_whole_into_the_one_rack_with_room() {
-    let r = rooms(vec![
+    let mut r = rooms(vec![
         node("a1", "a", 4),
         node("a2", "a", 4),
         node("b1", "b", 8),
@@ -95,7 +95,7 @@ fn a_gang_goes_whole_into_the_one_rack_with_room() {
 
 #[test]
 fn the_tightest_rack_wins_and_nothing_is_split() {
-    let r = rooms(vec![
+    let mut r = rooms(vec![
         node("a1", "a", 16),
         node("b1", "b", 4),
         node("c1", "c", 3),
@@ -120,7 +120,7 @@ fn the_tightest_rack_wins_and_nothing_is_split() {
 #[test]
 fn room_is_per_node_not_per_rack_sum() {
     // 2 + 2 cpu free in rack a, but a 3 cpu pod fits on neither node.
-    let r = rooms(vec![node("a1", "a", 2), node("a2", "a", 2)]);
+    let mut r = rooms(vec![node("a1", "a", 2), node("a2", "a", 2)]);
     let pods = [pod(3)];
     let refs: Vec<&ResourceList> = pods.iter().collect();
     assert_eq!(
@@ -147,7 +147,7 @@ fn committed_room_is_gone_for_the_next_gang() {
 
 #[test]
 fn only_and_node_constraints_narrow_the_domains() {
-    let r = rooms(vec![node("a1", "a", 8), node("b1", "b", 8)]);
+    let mut r = rooms(vec![node("a1", "a", 8), node("b1", "b", 8)]);
     let pods = [pod(1)];
     let refs: Vec<&ResourceList> = pods.iter().collect();
     assert_eq!(
@@ -168,7 +168,7 @@ fn only_and_node_constraints_narrow_the_domains() {
 
 #[test]
 fn a_resource_the_node_lacks_does_not_fit() {
-    let r = rooms(vec![node("a1", "a", 8)]);
+    let mut r = rooms(vec![node("a1", "a", 8)]);
     let mut gpu = pod(1);
     gpu.0.insert("nvidia.com/gpu".into(), 1000);
     assert!(r.place("rack", &[&gpu], &any, None).is_err());
@@ -237,7 +237,11 @@ fn node_room_is_allocatable_less_bound_pods_and_cordoned_nodes_have_none() {
             .expect("node"),
         )
     };
-    let nodes = [node("b", false, "4"), node("a", false, "2"), node("c", true, "8")];
+    let nodes = [
+        node("b", false, "4"),
+        node("a", false, "2"),
+        node("c", true, "8"),
+    ];
     let two = pod(2);
     let bound = [("b", &two), ("gone", &two)];
     let topology = Topology::from_nodes(&nodes, bound.iter().map(|(n, r)| (*n, *r)));
@@ -245,5 +249,8 @@ fn node_room_is_allocatable_less_bound_pods_and_cordoned_nodes_have_none() {
     assert_eq!(names, ["a", "b"], "sorted, the cordoned node left out");
     assert_eq!(topology.nodes[1].free.0["cpu"], 2000);
     assert_eq!(topology.nodes[1].free.0["pods"], 109_000);
-    assert!(!topology.nodes[0].free.0.contains_key("memory"), "unreadable: no room");
+    assert!(
+        !topology.nodes[0].free.0.contains_key("memory"),
+        "unreadable: no room"
+    );
 }
