@@ -17,7 +17,9 @@
 //! `admission_pass_topology`: the 1k/10k-workload snapshots with every workload's pods asking for
 //! one rack (`sluice.dev/topology-required`) over 1,000 nodes in 50 racks (`decide_with`), beside
 //! the same snapshots without the ask and without nodes (the cost of the feature when unused is
-//! `admission_pass` against the figures before it).
+//! `admission_pass` against the figures before it). `admission_pass_topology_searching`: the same
+//! with the queues' quota a thousand times larger and the nodes' room 8 cpu each, so that every
+//! gang fits its quota and searches the racks, and most find none (the worst case of the search).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::collections::HashSet;
@@ -214,6 +216,33 @@ fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
         }
         group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
             b.iter(|| decide_with(s, Some(&nodes)))
+        });
+    }
+    group.finish();
+    let mut small = nodes.clone();
+    for node in &mut small.nodes {
+        node.free = resources(8_000, 256 * 1024);
+    }
+    let mut group = c.benchmark_group("admission_pass_topology_searching");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() <= 10_000)
+    {
+        let mut asking = s.clone();
+        for queue in &mut asking.queues {
+            for value in queue.quota.0.values_mut() {
+                *value = value.saturating_mul(1000);
+            }
+        }
+        for pod in (asking.workloads.iter_mut())
+            .flat_map(|w| w.pod_sets.iter_mut())
+            .flat_map(|set| set.pods.iter_mut())
+        {
+            pod.topology = Some(Arc::clone(&ask));
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
+            b.iter(|| decide_with(s, Some(&small)))
         });
     }
     group.finish();
