@@ -14,6 +14,12 @@
 //! (`Snapshotter::lend`, `give_back`: moved, not copied), as the controller's pass does; `full` the same
 //! state built and decided whole (a restart's pass); `build_and_decide` the controller's full path
 //! (`snapshot::build_from_facts` over every pod, then `decide`).
+//! `admission_pass_topology`: the 1k/10k-workload snapshots with every workload's pods asking for
+//! one rack (`sluice.dev/topology-required`) over 1,000 nodes in 50 racks (`decide_with`), beside
+//! the same snapshots without the ask and without nodes (the cost of the feature when unused is
+//! `admission_pass` against the figures before it). `admission_pass_topology_searching`: the same
+//! with the queues' quota a thousand times larger and the nodes' room 8 cpu each, so that every
+//! gang fits its quota and searches the racks, and most find none (the worst case of the search).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::collections::HashSet;
@@ -87,6 +93,7 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
                     eviction_blocked: false,
                     flavor: None,
                     placement: None,
+                    topology: None,
                 })
                 .collect();
             WorkloadSnapshot {
@@ -169,6 +176,73 @@ fn bench(c: &mut Criterion) {
         }
         group.bench_with_input(BenchmarkId::from_parameter(id), &s, |b, s| {
             b.iter(|| decide(s))
+        });
+    }
+    group.finish();
+    bench_topology(c, &snapshots);
+}
+
+/// See the module documentation.
+fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
+    use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
+    let nodes = Topology {
+        nodes: (0..1000)
+            .map(|n| NodeRoom {
+                name: format!("node-{n:04}"),
+                labels: [("rack".to_string(), format!("rack-{}", n % 50))].into(),
+                free: resources(64_000, 256 * 1024),
+            })
+            .collect(),
+    };
+    let ask = Arc::new(PodTopology {
+        ask: Some(TopologyAsk {
+            key: "rack".into(),
+            required: true,
+        }),
+        ..PodTopology::default()
+    });
+    let mut group = c.benchmark_group("admission_pass_topology");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() <= 10_000)
+    {
+        let mut asking = s.clone();
+        for pod in (asking.workloads.iter_mut())
+            .flat_map(|w| w.pod_sets.iter_mut())
+            .flat_map(|set| set.pods.iter_mut())
+        {
+            pod.topology = Some(Arc::clone(&ask));
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
+            b.iter(|| decide_with(s, Some(&nodes)))
+        });
+    }
+    group.finish();
+    let mut small = nodes.clone();
+    for node in &mut small.nodes {
+        node.free = resources(8_000, 256 * 1024);
+    }
+    let mut group = c.benchmark_group("admission_pass_topology_searching");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() <= 10_000)
+    {
+        let mut asking = s.clone();
+        for queue in &mut asking.queues {
+            for value in queue.quota.0.values_mut() {
+                *value = value.saturating_mul(1000);
+            }
+        }
+        for pod in (asking.workloads.iter_mut())
+            .flat_map(|w| w.pod_sets.iter_mut())
+            .flat_map(|set| set.pods.iter_mut())
+        {
+            pod.topology = Some(Arc::clone(&ask));
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
+            b.iter(|| decide_with(s, Some(&small)))
         });
     }
     group.finish();

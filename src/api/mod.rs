@@ -62,12 +62,23 @@ pub const ADMITTED_BY_ANNOTATION: &str = "sluice.dev/admitted-by";
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// The annotations that record a pod's admission: only sluice sets them (the validating webhook
 /// refuses a user's change; a pod gated at creation loses any it carries).
-pub const ADMISSION_ANNOTATIONS: [&str; 4] = [
+pub const ADMISSION_ANNOTATIONS: [&str; 5] = [
     AT_CREATION_ANNOTATION,
     ADMITTED_AT_ANNOTATION,
     ADMITTED_BY_ANNOTATION,
     FLAVOR_ANNOTATION,
+    TOPOLOGY_DOMAIN_ANNOTATION,
 ];
+/// Annotation sluice writes when it admits a pod whose gang asked for a topology domain: the
+/// domain it was pinned to, `<node label key>=<value>` (also added to its nodeSelector). Only
+/// sluice sets it, like the other admission annotations.
+pub const TOPOLOGY_DOMAIN_ANNOTATION: &str = "sluice.dev/topology-domain";
+/// On a workload's pods (or its pod template): keep its gang within one domain of this node
+/// label (e.g. `topology.kubernetes.io/zone`), or wait.
+pub const TOPOLOGY_REQUIRED_ANNOTATION: &str = "sluice.dev/topology-required";
+/// As [`TOPOLOGY_REQUIRED_ANNOTATION`], but a gang that fits no single domain is admitted anyway,
+/// unpinned.
+pub const TOPOLOGY_PREFERRED_ANNOTATION: &str = "sluice.dev/topology-preferred";
 /// Annotation sluice writes when it admits a pod in a flavor of its queue (`spec.flavors`): the
 /// flavor's name, which the pod's quota is charged to. Only sluice sets it, like the other
 /// admission annotations.

@@ -259,8 +259,23 @@ fn cases() -> Vec<(&'static str, Case)> {
                         json!({"sluice.dev/admitted-at-creation": "t-1"});
                     review(POD, "UPDATE", noted, ungated.clone(), "alice")
                 },
-                cause: "A user set or changed `sluice.dev/admitted-at-creation`, `sluice.dev/admitted-at`, `sluice.dev/admitted-by` or `sluice.dev/flavor`: they record how, when, by which leadership term and in which flavor sluice admitted the pod.",
+                cause: "A user set or changed `sluice.dev/admitted-at-creation`, `sluice.dev/admitted-at`, `sluice.dev/admitted-by`, `sluice.dev/flavor` or `sluice.dev/topology-domain`: they record how, when, by which leadership term, in which flavor and in which topology domain sluice admitted the pod.",
                 fix: "Leave them to sluice; a pod created with a copied token is gated, not admitted.",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "A topology ask that names no label key",
+                path: "/mutate-pods",
+                review: {
+                    let mut asking = pod("q", "1", json!({}));
+                    asking["metadata"]["annotations"] =
+                        json!({"sluice.dev/topology-required": "rack name"});
+                    review(POD, "CREATE", asking, Value::Null, "alice")
+                },
+                cause: "`sluice.dev/topology-required` or `sluice.dev/topology-preferred` holds something that is not a node label key, so no domain could ever be chosen.",
+                fix: "Set it to the node label whose values are the domains, e.g. `topology.kubernetes.io/zone`, a rack label or `kubernetes.io/hostname` (see [Placement](../concepts/placement.md)).",
             },
         ),
         (

@@ -84,6 +84,7 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
         admit: Vec::new(),
         evict: Vec::new(),
         flavors: Default::default(),
+        domains: Default::default(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };

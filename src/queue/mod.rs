@@ -20,6 +20,7 @@ pub mod ready;
 mod series;
 pub mod snapshot;
 pub mod status;
+pub mod topology;
 mod writer;
 
 /// The admission pass before its rewrite, kept to check and measure the rewrite against: compiled

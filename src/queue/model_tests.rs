@@ -670,6 +670,7 @@ impl World {
             pods: &pods,
             facts: &facts,
             namespaces: &self.namespaces,
+            nodes: &[],
             in_flight: &in_flight,
             eviction_blocked: &blocked,
         };

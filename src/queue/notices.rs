@@ -64,6 +64,7 @@ impl ReasonKey {
             WaitReason::Reclaiming { .. } => ("Reclaiming", None),
             WaitReason::NoFlavorFits { .. } => ("NoFlavorFits", None),
             WaitReason::NoFlavorMatches { .. } => ("NoFlavorMatches", None),
+            WaitReason::NoTopologyDomain { key, .. } => ("NoTopologyDomain", Some(key)),
         };
         ReasonKey {
             kind,

@@ -55,6 +55,20 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Whether a node with exactly these `labels` satisfies the constraints (a key the node
+    /// lacks: `In`, `Exists`, `Gt`, `Lt` fail, `NotIn` and `DoesNotExist` hold).
+    pub fn matches_node(&self, labels: &BTreeMap<String, String>) -> bool {
+        let selector_ok = (self.node_selector.iter()).all(|(k, v)| labels.get(k) == Some(v));
+        let holds = |r: &NodeSelectorRequirement| match labels.get(&r.key) {
+            Some(_) => requirement_may_hold(r, labels),
+            None => matches!(r.operator.as_str(), "NotIn" | "DoesNotExist"),
+        };
+        selector_ok
+            && (self.terms.is_empty() || self.terms.iter().any(|term| term.iter().all(holds)))
+    }
+}
+
 /// Whether one node selector requirement may hold on a node with `labels` (unknown keys: yes).
 fn requirement_may_hold(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
     let Some(value) = labels.get(&r.key) else {
@@ -151,5 +165,20 @@ mod tests {
             ..Placement::default()
         };
         assert!(!q.allows(&labels(&[("gpu", "a100")])));
+    }
+
+    #[test]
+    fn a_real_node_lacking_a_key_fails_in_and_passes_not_in() {
+        let p = Placement::of(&spec(
+            json!({"containers": [], "nodeSelector": {"rack": "r1"}, "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "spot", "operator": "NotIn", "values": ["true"]},
+                                      {"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}),
+        ))
+        .expect("constraints");
+        assert!(p.matches_node(&labels(&[("rack", "r1"), ("zone", "a")])));
+        assert!(!p.matches_node(&labels(&[("rack", "r1")])), "zone missing");
+        assert!(!p.matches_node(&labels(&[("zone", "a")])), "rack missing");
+        assert!(!p.matches_node(&labels(&[("rack", "r1"), ("zone", "a"), ("spot", "true")])));
     }
 }

@@ -26,11 +26,14 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, FLAVOR_ANNOTATION,
+    TOPOLOGY_DOMAIN_ANNOTATION,
 };
 use crate::integrations::Adapters;
 use crate::integrations::workload_object_name;
+use crate::queue::admission::PodTopology;
 use crate::queue::admission::WorkloadKey;
 use crate::queue::placement::Placement;
+use crate::queue::topology::TopologyAsk;
 use crate::resources::ResourceList;
 use crate::resources::pod_requests;
 
@@ -97,6 +100,11 @@ pub struct PodFacts {
     /// or creates them).
     pub has_node_selector: bool,
     pub has_tolerations: bool,
+    /// The node it is bound to (`spec.nodeName`): its requests are taken off that node's room
+    /// for topology-aware gangs.
+    pub node_name: Option<Box<str>>,
+    /// Its topology ask and the domain sluice pinned it to (None: neither, most pods).
+    pub topology: Option<Arc<PodTopology>>,
 }
 
 impl PodFacts {
@@ -144,8 +152,22 @@ impl PodFacts {
             placement: Placement::of(spec).map(Arc::new),
             has_node_selector: spec.node_selector.is_some(),
             has_tolerations: spec.tolerations.is_some(),
+            node_name: spec.node_name.as_deref().map(Box::from),
+            topology: pod_topology(pod).map(Arc::new),
         })
     }
+}
+
+/// A pod's topology ask (an invalid key, which the webhook refuses at creation, asks nothing)
+/// and the domain sluice pinned it to; None when it has neither.
+fn pod_topology(pod: &Pod) -> Option<PodTopology> {
+    let annotations = pod.metadata.annotations.as_ref();
+    let ask = TopologyAsk::of(annotations).ok().flatten();
+    let domain = annotations
+        .and_then(|a| a.get(TOPOLOGY_DOMAIN_ANNOTATION))
+        .cloned();
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    (ask.is_some() || domain.is_some()).then_some(PodTopology { ask, domain, bound })
 }
 
 /// Whether a pod as the API server sends it is behind sluice's gate.

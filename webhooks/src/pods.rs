@@ -318,7 +318,17 @@ pub fn mutate_pod(
     };
     let mut warnings = Vec::new();
     let patch = match at_creation {
-        Some(annotations) => admission_at_creation_patch(pod, &labels, &annotations),
+        Some(annotations) => {
+            // Admission annotations the pod brought and this admission does not set are forged
+            // (a flavor, a topology domain): dropped, as from a gated pod.
+            let mut patch = admission_at_creation_patch(pod, &labels, &annotations);
+            let forged: Vec<String> = (gate.admission_annotations.iter())
+                .filter(|key| !annotations.contains_key(*key))
+                .cloned()
+                .collect();
+            patch.0.extend(remove_annotations(pod, &forged));
+            patch
+        }
         None => {
             warnings = classifier.gated_warnings(namespace, pod, &labels, &facts);
             let mut patch = mutation_patch(pod, &labels, &gate.gate_name);

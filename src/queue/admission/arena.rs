@@ -43,6 +43,8 @@ pub(super) struct Item {
     pub(super) allowed: u16,
     pub(super) prefer: u8,
     pub(super) flavor: u8,
+    /// Some pod of the item asks for a topology domain (see `topology.rs`).
+    pub(super) topology: bool,
 }
 
 /// No flavor preferred.

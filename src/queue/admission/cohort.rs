@@ -516,14 +516,16 @@ fn reclaim(
 /// Decides the queues of one cohort (`queues`: indexes into `snapshot.queues`) together. See the
 /// module documentation.
 pub(super) fn decide_cohort(
-    snapshot: &Snapshot,
+    (snapshot, rooms): (&Snapshot, &topology::SharedRooms),
     queues: &[usize],
     members: &[Vec<usize>],
     decisions: &mut Decisions,
 ) {
     let mut scratches: Vec<Scratch> = queues.iter().map(|_| Scratch::default()).collect();
     let mut passes: Vec<QueuePass> = (queues.iter().zip(scratches.iter_mut()))
-        .map(|(&q, scratch)| QueuePass::new(snapshot, &snapshot.queues[q], &members[q], scratch))
+        .map(|(&q, scratch)| {
+            QueuePass::new((snapshot, rooms), &snapshot.queues[q], &members[q], scratch)
+        })
         .collect();
     for pass in &mut passes {
         for m in 0..pass.members.len() {
@@ -540,6 +542,7 @@ pub(super) fn decide_cohort(
     for (pass, progress) in passes.iter_mut().zip(progress) {
         let waiting = pass.finish(progress);
         pass.record_flavors(&mut decisions.flavors);
+        pass.record_domains(&mut decisions.domains);
         tallies.push(pass.tally(&mut decisions.workloads, waiting));
         loads.push(pass.load());
     }

@@ -78,6 +78,7 @@ impl<'a> QueuePass<'a> {
             self.chosen.extend(pods.iter().map(|p| (*p, item.flavor)));
         }
         self.states[m].admitted_now += item.pods_len;
+        self.commit_topology(item);
     }
 
     /// The queue's tally and each member's, after the decisions.

@@ -8,7 +8,7 @@ use super::*;
 
 impl<'a> QueuePass<'a> {
     pub(super) fn new(
-        snapshot: &'a Snapshot,
+        (snapshot, rooms): (&'a Snapshot, &'a topology::SharedRooms<'a>),
         queue: &'a QueueSnapshot,
         members: &'a [usize],
         scratch: &'a mut Scratch,
@@ -47,6 +47,9 @@ impl<'a> QueuePass<'a> {
             reserved_at,
             reserve_at,
             chosen: Vec::new(),
+            rooms,
+            planned: None,
+            domains: Vec::new(),
         }
     }
 
@@ -73,6 +76,7 @@ impl<'a> QueuePass<'a> {
             reserve: NONE,
             earliest: None,
             allowed: self.all_flavors(),
+            topology: false,
         };
         for (s, set) in workload.pod_sets.iter().enumerate() {
             let (admitted_in_set, set_flavor) = self.count_set(m, set);
@@ -219,6 +223,7 @@ impl<'a> QueuePass<'a> {
                 allowed,
                 prefer: flavor,
                 flavor: 0,
+                topology: asks_topology(pod),
             });
         }
     }
@@ -246,6 +251,7 @@ impl<'a> QueuePass<'a> {
         let take = (set.min_count as usize).min(self.gated.len());
         for &p in &self.gated[..take] {
             gang.allowed &= self.allowed_for(&set.pods[p]);
+            gang.topology |= asks_topology(&set.pods[p]);
             self.arena.pods.push(at(p));
             self.dims.add_projected(
                 &set.pods[p].requests,
@@ -283,6 +289,7 @@ impl<'a> QueuePass<'a> {
                 self.arena.slice_mut(gang.usage, self.width),
             );
             gang.allowed &= self.allowed_for(&set.pods[pod.pod]);
+            gang.topology |= asks_topology(&set.pods[pod.pod]);
             self.arena.pods.push(pod);
             pods_len = 1;
         }
@@ -309,8 +316,14 @@ impl<'a> QueuePass<'a> {
             allowed: gang.allowed,
             prefer: NO_FLAVOR,
             flavor: 0,
+            topology: gang.topology,
         });
     }
+}
+
+/// Whether the pod asks for a topology domain.
+fn asks_topology(pod: &PodSnapshot) -> bool {
+    pod.topology.as_ref().is_some_and(|t| t.ask.is_some())
 }
 
 /// Sorts a pod set's gated pods (positions in `gated`) oldest first. Of a workload that has not

@@ -45,6 +45,7 @@ mod flavor;
 mod gangs;
 mod order;
 mod preempt;
+mod topology;
 
 use arena::{Arena, Dimensions, Item, Slot};
 use fit::Misfit;
@@ -213,6 +214,20 @@ pub struct PodSnapshot {
     /// The pod's own node constraints (nodeSelector, required node affinity); None: none. A
     /// flavor whose node labels they exclude is never chosen for the pod: it would not run there.
     pub placement: Option<Arc<crate::queue::placement::Placement>>,
+    /// Its topology ask and the domain sluice pinned it to; None (most pods): neither.
+    pub topology: Option<Arc<PodTopology>>,
+}
+
+/// A pod's part in topology-aware admission (`src/queue/topology.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodTopology {
+    /// `sluice.dev/topology-required` or `-preferred` (a key the webhook checked).
+    pub ask: Option<crate::queue::topology::TopologyAsk>,
+    /// An admitted pod: the domain it was pinned to (`sluice.dev/topology-domain`, which only
+    /// sluice writes: `<key>=<value>`).
+    pub domain: Option<String>,
+    /// Whether it is bound to a node (its room is then counted on that node already).
+    pub bound: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -295,6 +310,17 @@ pub enum WaitReason {
         queue: String,
         flavors: Vec<String>,
     },
+    /// A gang asking for one domain of node label `key` fits its queue's quota, but no domain
+    /// (of the `domains` its pods may run in; only its gang's `pinned` one for a later pod) has
+    /// room on its nodes for its `pods` pods; the most any holds is `most`.
+    NoTopologyDomain {
+        queue: String,
+        key: String,
+        pods: u32,
+        most: u32,
+        domains: u32,
+        pinned: Option<String>,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -368,6 +394,7 @@ impl std::fmt::Display for WaitReason {
             WaitReason::NoFlavorFits { .. } | WaitReason::NoFlavorMatches { .. } => {
                 self.fmt_flavors(f)
             }
+            WaitReason::NoTopologyDomain { .. } => self.fmt_topology(f),
         }
     }
 }
@@ -447,6 +474,9 @@ pub struct Decisions {
     /// The flavor each admitted pod of a flavored queue was admitted in (written to the pod with
     /// its admission: node selector, tolerations, `sluice.dev/flavor`).
     pub flavors: HashMap<PodRef, Arc<FlavorSnapshot>>,
+    /// The topology domain each admitted pod of a gang that asked for one was pinned to
+    /// (`<key>=<value>`: written to its nodeSelector and `sluice.dev/topology-domain`).
+    pub domains: HashMap<PodRef, Arc<str>>,
     pub queues: BTreeMap<String, QueueTally>,
 }
 
@@ -473,10 +503,21 @@ pub enum EvictionReason {
 
 /// Decides which gated pods to admit. See the module documentation for the rules.
 pub fn decide(snapshot: &Snapshot) -> Decisions {
+    decide_with(snapshot, None)
+}
+
+/// As [`decide`], with the nodes' room for the gangs that ask for a topology domain (None: such
+/// gangs wait, saying no node has their label).
+pub fn decide_with(
+    snapshot: &Snapshot,
+    nodes: Option<&crate::queue::topology::Topology>,
+) -> Decisions {
+    let rooms = topology::SharedRooms::new(snapshot, nodes);
     let mut decisions = Decisions {
         admit: Vec::new(),
         evict: Vec::new(),
         flavors: HashMap::new(),
+        domains: HashMap::new(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };
@@ -511,11 +552,17 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
             cohorts.entry(cohort.name.as_str()).or_default().push(q);
             continue;
         }
-        let tally = decide_queue(snapshot, queue, &members[q], &mut decisions, &mut scratch);
+        let tally = decide_queue(
+            (snapshot, &rooms),
+            queue,
+            &members[q],
+            &mut decisions,
+            &mut scratch,
+        );
         decisions.queues.insert(queue.name.clone(), tally);
     }
     for queues in cohorts.values() {
-        cohort::decide_cohort(snapshot, queues, &members, &mut decisions);
+        cohort::decide_cohort((snapshot, &rooms), queues, &members, &mut decisions);
     }
     decisions
 }
@@ -561,19 +608,20 @@ struct MemberState {
 /// of started gangs, one item per gang or pod), order it, admit it in order with the queue's
 /// strategy, and tally.
 fn decide_queue(
-    snapshot: &Snapshot,
+    (snapshot, rooms): (&Snapshot, &topology::SharedRooms),
     queue: &QueueSnapshot,
     members: &[usize],
     decisions: &mut Decisions,
     scratch: &mut Scratch,
 ) -> QueueTally {
-    let mut pass = QueuePass::new(snapshot, queue, members, scratch);
+    let mut pass = QueuePass::new((snapshot, rooms), queue, members, scratch);
     for m in 0..members.len() {
         pass.gather_member(m);
     }
     pass.order_demand();
     let waiting = pass.admit_in_order(&mut decisions.admit, &mut decisions.evict);
     pass.record_flavors(&mut decisions.flavors);
+    pass.record_domains(&mut decisions.domains);
     pass.tally(&mut decisions.workloads, waiting)
 }
 
@@ -603,6 +651,11 @@ struct QueuePass<'a> {
     reserve_at: u32,
     /// A flavored queue: the pods admitted by the pass and the flavor each was admitted in.
     chosen: Vec<(PodRef, u8)>,
+    /// The nodes' room, shared by every queue of the pass (see `topology.rs`).
+    rooms: &'a topology::SharedRooms<'a>,
+    /// The domain the item being stepped was found room in, and the pods admitted into domains.
+    planned: Option<(u32, crate::queue::topology::Placed)>,
+    domains: Vec<(PodRef, Arc<str>)>,
 }
 
 /// At most this many items of a queue look for victims in one pass (the first ones in admission
@@ -674,4 +727,6 @@ struct Gang {
     earliest: Option<(i64, PodRef)>,
     /// The flavors all of its pods may run in.
     allowed: u16,
+    /// Some pod of it asks for a topology domain.
+    topology: bool,
 }

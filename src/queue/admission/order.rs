@@ -78,6 +78,11 @@ impl<'a> QueuePass<'a> {
             check,
             reason: flavor_reason,
         } = self.choose_flavor(&item, turn.as_deref_mut());
+        let may_take = misfit.is_none() || (turn.is_some() && check.is_none());
+        if !frozen && may_take && self.waits_for_domain(p, &item) {
+            p.next += 1;
+            return Step::Went;
+        }
         let Some(turn) = turn else {
             match misfit {
                 None if !frozen => self.take(&item, credit, admit),

@@ -11,6 +11,7 @@ mod cohorts;
 mod flavors;
 mod preemption;
 mod properties;
+mod topology;
 
 const CPU: i64 = 1000;
 
@@ -44,6 +45,7 @@ fn pod(name: &str, cpu: i64, state: PodState, created_at: i64) -> PodSnapshot {
         eviction_blocked: false,
         flavor: None,
         placement: None,
+        topology: None,
     }
 }
 

@@ -187,6 +187,15 @@ impl sluice_webhooks::PodClassifier for Classifier {
             self.refuse_other_queue(namespace, pod, identity)?;
             self.refuse_never_fits(namespace, pod, identity)?;
         }
+        if labels.is_some()
+            && let Err(why) =
+                crate::queue::topology::TopologyAsk::of(pod.metadata.annotations.as_ref())
+        {
+            return Err(format!(
+                "sluice: pod {namespace}/{name}: {why}",
+                name = pod_display_name(pod),
+            ));
+        }
         // The API server validates the pod only after this webhook: a governed pod's requests are
         // judged here, or a negative request would count as room.
         if labels.is_some()
@@ -276,6 +285,14 @@ impl sluice_webhooks::PodClassifier for Classifier {
         };
         if has_gates(pod) {
             // Someone else holds the pod too: it waits behind sluice's gate as well.
+            at_creation.try_admit_never(&identity.queue);
+            return None;
+        }
+        if let Ok(Some(_)) =
+            crate::queue::topology::TopologyAsk::of(pod.metadata.annotations.as_ref())
+        {
+            // A gang asking for a topology domain is pinned as it is admitted: a pass chooses the
+            // domain (admission at creation sees no nodes).
             at_creation.try_admit_never(&identity.queue);
             return None;
         }

@@ -87,6 +87,7 @@ mod tests {
                     eviction_blocked: false,
                     flavor: None,
                     placement: None,
+                    topology: None,
                 }
             })
             .collect();

@@ -10,7 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span};
 
-use super::plan::{PassInputs, PassPlan, PassWay, open_queues, plan_pass, still_waiting};
+use super::plan::{self, PassInputs, PassPlan, PassWay, open_queues, plan_pass, still_waiting};
 use super::ungate::prune_in_flight;
 use super::{Controller, lock};
 use crate::api::{CapacityQueue, DynamicWorkload};
@@ -36,13 +36,7 @@ impl Controller {
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
         let flavors = self.stores.flavors.state();
-        let full = self.settings.full_passes;
-        let workloads = if full {
-            self.stores.workloads.state()
-        } else {
-            self.feed_snapshotter(&pods, pod_changes, started);
-            Vec::new()
-        };
+        let (full, workloads, nodes) = self.pass_way(&pods, &facts, pod_changes, started);
         let way = if full {
             PassWay::Full
         } else {
@@ -64,6 +58,7 @@ impl Controller {
                 pods: &pods,
                 facts: &facts,
                 namespaces: &self.stores.namespaces.state(),
+                nodes: &nodes,
                 in_flight: &in_flight,
                 eviction_blocked: &self.evictor.blocked_uids(),
             },
@@ -96,6 +91,38 @@ impl Controller {
             self.snapshotter.give_back(built, decisions);
         }
         waiting
+    }
+
+    /// Whether the pass is a full one, with the workloads it reads then, and the nodes it reads
+    /// (only when a gated pod asks for a topology domain: every queue is then decided in one
+    /// pass over the nodes' shared room; the incremental state is still fed, for the passes after).
+    fn pass_way(
+        &mut self,
+        pods: &[Arc<CachedPod>],
+        facts: &[Option<Arc<snapshot::PodFacts>>],
+        pod_changes: watch_store::Changes<CachedPod>,
+        now: Instant,
+    ) -> (
+        bool,
+        Vec<Arc<DynamicWorkload>>,
+        Vec<Arc<k8s_openapi::api::core::v1::Node>>,
+    ) {
+        let topology = plan::wants_topology(pods, facts);
+        let full = self.settings.full_passes || topology;
+        if !self.settings.full_passes {
+            self.feed_snapshotter(pods, pod_changes, now);
+        }
+        let workloads = if full {
+            self.stores.workloads.state()
+        } else {
+            Vec::new()
+        };
+        let nodes = if topology {
+            self.stores.nodes.state()
+        } else {
+            Vec::new()
+        };
+        (full, workloads, nodes)
     }
 
     /// Tells the snapshotter what the watches changed since the last pass. Once per resync period

@@ -11,13 +11,14 @@ use kube::core::PartialObjectMeta;
 use tracing::{debug, warn};
 
 use crate::api::{AdmissionTiming, CapacityQueue, DynamicWorkload};
-use crate::queue::admission::{Decisions, QueueTally, WorkloadKey, decide};
+use crate::queue::admission::{Decisions, QueueTally, WorkloadKey, decide_with};
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
 use crate::queue::incremental::Snapshotter;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self};
+use crate::queue::topology::Topology;
 use crate::resources::ResourceList;
 
 /// What one pass reads from the caches (besides admission at creation's holds).
@@ -30,6 +31,8 @@ pub(crate) struct PassInputs<'a> {
     /// `facts[i]` of `pods[i]` (see [`snapshot::PodMemo`]).
     pub facts: &'a [Option<Arc<snapshot::PodFacts>>],
     pub namespaces: &'a [Arc<PartialObjectMeta<Namespace>>],
+    /// The nodes (trimmed: labels, allocatable, cordon), for gangs that ask for a topology domain.
+    pub nodes: &'a [Arc<k8s_openapi::api::core::v1::Node>],
     /// Uids of pods whose ungate is in flight.
     pub in_flight: &'a HashSet<String>,
     /// Uids of pods a PodDisruptionBudget protects from eviction.
@@ -153,8 +156,37 @@ pub(crate) fn decide_all(
     if !rules.is_empty() {
         ready::apply_pending_requeues(&mut built, rules, pending);
     }
-    let decisions = decide(&built.snapshot);
+    // The nodes' room only when a gated pod asks for a topology domain: no work per node else.
+    let topology = wants_topology(inputs.pods, inputs.facts).then(|| nodes_room(inputs));
+    let decisions = decide_with(&built.snapshot, topology.as_ref());
     (built, decisions)
+}
+
+/// Whether a gated pod asks for a topology domain (the pass then is a full one: the nodes' room
+/// is shared by every queue, see `admission/topology.rs`).
+pub(crate) fn wants_topology(
+    pods: &[Arc<CachedPod>],
+    facts: &[Option<Arc<snapshot::PodFacts>>],
+) -> bool {
+    (pods.iter().zip(facts)).any(|(pod, facts)| {
+        pod.admission_gate.is_some()
+            && facts
+                .as_deref()
+                .and_then(|f| f.topology.as_deref())
+                .is_some_and(|t| t.ask.is_some())
+    })
+}
+
+/// Each node's room: its allocatable less the requests of the governed pods bound to it that
+/// have not ended.
+fn nodes_room(inputs: &PassInputs<'_>) -> Topology {
+    let bound = (inputs.pods.iter().zip(inputs.facts)).filter_map(|(pod, facts)| {
+        let facts = facts.as_deref()?;
+        let ended = matches!(pod.phase(), Some("Succeeded" | "Failed"));
+        let requests = facts.requests.as_ref().ok()?;
+        (!ended).then_some((facts.node_name.as_deref()?, &**requests))
+    });
+    Topology::from_nodes(inputs.nodes, bound)
 }
 
 /// The same through the [`Snapshotter`]: the workloads that changed built again, the groups that

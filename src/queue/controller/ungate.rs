@@ -18,6 +18,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::Controller;
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ADMITTED_BY_ANNOTATION, FLAVOR_ANNOTATION,
+    TOPOLOGY_DOMAIN_ANNOTATION,
 };
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
@@ -120,6 +121,30 @@ pub fn ungate_patch(
     admitted_by: &str,
     flavor: Option<&FlavorSnapshot>,
 ) -> Result<json_patch::Patch, UngatePatchError> {
+    let pin = Pin {
+        flavor,
+        domain: None,
+    };
+    ungate_patch_pinned(pod, admitted_at, admitted_by, pin)
+}
+
+/// Where an admitted pod is pinned: its flavor, and the topology domain of its gang
+/// (`<key>=<value>`, see `src/queue/topology.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pin<'a> {
+    pub flavor: Option<&'a FlavorSnapshot>,
+    pub domain: Option<&'a str>,
+}
+
+/// As [`ungate_patch`], pinned to a flavor and a topology domain: the domain's label joins the
+/// pod's nodeSelector beside the flavor's, and `sluice.dev/topology-domain` records it.
+pub fn ungate_patch_pinned(
+    pod: &CachedPod,
+    admitted_at: &str,
+    admitted_by: &str,
+    pin: Pin<'_>,
+) -> Result<json_patch::Patch, UngatePatchError> {
+    let flavor = pin.flavor;
     let name = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -144,6 +169,9 @@ pub fn ungate_patch(
         if let Some(flavor) = flavor {
             ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1flavor", "value": flavor.name}));
         }
+        if let Some(domain) = pin.domain {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1topology-domain", "value": domain}));
+        }
     } else {
         let mut annotations = serde_json::Map::new();
         annotations.insert(ADMITTED_AT_ANNOTATION.into(), admitted_at.into());
@@ -151,33 +179,43 @@ pub fn ungate_patch(
         if let Some(flavor) = flavor {
             annotations.insert(FLAVOR_ANNOTATION.into(), flavor.name.clone().into());
         }
+        if let Some(domain) = pin.domain {
+            annotations.insert(TOPOLOGY_DOMAIN_ANNOTATION.into(), domain.into());
+        }
         ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": annotations}));
     }
-    if let Some(flavor) = flavor {
-        pin_to_flavor(pod, flavor, &mut ops);
-    }
+    pin_to_nodes(pod, pin, &mut ops);
     serde_json::from_value(serde_json::Value::Array(ops)).map_err(|e| UngatePatchError::Build {
         pod: name,
         reason: e.to_string(),
     })
 }
 
-/// The operations that pin a gated pod to its flavor's nodes: the flavor's node labels added to
-/// its nodeSelector, its tolerations to the pod's.
-fn pin_to_flavor(pod: &CachedPod, flavor: &FlavorSnapshot, ops: &mut Vec<serde_json::Value>) {
+/// The operations that pin a gated pod to its flavor's nodes and its topology domain: the
+/// flavor's node labels and the domain's label added to its nodeSelector, the flavor's
+/// tolerations to the pod's.
+fn pin_to_nodes(pod: &CachedPod, pin: Pin<'_>, ops: &mut Vec<serde_json::Value>) {
     let facts = pod.facts.as_deref();
-    if !flavor.node_labels.is_empty() {
+    let mut selector = pin
+        .flavor
+        .map(|f| f.node_labels.clone())
+        .unwrap_or_default();
+    if let Some((key, value)) = pin.domain.and_then(crate::queue::topology::split_domain) {
+        selector.insert(key.to_string(), value.to_string());
+    }
+    if !selector.is_empty() {
         if facts.is_some_and(|f| f.has_node_selector) {
-            for (key, value) in &flavor.node_labels {
+            for (key, value) in &selector {
                 let path = format!("/spec/nodeSelector/{}", pointer_escape(key));
                 ops.push(json!({"op": "add", "path": path, "value": value}));
             }
         } else {
-            ops.push(
-                json!({"op": "add", "path": "/spec/nodeSelector", "value": flavor.node_labels}),
-            );
+            ops.push(json!({"op": "add", "path": "/spec/nodeSelector", "value": selector}));
         }
     }
+    let Some(flavor) = pin.flavor else {
+        return;
+    };
     if !flavor.tolerations.is_empty() {
         if facts.is_some_and(|f| f.has_tolerations) {
             for toleration in &flavor.tolerations {
@@ -207,6 +245,8 @@ pub(super) struct UngateItem {
     pub(super) workload: Option<ObjectReference>,
     /// The flavor it is admitted in (a flavored queue).
     pub(super) flavor: Option<Arc<FlavorSnapshot>>,
+    /// The topology domain it is pinned to (`<key>=<value>`).
+    pub(super) domain: Option<Arc<str>>,
 }
 
 impl Controller {
@@ -245,6 +285,7 @@ impl Controller {
                         .as_ref()
                         .map(|d| d.object_ref(&())),
                     flavor: decisions.flavors.get(r).cloned(),
+                    domain: decisions.domains.get(r).cloned(),
                 });
             }
         }
@@ -276,8 +317,11 @@ impl Ungater {
                 async move {
                     let outcome = match self.slots.acquire().await {
                         Ok(_permit) => {
-                            let flavor = item.flavor.as_deref();
-                            self.ungate_pod(&item.pod, item.ticket, now, flavor).await
+                            let pin = Pin {
+                                flavor: item.flavor.as_deref(),
+                                domain: item.domain.as_deref(),
+                            };
+                            self.ungate_pod(&item.pod, item.ticket, now, pin).await
                         }
                         // Closed: never, the semaphore lives as long as self.
                         Err(_) => UngateOutcome::Unknown,
@@ -350,14 +394,14 @@ impl Ungater {
         pod: &CachedPod,
         ticket: u64,
         now: &str,
-        flavor: Option<&FlavorSnapshot>,
+        pin: Pin<'_>,
     ) -> UngateOutcome {
         let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
             return UngateOutcome::NotAdmitted;
         };
         let forget = |entry: &mut Option<InFlight>| *entry = None;
         let name = pod.name_any();
-        let patch = match ungate_patch(pod, now, &self.admitted_by, flavor) {
+        let patch = match ungate_patch_pinned(pod, now, &self.admitted_by, pin) {
             Ok(patch) => patch,
             Err(e) => {
                 warn!(%e, "no ungate patch");
@@ -520,6 +564,33 @@ mod tests {
     }
 
     #[test]
+    fn the_ungate_patch_pins_the_pod_to_its_domain_beside_its_flavor() {
+        for with_selector in [false, true] {
+            let mut pod = gated_pod_json(with_selector);
+            pod["metadata"]["labels"] = json!({"sluice.dev/queue": "q"});
+            if with_selector {
+                pod["spec"]["nodeSelector"] = json!({"disk": "ssd"});
+            }
+            let cached: CachedPod = serde_json::from_value(pod.clone()).expect("pod");
+            let pin = Pin {
+                flavor: Some(&a100()),
+                domain: Some("example.com/rack=r2"),
+            };
+            let patch = ungate_patch_pinned(&cached, "t", "r1@3", pin).expect("patch");
+            json_patch::patch(&mut pod, &patch).expect("the patch applies");
+            let mut want = json!({"gpu.example/type": "a100", "example.com/rack": "r2"});
+            if with_selector {
+                want["disk"] = json!("ssd");
+            }
+            assert_eq!(pod["spec"]["nodeSelector"], want);
+            assert_eq!(
+                pod["metadata"]["annotations"]["sluice.dev/topology-domain"],
+                "example.com/rack=r2"
+            );
+        }
+    }
+
+    #[test]
     fn the_ungate_patch_pins_the_pod_to_its_flavor_adding_to_what_it_has() {
         let mut bare = gated_pod_json(false);
         bare["metadata"]["labels"] = json!({"sluice.dev/queue": "q"});
@@ -679,7 +750,9 @@ mod tests {
             .pods
             .insert("uid-a".into(), entry(7, None));
         let sent = Instant::now();
-        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t", None).await;
+        let outcome = ungater
+            .ungate_pod(&gated_pod(false), 7, "t", Pin::default())
+            .await;
         assert_eq!(outcome, UngateOutcome::Unknown);
         let kept = ungater.lock_in_flight().pods.get("uid-a").copied();
         let expires = kept
@@ -698,7 +771,9 @@ mod tests {
             .pods
             .insert("uid-a".into(), entry(7, None));
         // With an hour's timeout on a silent server, any call sent would hang the test.
-        let outcome = ungater.ungate_pod(&gated_pod(false), 7, "t", None).await;
+        let outcome = ungater
+            .ungate_pod(&gated_pod(false), 7, "t", Pin::default())
+            .await;
         assert_eq!(outcome, UngateOutcome::NotAdmitted);
         assert!(ungater.lock_in_flight().pods.is_empty());
         server.abort();

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, NodeStatus};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
@@ -33,6 +33,9 @@ pub(super) struct Stores {
     /// changed for the incremental passes.
     pub(super) pods: watch_store::Store<CachedPod>,
     pub(super) namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// The nodes' labels, allocatable and cordons (the rest trimmed): the room of topology
+    /// domains ([`trim_node`]).
+    pub(super) nodes: Store<Node>,
     /// The DynamicWorkloads changed since the last pass, as the watch noted them.
     pub(super) workload_changes: Arc<Mutex<WorkloadChanges>>,
 }
@@ -68,7 +71,8 @@ impl Stores {
             self.queues.wait_until_ready().await?;
             self.flavors.wait_until_ready().await?;
             self.workloads.wait_until_ready().await?;
-            self.namespaces.wait_until_ready().await
+            self.namespaces.wait_until_ready().await?;
+            self.nodes.wait_until_ready().await
         };
         ready
             .await
@@ -160,15 +164,43 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
         (changed, Vec::new()),
         "namespaces",
     );
+    // Node status changes (heartbeats, conditions) are trimmed away before the store, but each
+    // event still wakes a pass: the pass is cheap when nothing changed.
+    let (nodes, nd) = watch(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        trim_node,
+        |_| {},
+        (changed, Vec::new()),
+        "nodes",
+    );
     let stores = Stores {
         queues,
         flavors,
         workloads,
         pods,
         namespaces,
+        nodes,
         workload_changes,
     };
-    (stores, vec![q, f, w, p, n])
+    (stores, vec![q, f, w, p, n, nd])
+}
+
+/// Keeps of a node what topology-aware admission reads: its name, labels, whether it is
+/// cordoned and its allocatable (a node's status is most of its size: images, conditions).
+pub(super) fn trim_node(node: &mut Node) {
+    let meta = &mut node.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    node.spec = Some(NodeSpec {
+        unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable),
+        ..NodeSpec::default()
+    });
+    node.status = Some(NodeStatus {
+        allocatable: node.status.as_mut().and_then(|s| s.allocatable.take()),
+        ..NodeStatus::default()
+    });
 }
 
 /// A store of `K` kept by a watch in the background: each object trimmed by `trim` before it is

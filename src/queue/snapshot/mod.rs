@@ -372,10 +372,28 @@ fn snapshot_pods(
                 .then(|| fact.flavor.clone())
                 .flatten(),
             placement: fact.placement.clone(),
+            topology: pod_topology(fact, state),
         });
         kept.push(pod.clone());
     }
     (snaps, kept)
+}
+
+/// A pod's topology part for the pass: the domain only of an admitted pod (as its flavor).
+fn pod_topology(
+    fact: &PodFacts,
+    state: PodState,
+) -> Option<Arc<crate::queue::admission::PodTopology>> {
+    let topology = fact.topology.as_ref()?;
+    if state == PodState::Admitted || topology.domain.is_none() {
+        return Some(Arc::clone(topology));
+    }
+    let ask = topology.ask.clone()?;
+    Some(Arc::new(crate::queue::admission::PodTopology {
+        ask: Some(ask),
+        domain: None,
+        bound: topology.bound,
+    }))
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
             eviction_blocked: false,
             flavor: None,
             placement: None,
+            topology: None,
         })
         .collect();
     let workload = one_set_workload("w", "exec", cpu(1), 1, snapshots);

@@ -1,0 +1,275 @@
+//! Topology-aware gangs end to end (`hack/cluster.sh up --with-sluice`): kwok nodes labelled into
+//! two racks (a label key of the test's own, and tainted so that only the test's pods land there):
+//! - a gang asking `sluice.dev/topology-required: <rack key>` that fits its queue is admitted all
+//!   in the one rack with room for it: every pod carries the rack in its nodeSelector and
+//!   `sluice.dev/topology-domain`, and the scheduler binds it to a node of that rack;
+//! - a gang that fits the queue but no single rack waits, its DynamicWorkload saying so;
+//! - a hostile user: a forged `sluice.dev/topology-domain` is dropped at creation and refused
+//!   later, a nodeSelector naming the small rack keeps the gang out of the big one (it waits), an
+//!   ask that is not a label key is refused at creation;
+//! - a batch/v1 Job whose pod template asks: all its pods in one rack.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use support::*;
+
+const TAINT: &str = "e2e.sluice.dev/topology";
+
+/// Two racks of kwok nodes under a label key of the test's own: `r1` with two 2-cpu nodes, `r2`
+/// with two 3-cpu nodes. Removed by [`Racks::remove`].
+struct Racks {
+    client: kube::Client,
+    key: String,
+    /// (node, rack value).
+    nodes: Vec<(String, String)>,
+}
+
+impl Racks {
+    async fn create(env: &TestEnv) -> Racks {
+        let key = format!("{}.e2e.sluice.dev/rack", env.namespace);
+        let mut nodes = Vec::new();
+        for (rack, cpu) in [("r1", "2"), ("r1", "2"), ("r2", "3"), ("r2", "3")] {
+            let value = format!("{}-{rack}", env.namespace);
+            let name = format!("kwok-{}-{}", env.namespace, nodes.len());
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": name,
+                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {"type": "kwok", "kubernetes.io/hostname": name, key.as_str(): value}},
+                "spec": {"taints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}]},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                    "capacity": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                },
+            }))
+            .expect("node");
+            Api::<Node>::all(env.client.clone())
+                .create(&PostParams::default(), &node)
+                .await
+                .expect("create node");
+            nodes.push((name, value));
+        }
+        Racks {
+            client: env.client.clone(),
+            key,
+            nodes,
+        }
+    }
+
+    fn rack(&self, short: &str) -> String {
+        let found = self.nodes.iter().find(|(_, v)| v.ends_with(short));
+        found.expect("a rack of the test").1.clone()
+    }
+
+    async fn remove(self) {
+        for (node, _) in &self.nodes {
+            let _ = Api::<Node>::all(self.client.clone())
+                .delete(node, &DeleteParams::default())
+                .await;
+        }
+    }
+}
+
+/// A pod of gang `gang` (`size` pods) asking for one rack, tolerating the racks' taint.
+fn rack_pod(racks: &Racks, name: &str, queue: &str, cpu: &str, gang: (&str, u32)) -> Pod {
+    let mut pod = with_annotations(
+        with_labels(pod(name, queue, cpu), &[("sluice.dev/workload", gang.0)]),
+        &[
+            ("sluice.dev/min-count", &gang.1.to_string()),
+            ("sluice.dev/topology-required", &racks.key),
+        ],
+    );
+    let spec = pod.spec.as_mut().expect("spec");
+    spec.tolerations = Some(vec![
+        serde_json::from_value(json!({"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}))
+            .expect("toleration"),
+    ]);
+    pod
+}
+
+/// The rack each pod of `gang` is pinned to and runs in, once all `size` are bound.
+async fn racks_of(env: &TestEnv, racks: &Racks, gang: &str, size: usize) -> BTreeSet<String> {
+    racks_selected(env, racks, &format!("sluice.dev/workload={gang}"), size).await
+}
+
+/// [`racks_of`] for the pods `selector` selects.
+async fn racks_selected(
+    env: &TestEnv,
+    racks: &Racks,
+    selector: &str,
+    size: usize,
+) -> BTreeSet<String> {
+    let pods = wait_for(
+        &format!("the {size} pods {selector} admitted and bound"),
+        Duration::from_secs(90),
+        || async {
+            let pods = env.pods_labelled(selector).await;
+            let bound = (pods.iter())
+                .filter(|p| !is_gated(p) && p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                .count();
+            (bound == size).then_some(pods)
+        },
+    )
+    .await;
+    let mut seen = BTreeSet::new();
+    for pod in &pods {
+        let spec = pod.spec.as_ref().expect("spec");
+        let pinned = (spec.node_selector.as_ref()).and_then(|s| s.get(&racks.key));
+        let pinned = pinned.unwrap_or_else(|| panic!("{} is not pinned", pod.name_any()));
+        assert_eq!(
+            pod.annotations().get("sluice.dev/topology-domain"),
+            Some(&format!("{}={pinned}", racks.key)),
+            "{}",
+            pod.name_any()
+        );
+        let node = spec.node_name.as_ref().expect("bound");
+        let (_, rack) = (racks.nodes.iter())
+            .find(|(n, _)| n == node)
+            .expect("a rack node");
+        assert_eq!(
+            rack,
+            pinned,
+            "{} runs in the rack it is pinned to",
+            pod.name_any()
+        );
+        seen.insert(rack.clone());
+    }
+    seen
+}
+
+/// Waits for the DynamicWorkload `name`'s message to contain `needle`, and returns it.
+async fn wait_message(env: &TestEnv, name: &str, needle: &str) -> String {
+    let status = env
+        .wait_workload_status(name, needle, Duration::from_secs(60), |s| {
+            s.message.contains(needle)
+        })
+        .await;
+    status.message
+}
+
+#[tokio::test]
+async fn a_gang_goes_whole_into_the_rack_with_room_and_one_that_fits_no_rack_waits() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-gang").await else {
+        return;
+    };
+    let racks = Racks::create(&env).await;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    // 4 pods of 1.5 cpu: a 2-cpu node of r1 holds one, a 3-cpu node of r2 two: only r2 fits.
+    for i in 0..4 {
+        env.create_pod(rack_pod(
+            &racks,
+            &format!("a-{i}"),
+            &queue,
+            "1500m",
+            ("a", 4),
+        ))
+        .await;
+    }
+    let a = racks_of(&env, &racks, "a", 4).await;
+    assert_eq!(a, BTreeSet::from([racks.rack("r2")]));
+    // 5 pods of 1 cpu: r1 holds 4, r2 has 0 left; the queue has room for all of them.
+    for i in 0..5 {
+        env.create_pod(rack_pod(&racks, &format!("b-{i}"), &queue, "1", ("b", 5)))
+            .await;
+    }
+    let message = wait_message(&env, "b", "no single").await;
+    assert!(
+        message.contains(&format!(
+            "fits queue {queue} but no single {} has room for its 5 pods; the most any {} has room for is 4",
+            racks.key, racks.key
+        )),
+        "{message}"
+    );
+    assert!(
+        env.pods_labelled("sluice.dev/workload=b")
+            .await
+            .iter()
+            .all(is_gated),
+        "nothing of b is admitted"
+    );
+    env.cleanup().await;
+    racks.remove().await;
+}
+
+#[tokio::test]
+async fn a_hostile_pod_cannot_forge_or_escape_its_rack() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-abuse").await else {
+        return;
+    };
+    let racks = Racks::create(&env).await;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    // An ask that is no label key: refused at creation, saying what to set.
+    let mut bad = rack_pod(&racks, "bad", &queue, "1", ("bad", 1));
+    bad.annotations_mut()
+        .insert("sluice.dev/topology-required".into(), "my rack".into());
+    let refusal = env.refused(&bad, "an ask that is no label key").await;
+    assert!(refusal.contains("is not a node label key"), "{refusal}");
+    // Forges its domain (r1) as it is created: dropped; sluice chooses (r1 is the tightest fit).
+    let forger = with_annotations(
+        rack_pod(&racks, "forger", &queue, "1", ("forger", 1)),
+        &[(
+            "sluice.dev/topology-domain",
+            &format!("{}={}", racks.key, racks.rack("r2")),
+        )],
+    );
+    let created = env.create_pod(forger).await;
+    assert_eq!(
+        created.annotations().get("sluice.dev/topology-domain"),
+        None
+    );
+    assert_eq!(racks_of(&env, &racks, "forger", 1).await.len(), 1);
+    // ... and a user's change of it later is refused.
+    env.patch_refused(
+        "forger",
+        json!({"metadata": {"annotations": {"sluice.dev/topology-domain": "x=y"}}}),
+        "a user rewrote sluice.dev/topology-domain",
+    )
+    .await;
+    // Its own nodeSelector names r1, whose 2-cpu nodes cannot hold a 3-cpu pod: never charged
+    // to r2 (where it would not run), it waits.
+    let mut narrow = rack_pod(&racks, "narrow", &queue, "3", ("narrow", 1));
+    narrow.spec.as_mut().expect("spec").node_selector =
+        Some([(racks.key.clone(), racks.rack("r1"))].into());
+    env.create_pod(narrow).await;
+    let message = wait_message(&env, "narrow", "no single").await;
+    assert!(message.contains("the most any"), "{message}");
+    env.cleanup().await;
+    racks.remove().await;
+}
+
+#[tokio::test]
+async fn a_jobs_pods_asking_in_their_template_all_run_in_one_rack() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-job").await else {
+        return;
+    };
+    let racks = Racks::create(&env).await;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    // 3 pods of 1.5 cpu at once: only r2's 3-cpu nodes hold two each.
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "shuffle", "labels": {"sluice.dev/queue": queue}},
+        "spec": {"parallelism": 3, "completions": 3, "template": {
+            "metadata": {"annotations": {"sluice.dev/kwok-hold": "true",
+                "sluice.dev/topology-required": racks.key}},
+            "spec": {"restartPolicy": "Never",
+                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "w", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}]}}},
+    }))
+    .expect("job");
+    Api::<Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create job");
+    let seen = racks_selected(&env, &racks, "batch.kubernetes.io/job-name=shuffle", 3).await;
+    assert_eq!(seen, BTreeSet::from([racks.rack("r2")]));
+    env.cleanup().await;
+    racks.remove().await;
+}
