@@ -586,9 +586,9 @@ impl State {
     /// Whether `namespace` may hold `amount` more of `queue`'s room before a pass has seen its
     /// pods: its holds not seen yet stay within half the room the last pass published. A creation
     /// the API server refuses after this webhook (a later webhook, a quota, validation) leaves a
-    /// hold no pod confirms until [`HOLD_FOR`] runs out: one namespace repeating that cannot keep a
-    /// shared queue full, and its own pods beyond its share wait for the pass like any other. Only
-    /// in a queue another namespace uses.
+    /// hold no pod confirms until its check finds no such pod (after [`HOLD_FOR`]): one namespace
+    /// repeating that cannot keep a shared queue full, and its own pods beyond its share wait for
+    /// the pass like any other. Only in a queue another namespace uses.
     fn within_share(&self, namespace: &str, queue: &str, amount: &ResourceList) -> bool {
         let Some(room) = self.queues.get(queue) else {
             return false;

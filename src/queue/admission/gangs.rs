@@ -60,15 +60,10 @@ impl<'a> QueuePass<'a> {
         let snapshot = self.snapshot;
         let w = self.members[m];
         let workload = &snapshot.workloads[w];
-        let mut admitted = (workload.pod_sets.iter())
+        let first_admitted = (workload.pod_sets.iter())
             .flat_map(|s| s.pods.iter())
-            .filter(|p| p.state == PodState::Admitted);
-        let first_admitted = admitted.clone().next();
-        // A workload whose admitted pods are all terminating (evicted by a preemption or a
-        // reclaim, or deleted) has stopped: the places of its gang are no longer held, so the room
-        // they took is free now, not only once the pods are gone (their own requests still count
-        // until then). Its gated pods need the whole minimum again.
-        let started = admitted.any(|p| !p.terminating);
+            .find(|p| p.state == PodState::Admitted);
+        let started = workload.has_started();
         let workload_flavor = first_admitted.map_or(NO_FLAVOR, |p| self.flavor_of(p));
         let mut gang = Gang {
             start: to_u32(self.arena.pods.len()),

@@ -172,6 +172,18 @@ pub struct WorkloadSnapshot {
     pub pod_sets: Vec<PodSetSnapshot>,
 }
 
+impl WorkloadSnapshot {
+    /// Whether its gang has started: an admitted pod that is not terminating. One whose admitted
+    /// pods are all terminating (evicted by a preemption or a reclaim, or deleted) has stopped:
+    /// the places of its gang are no longer held (its pods' own requests still count until they
+    /// are gone), and its gated pods need the whole minimum again.
+    pub fn has_started(&self) -> bool {
+        (self.pod_sets.iter())
+            .flat_map(|s| &s.pods)
+            .any(|p| p.state == PodState::Admitted && !p.terminating)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct PodSetSnapshot {
     pub name: String,

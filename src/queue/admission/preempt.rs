@@ -67,10 +67,11 @@ impl<'a> QueuePass<'a> {
         let start = item.pods_start as usize;
         let item_pods = &self.arena.pods[start..start + item.pods_len as usize];
         let preemptor = &self.snapshot.workloads[self.members[item.member as usize]];
-        let stopped = !(preemptor.pod_sets.iter())
-            .flat_map(|set| &set.pods)
-            .any(|pod| pod.state == PodState::Admitted && !pod.terminating);
-        let own = if stopped { &[][..] } else { item_pods };
+        let own = if preemptor.has_started() {
+            item_pods
+        } else {
+            &[][..]
+        };
         let (holders, owners) = self.holders(item.priority, admitted_now.iter().chain(own));
         let need = Need {
             limits: &self.dims.limits,

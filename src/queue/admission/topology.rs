@@ -61,10 +61,8 @@ fn held_rooms(snapshot: &Snapshot, nodes: &Topology) -> Rooms {
         let Some((key, value)) = split_domain(&domain) else {
             continue;
         };
-        // A gang whose admitted pods are all terminating has stopped: it holds no places.
-        let stopped = !(workload.pod_sets.iter())
-            .flat_map(|s| &s.pods)
-            .any(|p| p.state == PodState::Admitted && !p.terminating);
+        // A gang that has stopped holds no places.
+        let stopped = !workload.has_started();
         for set in &workload.pod_sets {
             let mut admitted = 0usize;
             for pod in set.pods.iter().filter(|p| p.state == PodState::Admitted) {

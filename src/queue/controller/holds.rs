@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::Controller;
 use crate::api::AT_CREATION_ANNOTATION;
-use crate::queue::at_creation::{AdmitAtCreation, HoldCheck, OverdueHold};
+use crate::queue::at_creation::{HoldCheck, OverdueHold};
 
 impl Controller {
     /// Starts the checks of the holds that are overdue (none under way twice).
@@ -38,18 +38,14 @@ impl Controller {
                     }
                     Err(_) => {
                         warn!(?timeout, "checking held room timed out; checked again soon");
-                        answer_all(&at_creation, &overdue, HoldCheck::Unknown);
+                        for hold in &overdue {
+                            at_creation.hold_checked(&hold.token, HoldCheck::Unknown);
+                        }
                     }
                 }
             }
             .instrument(span),
         );
-    }
-}
-
-fn answer_all(at_creation: &AdmitAtCreation, holds: &[OverdueHold], answer: HoldCheck) {
-    for hold in holds {
-        at_creation.hold_checked(&hold.token, answer);
     }
 }
 
