@@ -193,6 +193,7 @@ fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
                 free: resources(64_000, 256 * 1024),
             })
             .collect(),
+        ..Topology::default()
     };
     let ask = Arc::new(PodTopology {
         ask: Some(TopologyAsk {

@@ -62,12 +62,13 @@ pub const ADMITTED_BY_ANNOTATION: &str = "sluice.dev/admitted-by";
 pub const AT_CREATION_ANNOTATION: &str = "sluice.dev/admitted-at-creation";
 /// The annotations that record a pod's admission: only sluice sets them (the validating webhook
 /// refuses a user's change; a pod gated at creation loses any it carries).
-pub const ADMISSION_ANNOTATIONS: [&str; 5] = [
+pub const ADMISSION_ANNOTATIONS: [&str; 6] = [
     AT_CREATION_ANNOTATION,
     ADMITTED_AT_ANNOTATION,
     ADMITTED_BY_ANNOTATION,
     FLAVOR_ANNOTATION,
     TOPOLOGY_DOMAIN_ANNOTATION,
+    DATA_NODES_ANNOTATION,
 ];
 /// Annotation sluice writes when it admits a pod whose gang asked for a topology domain: the
 /// domain it was pinned to, `<node label key>=<value>` (also added to its nodeSelector). Only
@@ -79,6 +80,20 @@ pub const TOPOLOGY_REQUIRED_ANNOTATION: &str = "sluice.dev/topology-required";
 /// As [`TOPOLOGY_REQUIRED_ANNOTATION`], but a gang that fits no single domain is admitted anyway,
 /// unpinned.
 pub const TOPOLOGY_PREFERRED_ANNOTATION: &str = "sluice.dev/topology-preferred";
+/// On a workload's pods (or its pod template): its data is on the nodes of the pods in its own
+/// namespace that this label selector matches (e.g. `app=cache`); its pods go there.
+pub const DATA_PODS_ANNOTATION: &str = "sluice.dev/data-pods";
+/// On a workload's pods (or its pod template): its data is on the volume bound to this
+/// PersistentVolumeClaim of its own namespace; its pods go to the nodes the volume's node
+/// affinity allows.
+pub const DATA_CLAIM_ANNOTATION: &str = "sluice.dev/data-claim";
+/// With [`DATA_PODS_ANNOTATION`] or [`DATA_CLAIM_ANNOTATION`]: `required` (the default: wait
+/// until the data's nodes have room) or `preferred` (else run anywhere).
+pub const DATA_LOCALITY_ANNOTATION: &str = "sluice.dev/data-locality";
+/// Annotation sluice writes when it admits a pod beside its data: the `kubernetes.io/hostname`
+/// values of the nodes it was pinned to, comma-separated (also in its required node affinity).
+/// Only sluice sets it, like the other admission annotations.
+pub const DATA_NODES_ANNOTATION: &str = "sluice.dev/data-nodes";
 /// Annotation sluice writes when it admits a pod in a flavor of its queue (`spec.flavors`): the
 /// flavor's name, which the pod's quota is charged to. Only sluice sets it, like the other
 /// admission annotations.

@@ -132,6 +132,13 @@ fn gate_rules() -> Vec<PolicyRule> {
             &["get", "list", "watch", "create", "delete"],
         ),
         rule("", &["nodes"], &["list", "watch"]),
+        // Data locality (`sluice.dev/data-claim`): a gated pod's claim, in its own namespace, and
+        // the volume bound to it, whose node affinity says where the data is.
+        rule(
+            "",
+            &["persistentvolumeclaims", "persistentvolumes"],
+            &["get"],
+        ),
         // Before a ScavengerJob's Job: does its PriorityClass exist (an optional part of the
         // install)? Without it the Job's pods would be refused; the ScavengerJob says so instead.
         named(

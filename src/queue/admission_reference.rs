@@ -85,6 +85,7 @@ pub fn decide(snapshot: &Snapshot) -> Decisions {
         evict: Vec::new(),
         flavors: Default::default(),
         domains: Default::default(),
+        data_nodes: Default::default(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };

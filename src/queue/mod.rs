@@ -20,6 +20,7 @@ pub mod ready;
 mod series;
 pub mod snapshot;
 pub mod status;
+pub mod data_locality;
 pub mod topology;
 mod writer;
 

@@ -671,6 +671,7 @@ impl World {
             facts: &facts,
             namespaces: &self.namespaces,
             nodes: &[],
+            data: &Default::default(),
             in_flight: &in_flight,
             eviction_blocked: &blocked,
         };

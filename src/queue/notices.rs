@@ -65,6 +65,7 @@ impl ReasonKey {
             WaitReason::NoFlavorFits { .. } => ("NoFlavorFits", None),
             WaitReason::NoFlavorMatches { .. } => ("NoFlavorMatches", None),
             WaitReason::NoTopologyDomain { key, .. } => ("NoTopologyDomain", Some(key)),
+            WaitReason::DataNotPlaceable { .. } => ("DataNotPlaceable", None),
         };
         ReasonKey {
             kind,

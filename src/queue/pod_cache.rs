@@ -26,13 +26,14 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, FLAVOR_ANNOTATION,
-    TOPOLOGY_DOMAIN_ANNOTATION,
+    DATA_NODES_ANNOTATION, TOPOLOGY_DOMAIN_ANNOTATION,
 };
 use crate::integrations::Adapters;
 use crate::integrations::workload_object_name;
 use crate::queue::admission::PodTopology;
 use crate::queue::admission::WorkloadKey;
 use crate::queue::placement::Placement;
+use crate::queue::data_locality::DataAsk;
 use crate::queue::topology::TopologyAsk;
 use crate::resources::ResourceList;
 use crate::resources::pod_requests;
@@ -100,6 +101,8 @@ pub struct PodFacts {
     /// or creates them).
     pub has_node_selector: bool,
     pub has_tolerations: bool,
+    /// How far `spec.affinity` goes (the ungate patch adds a required node affinity to it).
+    pub affinity: AffinityShape,
     /// The node it is bound to (`spec.nodeName`): its requests are taken off that node's room
     /// for topology-aware gangs.
     pub node_name: Option<Box<str>>,
@@ -152,6 +155,7 @@ impl PodFacts {
             placement: Placement::of(spec).map(Arc::new),
             has_node_selector: spec.node_selector.is_some(),
             has_tolerations: spec.tolerations.is_some(),
+            affinity: AffinityShape::of(spec),
             node_name: spec.node_name.as_deref().map(Box::from),
             topology: pod_topology(pod).map(Arc::new),
         })
@@ -167,7 +171,52 @@ fn pod_topology(pod: &Pod) -> Option<PodTopology> {
         .and_then(|a| a.get(TOPOLOGY_DOMAIN_ANNOTATION))
         .cloned();
     let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    (ask.is_some() || domain.is_some()).then_some(PodTopology { ask, domain, bound })
+    let data = DataAsk::of(annotations).ok().flatten();
+    let data_nodes = annotations
+        .and_then(|a| a.get(DATA_NODES_ANNOTATION))
+        .map(|n| Arc::from(n.as_str()));
+    (ask.is_some() || domain.is_some() || data.is_some() || data_nodes.is_some()).then_some(
+        PodTopology {
+            ask,
+            domain,
+            bound,
+            data,
+            data_nodes,
+        },
+    )
+}
+
+/// How much of a pod's required node affinity exists: the ungate patch pinning it beside its data
+/// adds only what is missing (Kubernetes lets a gated pod's required node affinity only narrow:
+/// a requirement added to each existing term).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AffinityShape {
+    #[default]
+    NoAffinity,
+    NoNodeAffinity,
+    NoRequired,
+    /// Its `nodeSelectorTerms`: for each, whether it has `matchExpressions` (empty: none).
+    Terms(Vec<bool>),
+}
+
+impl AffinityShape {
+    fn of(spec: &PodSpec) -> AffinityShape {
+        let Some(affinity) = spec.affinity.as_ref() else {
+            return AffinityShape::NoAffinity;
+        };
+        let Some(node) = affinity.node_affinity.as_ref() else {
+            return AffinityShape::NoNodeAffinity;
+        };
+        let Some(required) = node.required_during_scheduling_ignored_during_execution.as_ref()
+        else {
+            return AffinityShape::NoRequired;
+        };
+        AffinityShape::Terms(
+            (required.node_selector_terms.iter())
+                .map(|t| t.match_expressions.is_some())
+                .collect(),
+        )
+    }
 }
 
 /// Whether a pod as the API server sends it is behind sluice's gate.

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::{TOPOLOGY_PREFERRED_ANNOTATION, TOPOLOGY_REQUIRED_ANNOTATION};
+use crate::queue::data_locality::{DataNodes, DataSource};
 use crate::resources::{ResourceList, parse_quantity};
 
 /// What a pod asks for: its gang in one domain of the node label `key`, or else no admission
@@ -111,6 +112,9 @@ pub struct NodeRoom {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
     pub nodes: Vec<NodeRoom>,
+    /// Where the data of each (namespace, data ask) of the gated pods is (see
+    /// `src/queue/data_locality.rs`); an ask missing here has no data nodes found.
+    pub data: HashMap<(String, DataSource), DataNodes>,
 }
 
 impl Topology {
@@ -149,7 +153,10 @@ impl Topology {
                 subtract(&mut rooms[i].free, requests);
             }
         }
-        Topology { nodes: rooms }
+        Topology {
+            nodes: rooms,
+            data: HashMap::new(),
+        }
     }
 }
 
@@ -252,6 +259,40 @@ impl Rooms {
                 subtract(&mut room.free, pod);
             }
         }
+    }
+
+    /// The pods placed first-fit (largest first) on the nodes `node_ok` accepts, as one domain
+    /// (named ""): Err how many of them fit.
+    pub fn place_on(
+        &self,
+        pods: &[&ResourceList],
+        node_ok: &dyn Fn(&NodeRoom) -> bool,
+    ) -> Result<Placed, Shortfall> {
+        let members: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| node_ok(&self.nodes[i]))
+            .collect();
+        let (placed, _) = self.first_fit(&members, pods, &largest_first(pods));
+        let count = placed.iter().filter(|n| n.is_some()).count();
+        if count < pods.len() {
+            return Err(Shortfall {
+                domains: u32::from(!members.is_empty()),
+                most: u32::try_from(count).unwrap_or(u32::MAX),
+            });
+        }
+        Ok(Placed {
+            domain: String::new(),
+            nodes: placed.into_iter().flatten().collect(),
+        })
+    }
+
+    /// Puts one pod on the first node `node_ok` accepts where it fits; whether it fitted.
+    pub fn hold_where(&mut self, node_ok: &dyn Fn(&NodeRoom) -> bool, pod: &ResourceList) -> bool {
+        let node = (self.nodes.iter_mut()).find(|n| node_ok(n) && fits(&n.free, pod));
+        let fitted = node.is_some();
+        if let Some(node) = node {
+            subtract(&mut node.free, pod);
+        }
+        fitted
     }
 
     /// Puts one pod on the first node of `key=value` where it fits (a pod admitted there and not

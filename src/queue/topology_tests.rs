@@ -23,7 +23,10 @@ fn pod(cpu: i64) -> ResourceList {
 }
 
 fn rooms(nodes: Vec<NodeRoom>) -> Rooms {
-    Rooms::new(&Topology { nodes })
+    Rooms::new(&Topology {
+        nodes,
+        ..Topology::default()
+    })
 }
 
 fn any(_: &NodeRoom) -> bool {

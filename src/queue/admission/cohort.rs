@@ -542,7 +542,7 @@ pub(super) fn decide_cohort(
     for (pass, progress) in passes.iter_mut().zip(progress) {
         let waiting = pass.finish(progress);
         pass.record_flavors(&mut decisions.flavors);
-        pass.record_domains(&mut decisions.domains);
+        pass.record_domains(&mut decisions.domains, &mut decisions.data_nodes);
         tallies.push(pass.tally(&mut decisions.workloads, waiting));
         loads.push(pass.load());
     }

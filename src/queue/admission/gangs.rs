@@ -50,6 +50,7 @@ impl<'a> QueuePass<'a> {
             rooms,
             planned: None,
             domains: Vec::new(),
+            data_pins: Vec::new(),
         }
     }
 
@@ -318,7 +319,7 @@ impl<'a> QueuePass<'a> {
 
 /// Whether the pod asks for a topology domain.
 fn asks_topology(pod: &PodSnapshot) -> bool {
-    pod.topology.as_ref().is_some_and(|t| t.ask.is_some())
+    pod.topology.as_ref().is_some_and(|t| t.asks())
 }
 
 /// Sorts a pod set's gated pods (positions in `gated`) oldest first. Of a workload that has not

@@ -240,6 +240,18 @@ pub struct PodTopology {
     pub domain: Option<String>,
     /// Whether it is bound to a node (its room is then counted on that node already).
     pub bound: bool,
+    /// `sluice.dev/data-pods` / `-claim` (`src/queue/data_locality.rs`): where its data is.
+    pub data: Option<crate::queue::data_locality::DataAsk>,
+    /// An admitted pod: the hostnames it was pinned to beside its data (`sluice.dev/data-nodes`,
+    /// which only sluice writes).
+    pub data_nodes: Option<Arc<str>>,
+}
+
+impl PodTopology {
+    /// Whether the pod asks where it runs (a topology domain or its data's nodes).
+    pub fn asks(&self) -> bool {
+        self.ask.is_some() || self.data.is_some()
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -333,6 +345,17 @@ pub enum WaitReason {
         domains: u32,
         pinned: Option<String>,
     },
+    /// A gang whose data (`source`: `pods <selector>` or `claim <name>`) is required beside it
+    /// fits its queue's quota, but the data's nodes (`nodes`, their hostnames; `missing`: why
+    /// none was found) have room for only `room` of its `pods` pods.
+    DataNotPlaceable {
+        queue: String,
+        source: String,
+        nodes: Vec<String>,
+        room: u32,
+        pods: u32,
+        missing: Option<String>,
+    },
 }
 
 impl std::fmt::Display for WaitReason {
@@ -406,7 +429,9 @@ impl std::fmt::Display for WaitReason {
             WaitReason::NoFlavorFits { .. } | WaitReason::NoFlavorMatches { .. } => {
                 self.fmt_flavors(f)
             }
-            WaitReason::NoTopologyDomain { .. } => self.fmt_topology(f),
+            WaitReason::NoTopologyDomain { .. } | WaitReason::DataNotPlaceable { .. } => {
+                self.fmt_topology(f)
+            }
         }
     }
 }
@@ -489,6 +514,10 @@ pub struct Decisions {
     /// The topology domain each admitted pod of a gang that asked for one was pinned to
     /// (`<key>=<value>`: written to its nodeSelector and `sluice.dev/topology-domain`).
     pub domains: HashMap<PodRef, Arc<str>>,
+    /// The nodes each admitted pod of a gang that asked for its data's nodes was pinned to
+    /// (hostnames, comma-separated: written to its required node affinity and
+    /// `sluice.dev/data-nodes`).
+    pub data_nodes: HashMap<PodRef, Arc<str>>,
     pub queues: BTreeMap<String, QueueTally>,
 }
 
@@ -530,6 +559,7 @@ pub fn decide_with(
         evict: Vec::new(),
         flavors: HashMap::new(),
         domains: HashMap::new(),
+        data_nodes: HashMap::new(),
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };
@@ -633,7 +663,7 @@ fn decide_queue(
     pass.order_demand();
     let waiting = pass.admit_in_order(&mut decisions.admit, &mut decisions.evict);
     pass.record_flavors(&mut decisions.flavors);
-    pass.record_domains(&mut decisions.domains);
+    pass.record_domains(&mut decisions.domains, &mut decisions.data_nodes);
     pass.tally(&mut decisions.workloads, waiting)
 }
 
@@ -666,8 +696,10 @@ struct QueuePass<'a> {
     /// The nodes' room, shared by every queue of the pass (see `topology.rs`).
     rooms: &'a topology::SharedRooms<'a>,
     /// The domain the item being stepped was found room in, and the pods admitted into domains.
-    planned: Option<(u32, crate::queue::topology::Placed)>,
+    planned: Option<(u32, topology::Pinned)>,
     domains: Vec<(PodRef, Arc<str>)>,
+    /// The pods admitted beside their data, and the hostnames they were pinned to.
+    data_pins: Vec<(PodRef, Arc<str>)>,
 }
 
 /// At most this many items of a queue look for victims in one pass (the first ones in admission

@@ -11,6 +11,7 @@ mod cohorts;
 mod flavors;
 mod preemption;
 mod properties;
+mod data;
 mod topology;
 
 const CPU: i64 = 1000;

@@ -23,6 +23,7 @@ fn racks(nodes: &[(&str, i64)]) -> Topology {
                 ])),
             })
             .collect(),
+        ..Topology::default()
     }
 }
 
@@ -45,6 +46,7 @@ fn pinned(mut pod: PodSnapshot, rack: &str, bound: bool) -> PodSnapshot {
         }),
         domain: Some(format!("rack={rack}")),
         bound,
+        ..PodTopology::default()
     }));
     pod
 }

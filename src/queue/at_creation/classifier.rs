@@ -187,9 +187,11 @@ impl sluice_webhooks::PodClassifier for Classifier {
             self.refuse_other_queue(namespace, pod, identity)?;
             self.refuse_never_fits(namespace, pod, identity)?;
         }
+        let annotations = pod.metadata.annotations.as_ref();
         if labels.is_some()
-            && let Err(why) =
-                crate::queue::topology::TopologyAsk::of(pod.metadata.annotations.as_ref())
+            && let Err(why) = crate::queue::topology::TopologyAsk::of(annotations)
+                .map(|_| ())
+                .and(crate::queue::data_locality::DataAsk::of(annotations).map(|_| ()))
         {
             return Err(format!(
                 "sluice: pod {namespace}/{name}: {why}",
@@ -288,11 +290,13 @@ impl sluice_webhooks::PodClassifier for Classifier {
             at_creation.try_admit_never(&identity.queue);
             return None;
         }
-        if let Ok(Some(_)) =
-            crate::queue::topology::TopologyAsk::of(pod.metadata.annotations.as_ref())
-        {
-            // A gang asking for a topology domain is pinned as it is admitted: a pass chooses the
-            // domain (admission at creation sees no nodes).
+        let annotations = pod.metadata.annotations.as_ref();
+        if let (Ok(Some(_)), _) | (_, Ok(Some(_))) = (
+            crate::queue::topology::TopologyAsk::of(annotations),
+            crate::queue::data_locality::DataAsk::of(annotations),
+        ) {
+            // A gang asking for a topology domain or its data's nodes is pinned as it is
+            // admitted: a pass chooses where (admission at creation sees no nodes).
             at_creation.try_admit_never(&identity.queue);
             return None;
         }

@@ -23,6 +23,7 @@ use crate::queue::incremental::Snapshotter;
 use crate::queue::snapshot::{self};
 use crate::queue::writer::Writer;
 
+mod data;
 mod evictions;
 mod holds;
 mod pass;
@@ -146,6 +147,7 @@ pub async fn run(
     ));
     loop {
         let pass_started = Instant::now();
+        controller.find_data().await;
         let waiting = controller.pass();
         // A pass neither waits for the API server nor holds the CPU: the writes it asked for run
         // meanwhile, and passes take at most about a quarter of a core however busy the cluster.
@@ -165,6 +167,9 @@ pub async fn run(
     }
     Ok(())
 }
+
+/// How often a pass runs while a gated pod asks for its data's nodes (see `data.rs`).
+const DATA_RECHECK: Duration = Duration::from_secs(5);
 
 struct Controller {
     adapters: Adapters,
@@ -191,6 +196,8 @@ struct Controller {
     snapshotter: Snapshotter,
     /// When the next pass builds and decides everything (none yet: the first pass does).
     full_pass_due: Option<Instant>,
+    /// Where the data of the gated pods' data asks is, looked up before each pass.
+    data: data::DataMap,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -274,6 +281,7 @@ impl Controller {
             ready_due: None,
             snapshotter: Snapshotter::default(),
             full_pass_due: None,
+            data: data::DataMap::new(),
         }
     }
 
@@ -290,6 +298,13 @@ impl Controller {
         let until_due = (self.ready_due)
             .and_then(|due| due.duration_since(std::time::SystemTime::now()).ok())
             .unwrap_or(self.settings.resync_period);
+        // A gang waiting beside its data is not woken by the data's pods (sluice does not watch
+        // them): it looks again this often.
+        let until_due = if self.data.is_empty() {
+            until_due
+        } else {
+            until_due.min(DATA_RECHECK)
+        };
         let resync = tokio::time::sleep(until_due.min(self.settings.resync_period));
         if waiting || idle_interval.is_zero() {
             tokio::select! {

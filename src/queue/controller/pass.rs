@@ -59,6 +59,7 @@ impl Controller {
                 facts: &facts,
                 namespaces: &self.stores.namespaces.state(),
                 nodes: &nodes,
+                data: &self.data,
                 in_flight: &in_flight,
                 eviction_blocked: &self.evictor.blocked_uids(),
             },

@@ -18,6 +18,7 @@ use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self};
+use crate::queue::data_locality::{DataNodes, DataSource};
 use crate::queue::topology::Topology;
 use crate::resources::ResourceList;
 
@@ -33,6 +34,8 @@ pub(crate) struct PassInputs<'a> {
     pub namespaces: &'a [Arc<PartialObjectMeta<Namespace>>],
     /// The nodes (trimmed: labels, allocatable, cordon), for gangs that ask for a topology domain.
     pub nodes: &'a [Arc<k8s_openapi::api::core::v1::Node>],
+    /// Where the data of the gated pods' data asks is (`controller/data.rs`).
+    pub data: &'a HashMap<(String, DataSource), DataNodes>,
     /// Uids of pods whose ungate is in flight.
     pub in_flight: &'a HashSet<String>,
     /// Uids of pods a PodDisruptionBudget protects from eviction.
@@ -173,7 +176,7 @@ pub(crate) fn wants_topology(
             && facts
                 .as_deref()
                 .and_then(|f| f.topology.as_deref())
-                .is_some_and(|t| t.ask.is_some())
+                .is_some_and(|t| t.asks())
     })
 }
 
@@ -186,7 +189,9 @@ fn nodes_room(inputs: &PassInputs<'_>) -> Topology {
         let requests = facts.requests.as_ref().ok()?;
         (!ended).then_some((facts.node_name.as_deref()?, &**requests))
     });
-    Topology::from_nodes(inputs.nodes, bound)
+    let mut topology = Topology::from_nodes(inputs.nodes, bound);
+    topology.data = inputs.data.clone();
+    topology
 }
 
 /// The same through the [`Snapshotter`]: the workloads that changed built again, the groups that

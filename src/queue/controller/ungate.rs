@@ -18,13 +18,13 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::Controller;
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, ADMITTED_BY_ANNOTATION, FLAVOR_ANNOTATION,
-    TOPOLOGY_DOMAIN_ANNOTATION,
+    DATA_NODES_ANNOTATION, TOPOLOGY_DOMAIN_ANNOTATION,
 };
 use crate::leader::Term;
 use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, FlavorSnapshot, WorkloadKey};
 use crate::queue::clock::now_rfc3339;
-use crate::queue::pod_cache::CachedPod;
+use crate::queue::pod_cache::{AffinityShape, CachedPod};
 use crate::queue::snapshot::{self, Built};
 
 /// Why no ungate patch could be built for a pod.
@@ -123,7 +123,7 @@ pub fn ungate_patch(
 ) -> Result<json_patch::Patch, UngatePatchError> {
     let pin = Pin {
         flavor,
-        domain: None,
+        ..Pin::default()
     };
     ungate_patch_pinned(pod, admitted_at, admitted_by, pin)
 }
@@ -134,6 +134,8 @@ pub fn ungate_patch(
 pub struct Pin<'a> {
     pub flavor: Option<&'a FlavorSnapshot>,
     pub domain: Option<&'a str>,
+    /// The hostnames of its data's nodes, comma-separated (see `src/queue/data_locality.rs`).
+    pub data_nodes: Option<&'a str>,
 }
 
 /// As [`ungate_patch`], pinned to a flavor and a topology domain: the domain's label joins the
@@ -172,6 +174,9 @@ pub fn ungate_patch_pinned(
         if let Some(domain) = pin.domain {
             ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1topology-domain", "value": domain}));
         }
+        if let Some(nodes) = pin.data_nodes {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations/sluice.dev~1data-nodes", "value": nodes}));
+        }
     } else {
         let mut annotations = serde_json::Map::new();
         annotations.insert(ADMITTED_AT_ANNOTATION.into(), admitted_at.into());
@@ -181,6 +186,9 @@ pub fn ungate_patch_pinned(
         }
         if let Some(domain) = pin.domain {
             annotations.insert(TOPOLOGY_DOMAIN_ANNOTATION.into(), domain.into());
+        }
+        if let Some(nodes) = pin.data_nodes {
+            annotations.insert(DATA_NODES_ANNOTATION.into(), nodes.into());
         }
         ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": annotations}));
     }
@@ -213,6 +221,9 @@ fn pin_to_nodes(pod: &CachedPod, pin: Pin<'_>, ops: &mut Vec<serde_json::Value>)
             ops.push(json!({"op": "add", "path": "/spec/nodeSelector", "value": selector}));
         }
     }
+    if let Some(nodes) = pin.data_nodes {
+        pin_to_hosts(facts.map(|f| &f.affinity), nodes, ops);
+    }
     let Some(flavor) = pin.flavor else {
         return;
     };
@@ -225,6 +236,39 @@ fn pin_to_nodes(pod: &CachedPod, pin: Pin<'_>, ops: &mut Vec<serde_json::Value>)
             ops.push(
                 json!({"op": "add", "path": "/spec/tolerations", "value": flavor.tolerations}),
             );
+        }
+    }
+}
+
+/// The operations that pin a gated pod to its data's nodes: `kubernetes.io/hostname In
+/// [hosts]` added to each term of its required node affinity (Kubernetes lets a gated pod's
+/// terms only gain requirements), or a required node affinity of that one term set.
+fn pin_to_hosts(shape: Option<&AffinityShape>, hosts: &str, ops: &mut Vec<serde_json::Value>) {
+    let hosts: Vec<&str> = crate::queue::data_locality::split_nodes(hosts).collect();
+    let requirement = json!({"key": crate::queue::data_locality::HOSTNAME_LABEL, "operator": "In", "values": hosts});
+    let terms = json!([{"matchExpressions": [requirement]}]);
+    let required = json!({"nodeSelectorTerms": terms});
+    let base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+    match shape.unwrap_or(&AffinityShape::NoAffinity) {
+        AffinityShape::NoAffinity => ops.push(json!({"op": "add", "path": "/spec/affinity",
+            "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}})),
+        AffinityShape::NoNodeAffinity => ops.push(json!({"op": "add", "path": "/spec/affinity/nodeAffinity",
+            "value": {"requiredDuringSchedulingIgnoredDuringExecution": required}})),
+        AffinityShape::NoRequired => {
+            ops.push(json!({"op": "add", "path": base, "value": required}));
+        }
+        AffinityShape::Terms(terms_have) if terms_have.is_empty() => {
+            ops.push(json!({"op": "add", "path": format!("{base}/nodeSelectorTerms"), "value": terms}));
+        }
+        AffinityShape::Terms(terms_have) => {
+            for (i, has) in terms_have.iter().enumerate() {
+                let path = format!("{base}/nodeSelectorTerms/{i}/matchExpressions");
+                if *has {
+                    ops.push(json!({"op": "add", "path": format!("{path}/-"), "value": requirement}));
+                } else {
+                    ops.push(json!({"op": "add", "path": path, "value": [requirement]}));
+                }
+            }
         }
     }
 }
@@ -247,6 +291,8 @@ pub(super) struct UngateItem {
     pub(super) flavor: Option<Arc<FlavorSnapshot>>,
     /// The topology domain it is pinned to (`<key>=<value>`).
     pub(super) domain: Option<Arc<str>>,
+    /// The hostnames of its data's nodes it is pinned to.
+    pub(super) data_nodes: Option<Arc<str>>,
 }
 
 impl Controller {
@@ -286,6 +332,7 @@ impl Controller {
                         .map(|d| d.object_ref(&())),
                     flavor: decisions.flavors.get(r).cloned(),
                     domain: decisions.domains.get(r).cloned(),
+                    data_nodes: decisions.data_nodes.get(r).cloned(),
                 });
             }
         }
@@ -320,6 +367,7 @@ impl Ungater {
                             let pin = Pin {
                                 flavor: item.flavor.as_deref(),
                                 domain: item.domain.as_deref(),
+                                data_nodes: item.data_nodes.as_deref(),
                             };
                             self.ungate_pod(&item.pod, item.ticket, now, pin).await
                         }

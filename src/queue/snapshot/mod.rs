@@ -379,20 +379,26 @@ fn snapshot_pods(
     (snaps, kept)
 }
 
-/// A pod's topology part for the pass: the domain only of an admitted pod (as its flavor).
+/// A pod's topology part for the pass: the domain and data nodes only of an admitted pod (as its
+/// flavor).
 fn pod_topology(
     fact: &PodFacts,
     state: PodState,
 ) -> Option<Arc<crate::queue::admission::PodTopology>> {
     let topology = fact.topology.as_ref()?;
-    if state == PodState::Admitted || topology.domain.is_none() {
+    let pinned = topology.domain.is_some() || topology.data_nodes.is_some();
+    if state == PodState::Admitted || !pinned {
         return Some(Arc::clone(topology));
     }
-    let ask = topology.ask.clone()?;
+    if !topology.asks() {
+        return None;
+    }
     Some(Arc::new(crate::queue::admission::PodTopology {
-        ask: Some(ask),
+        ask: topology.ask.clone(),
         domain: None,
         bound: topology.bound,
+        data: topology.data.clone(),
+        data_nodes: None,
     }))
 }
 
