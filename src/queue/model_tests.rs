@@ -663,6 +663,7 @@ impl World {
             .filter(|uid| self.stored.get(uid).is_some_and(gated))
             .collect();
         let blocked = HashSet::new();
+        let no_data = std::collections::HashMap::new();
         let inputs = || PassInputs {
             queues: &self.queues,
             flavors: &[],
@@ -671,7 +672,7 @@ impl World {
             facts: &facts,
             namespaces: &self.namespaces,
             nodes: &[],
-            data: &Default::default(),
+            data: &no_data,
             in_flight: &in_flight,
             eviction_blocked: &blocked,
         };

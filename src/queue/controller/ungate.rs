@@ -612,6 +612,50 @@ mod tests {
     }
 
     #[test]
+    fn the_ungate_patch_pins_the_pod_to_its_data_s_nodes_in_every_term() {
+        let host = json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]});
+        let own = json!({"key": "disk", "operator": "In", "values": ["ssd"]});
+        let name = json!({"key": "metadata.name", "operator": "In", "values": ["n2"]});
+        let required = |terms| json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}});
+        let anti = json!({"podAntiAffinity": {}});
+        let preferred = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}});
+        for (affinity, want) in [
+            (None, required(json!([{"matchExpressions": [host]}]))),
+            (Some(anti.clone()), {
+                let mut want = required(json!([{"matchExpressions": [host]}]));
+                want["podAntiAffinity"] = json!({});
+                want
+            }),
+            (Some(preferred.clone()), {
+                let mut want = required(json!([{"matchExpressions": [host]}]));
+                want["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([]);
+                want
+            }),
+            (Some(required(json!([]))), required(json!([{"matchExpressions": [host]}]))),
+            (
+                Some(required(json!([{"matchExpressions": [own]}, {"matchFields": [name]}]))),
+                required(json!([{"matchExpressions": [own, host]},
+                                {"matchFields": [name], "matchExpressions": [host]}])),
+            ),
+        ] {
+            let mut pod = gated_pod_json(false);
+            pod["metadata"]["labels"] = json!({"sluice.dev/queue": "q"});
+            if let Some(affinity) = &affinity {
+                pod["spec"]["affinity"] = affinity.clone();
+            }
+            let cached: CachedPod = serde_json::from_value(pod.clone()).expect("pod");
+            let pin = Pin {
+                data_nodes: Some("n1,n2"),
+                ..Pin::default()
+            };
+            let patch = ungate_patch_pinned(&cached, "t", "r1@3", pin).expect("patch");
+            json_patch::patch(&mut pod, &patch).expect("the patch applies");
+            assert_eq!(pod["spec"]["affinity"], want, "from {affinity:?}");
+            assert_eq!(pod["metadata"]["annotations"]["sluice.dev/data-nodes"], "n1,n2");
+        }
+    }
+
+    #[test]
     fn the_ungate_patch_pins_the_pod_to_its_domain_beside_its_flavor() {
         for with_selector in [false, true] {
             let mut pod = gated_pod_json(with_selector);
@@ -623,6 +667,7 @@ mod tests {
             let pin = Pin {
                 flavor: Some(&a100()),
                 domain: Some("example.com/rack=r2"),
+                data_nodes: None,
             };
             let patch = ungate_patch_pinned(&cached, "t", "r1@3", pin).expect("patch");
             json_patch::patch(&mut pod, &patch).expect("the patch applies");
