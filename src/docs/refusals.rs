@@ -259,7 +259,7 @@ fn cases() -> Vec<(&'static str, Case)> {
                         json!({"sluice.dev/admitted-at-creation": "t-1"});
                     review(POD, "UPDATE", noted, ungated.clone(), "alice")
                 },
-                cause: "A user set or changed `sluice.dev/admitted-at-creation`, `sluice.dev/admitted-at`, `sluice.dev/admitted-by`, `sluice.dev/flavor` or `sluice.dev/topology-domain`: they record how, when, by which leadership term, in which flavor and in which topology domain sluice admitted the pod.",
+                cause: "A user set or changed `sluice.dev/admitted-at-creation`, `sluice.dev/admitted-at`, `sluice.dev/admitted-by`, `sluice.dev/flavor`, `sluice.dev/topology-domain` or `sluice.dev/data-nodes`: they record how, when, by which leadership term, in which flavor, in which topology domain and beside which data nodes sluice admitted the pod.",
                 fix: "Leave them to sluice; a pod created with a copied token is gated, not admitted.",
             },
         ),
@@ -276,6 +276,21 @@ fn cases() -> Vec<(&'static str, Case)> {
                 },
                 cause: "`sluice.dev/topology-required` or `sluice.dev/topology-preferred` holds something that is not a node label key, so no domain could ever be chosen.",
                 fix: "Set it to the node label whose values are the domains, e.g. `topology.kubernetes.io/zone`, a rack label or `kubernetes.io/hostname` (see [Placement](../concepts/placement.md)).",
+            },
+        ),
+        (
+            "Pods",
+            Case {
+                title: "A data locality ask that says nowhere",
+                path: "/mutate-pods",
+                review: {
+                    let mut asking = pod("q", "1", json!({}));
+                    asking["metadata"]["annotations"] =
+                        json!({"sluice.dev/data-pods": "app in (cache"});
+                    review(POD, "CREATE", asking, Value::Null, "alice")
+                },
+                cause: "`sluice.dev/data-pods` is not a label selector, `sluice.dev/data-claim` is not a claim name, both are set, or `sluice.dev/data-locality` is neither `required` nor `preferred` (or is set alone).",
+                fix: "Set `sluice.dev/data-pods` to the labels of the pods in the same namespace whose nodes hold the data (e.g. `app=cache`), or `sluice.dev/data-claim` to a claim of the namespace whose volume has node affinity (see [Placement](../concepts/placement.md#data-locality)).",
             },
         ),
         (
