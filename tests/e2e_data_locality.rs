@@ -85,7 +85,8 @@ async fn cache_pod(env: &TestEnv, name: &str, node: &str) {
 fn data_pod(name: &str, queue: &str, cpu: &str, gang: (&str, u32), ask: &[(&str, &str)]) -> Pod {
     let mut annotations = vec![("sluice.dev/min-count", gang.1.to_string())];
     annotations.extend(ask.iter().map(|(k, v)| (*k, v.to_string())));
-    let annotations: Vec<(&str, &str)> = annotations.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let annotations: Vec<(&str, &str)> =
+        annotations.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut pod = with_annotations(
         with_labels(pod(name, queue, cpu), &[("sluice.dev/workload", gang.0)]),
         &annotations,
@@ -100,7 +101,12 @@ fn data_pod(name: &str, queue: &str, cpu: &str, gang: (&str, u32), ask: &[(&str,
 
 /// The nodes the `size` pods of `gang` run on once all are admitted and bound; each pinned by
 /// its annotation and its required node affinity (in every term) to `pinned`.
-async fn nodes_of(env: &TestEnv, gang: &str, size: usize, pinned: Option<&str>) -> BTreeSet<String> {
+async fn nodes_of(
+    env: &TestEnv,
+    gang: &str,
+    size: usize,
+    pinned: Option<&str>,
+) -> BTreeSet<String> {
     let selector = format!("sluice.dev/workload={gang}");
     let pods = wait_for(
         &format!("the {size} pods of {gang} admitted and bound"),
@@ -117,27 +123,40 @@ async fn nodes_of(env: &TestEnv, gang: &str, size: usize, pinned: Option<&str>) 
     let mut seen = BTreeSet::new();
     for pod in &pods {
         let name = pod.name_any();
-        let annotation = pod.annotations().get("sluice.dev/data-nodes").map(String::as_str);
+        let annotation = pod
+            .annotations()
+            .get("sluice.dev/data-nodes")
+            .map(String::as_str);
         assert_eq!(annotation, pinned, "{name}'s sluice.dev/data-nodes");
         if let Some(pinned) = pinned {
             let hosts: Vec<&str> = pinned.split(',').collect();
             let spec = serde_json::to_value(pod.spec.as_ref().expect("spec")).expect("json");
-            let terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                ["nodeSelectorTerms"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
+            let terms =
+                spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                    ["nodeSelectorTerms"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
             assert!(!terms.is_empty(), "{name} has a required node affinity");
             for term in &terms {
-                let pins = term["matchExpressions"].as_array().into_iter().flatten().any(|r| {
-                    r["key"] == "kubernetes.io/hostname"
-                        && r["operator"] == "In"
-                        && r["values"] == json!(hosts)
-                });
+                let pins = term["matchExpressions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| {
+                        r["key"] == "kubernetes.io/hostname"
+                            && r["operator"] == "In"
+                            && r["values"] == json!(hosts)
+                    });
                 assert!(pins, "{name}: every term pins the hosts: {term}");
             }
         }
-        seen.insert(pod.spec.as_ref().and_then(|s| s.node_name.clone()).expect("bound"));
+        seen.insert(
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .expect("bound"),
+        );
     }
     seen
 }
@@ -157,7 +176,10 @@ async fn executors_go_beside_their_data_and_a_gang_too_big_waits_or_runs_elsewhe
         return;
     };
     let nodes = Nodes::create(&env).await;
-    let (n, queue) = (&nodes.names, env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await);
+    let (n, queue) = (
+        &nodes.names,
+        env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await,
+    );
     cache_pod(&env, "cache-0", &n[2]).await;
     cache_pod(&env, "cache-1", &n[3]).await;
     let ask = [("sluice.dev/data-pods", "app=cache")];
@@ -166,20 +188,27 @@ async fn executors_go_beside_their_data_and_a_gang_too_big_waits_or_runs_elsewhe
     for i in 0..4 {
         let mut p = data_pod(&format!("a-{i}"), &queue, "1500m", ("a", 4), &ask);
         if i < 2 {
-            p.spec.as_mut().expect("spec").affinity = Some(serde_json::from_value(json!({"nodeAffinity": {
+            p.spec.as_mut().expect("spec").affinity = Some(
+                serde_json::from_value(json!({"nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": "type", "operator": "In", "values": ["kwok"]}]},
                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n[3]]}]},
-                ]}}})).expect("affinity"));
+                ]}}}))
+                .expect("affinity"),
+            );
         }
         env.create_pod(p).await;
     }
     let pinned = format!("{},{}", n[2], n[3]);
     let a = nodes_of(&env, "a", 4, Some(&pinned)).await;
-    assert!(a.is_subset(&BTreeSet::from([n[2].clone(), n[3].clone()])), "{a:?}");
+    assert!(
+        a.is_subset(&BTreeSet::from([n[2].clone(), n[3].clone()])),
+        "{a:?}"
+    );
     // Two more of 1 cpu: the cache's nodes are full; required waits, saying where the data is.
     for i in 0..2 {
-        env.create_pod(data_pod(&format!("b-{i}"), &queue, "1", ("b", 2), &ask)).await;
+        env.create_pod(data_pod(&format!("b-{i}"), &queue, "1", ("b", 2), &ask))
+            .await;
     }
     let message = wait_message(&env, "b", "its data").await;
     assert!(
@@ -189,14 +218,29 @@ async fn executors_go_beside_their_data_and_a_gang_too_big_waits_or_runs_elsewhe
         )),
         "{message}"
     );
-    assert!(env.pods_labelled("sluice.dev/workload=b").await.iter().all(is_gated));
-    // Preferred: runs elsewhere, not pinned.
-    let preferred = [("sluice.dev/data-pods", "app=cache"), ("sluice.dev/data-locality", "preferred")];
+    assert!(
+        env.pods_labelled("sluice.dev/workload=b")
+            .await
+            .iter()
+            .all(is_gated)
+    );
+    // Preferred: runs elsewhere (the cache's nodes are full), not pinned.
+    let preferred = [
+        ("sluice.dev/data-pods", "app=cache"),
+        ("sluice.dev/data-locality", "preferred"),
+    ];
     for i in 0..2 {
-        env.create_pod(data_pod(&format!("c-{i}"), &queue, "1", ("c", 2), &preferred)).await;
+        env.create_pod(data_pod(
+            &format!("c-{i}"),
+            &queue,
+            "1",
+            ("c", 2),
+            &preferred,
+        ))
+        .await;
     }
     let c = nodes_of(&env, "c", 2, None).await;
-    assert!(c.is_subset(&BTreeSet::from([n[0].clone(), n[1].clone()])), "{c:?}");
+    assert!(!c.contains(&n[2]) && !c.contains(&n[3]), "{c:?}");
     env.cleanup().await;
     nodes.remove().await;
 }
@@ -239,25 +283,25 @@ async fn a_gang_goes_to_the_node_of_its_claims_local_volume() {
         return;
     };
     let nodes = Nodes::create(&env).await;
-    let (n, queue) = (&nodes.names, env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await);
+    let (n, queue) = (
+        &nodes.names,
+        env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await,
+    );
     let volume = format!("{}-cache", env.namespace);
     local_volume(&env, &volume, &n[1], (&env.namespace, "cache")).await;
     claim(&env, "cache", &volume).await;
     let ask = [("sluice.dev/data-claim", "cache")];
     for i in 0..2 {
-        env.create_pod(data_pod(&format!("a-{i}"), &queue, "1", ("a", 2), &ask)).await;
+        env.create_pod(data_pod(&format!("a-{i}"), &queue, "1", ("a", 2), &ask))
+            .await;
     }
     let a = nodes_of(&env, "a", 2, Some(&n[1])).await;
     assert_eq!(a, BTreeSet::from([n[1].clone()]));
     env.cleanup().await;
-    let _ = Api::<PersistentVolume>::all(env_client(&nodes))
+    let _ = Api::<PersistentVolume>::all(nodes.client.clone())
         .delete(&volume, &DeleteParams::default())
         .await;
     nodes.remove().await;
-}
-
-fn env_client(nodes: &Nodes) -> kube::Client {
-    nodes.client.clone()
 }
 
 #[tokio::test]
@@ -267,7 +311,10 @@ async fn a_hostile_tenant_cannot_reach_anothers_data_nor_forge_its_pin() {
     };
     let other = TestEnv::new("data-other").await;
     let nodes = Nodes::create(&env).await;
-    let (n, queue) = (&nodes.names, env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await);
+    let (n, queue) = (
+        &nodes.names,
+        env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await,
+    );
     // The other tenant's cache and its volume (bound to its own claim).
     cache_pod(&other, "cache", &n[0]).await;
     let volume = format!("{}-theirs", other.namespace);
@@ -275,16 +322,21 @@ async fn a_hostile_tenant_cannot_reach_anothers_data_nor_forge_its_pin() {
     claim(&other, "theirs", &volume).await;
     // A selector matching their cache's labels finds nothing in this namespace.
     let reach = [("sluice.dev/data-pods", "app=cache")];
-    env.create_pod(data_pod("reach-0", &queue, "1", ("reach", 1), &reach)).await;
+    env.create_pod(data_pod("reach-0", &queue, "1", ("reach", 1), &reach))
+        .await;
     let message = wait_message(&env, "reach", "no node holds").await;
     assert!(
-        message.contains(&format!("no pod of namespace {} that matches it runs on a node", env.namespace)),
+        message.contains(&format!(
+            "no pod of namespace {} that matches it runs on a node",
+            env.namespace
+        )),
         "{message}"
     );
     // A claim of its own naming their volume is never bound to it: nothing found either.
     claim(&env, "mine", &volume).await;
     let steal = [("sluice.dev/data-claim", "mine")];
-    env.create_pod(data_pod("steal-0", &queue, "1", ("steal", 1), &steal)).await;
+    env.create_pod(data_pod("steal-0", &queue, "1", ("steal", 1), &steal))
+        .await;
     let message = wait_message(&env, "steal", "no node holds").await;
     assert!(message.contains("not bound"), "{message}");
     // A forged pin is dropped at creation, and a user's change of it refused later.
@@ -301,7 +353,13 @@ async fn a_hostile_tenant_cannot_reach_anothers_data_nor_forge_its_pin() {
     )
     .await;
     // A malformed selector is refused, saying what to set.
-    let bad = data_pod("bad", &queue, "1", ("bad", 1), &[("sluice.dev/data-pods", "app in (cache")]);
+    let bad = data_pod(
+        "bad",
+        &queue,
+        "1",
+        ("bad", 1),
+        &[("sluice.dev/data-pods", "app in (cache")],
+    );
     let refusal = env.refused(&bad, "a malformed selector").await;
     assert!(refusal.contains("is not a label selector"), "{refusal}");
     assert!(refusal.contains("e.g. app=cache"), "{refusal}");

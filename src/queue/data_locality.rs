@@ -141,9 +141,8 @@ fn split_terms(selector: &str) -> Result<Vec<&str>, String> {
 }
 
 fn check_requirement(term: &str) -> Result<(), String> {
-    let key_ok = |key: &str| {
-        check_label_key(key.trim()).map_err(|why| format!("{:?}: {why}", key.trim()))
-    };
+    let key_ok =
+        |key: &str| check_label_key(key.trim()).map_err(|why| format!("{:?}: {why}", key.trim()));
     if term.is_empty() {
         return Err("a requirement is empty".into());
     }
@@ -178,7 +177,8 @@ fn check_label_value(value: &str) -> Result<(), String> {
         || (value.len() <= 63
             && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
             && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-            && (bytes.iter()).all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')));
+            && (bytes.iter())
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')));
     if ok {
         Ok(())
     } else {
@@ -193,13 +193,20 @@ fn check_claim_name(name: &str) -> Result<(), &'static str> {
     let bytes = name.as_bytes();
     let ok = !name.is_empty()
         && name.len() <= 253
-        && bytes.first().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && bytes.last().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && (bytes.iter()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(b));
+        && bytes
+            .first()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && (bytes.iter())
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(b));
     if ok {
         Ok(())
     } else {
-        Err("a name is lower-case alphanumerics, '-' and '.', at most 253, alphanumeric at both ends")
+        Err(
+            "a name is lower-case alphanumerics, '-' and '.', at most 253, alphanumeric at both ends",
+        )
     }
 }
 
@@ -222,7 +229,10 @@ impl DataNodes {
 /// The nodes a volume's node affinity (`spec.nodeAffinity.required.nodeSelectorTerms`, any one
 /// term) allows: a term's `matchExpressions` on the node's labels and `matchFields` on its name
 /// all hold. No terms: no node (a volume without node affinity says nothing about where it is).
-pub fn nodes_allowed(terms: &[NodeSelectorTerm], nodes: &[std::sync::Arc<Node>]) -> BTreeSet<String> {
+pub fn nodes_allowed(
+    terms: &[NodeSelectorTerm],
+    nodes: &[std::sync::Arc<Node>],
+) -> BTreeSet<String> {
     let term_holds = |term: &NodeSelectorTerm, name: &str, labels: &BTreeMap<String, String>| {
         let expressions = Placement {
             node_selector: BTreeMap::new(),
@@ -262,7 +272,10 @@ pub fn nodes_annotation<'a>(hostnames: impl IntoIterator<Item = &'a str>) -> Str
 
 /// The hostnames a `sluice.dev/data-nodes` annotation names.
 pub fn split_nodes(annotation: &str) -> impl Iterator<Item = &str> {
-    annotation.split(',').map(str::trim).filter(|h| !h.is_empty())
+    annotation
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
 }
 
 #[cfg(test)]

@@ -47,20 +47,41 @@ fn no_ask_without_the_annotations() {
 fn malformed_asks_are_refused_saying_what_to_set() {
     for (pairs, says) in [
         (vec![("sluice.dev/data-pods", "")], "e.g. app=cache"),
-        (vec![("sluice.dev/data-pods", "app=cache,")], "e.g. app=cache"),
+        (
+            vec![("sluice.dev/data-pods", "app=cache,")],
+            "e.g. app=cache",
+        ),
         (vec![("sluice.dev/data-pods", "app in (a,b")], "parentheses"),
         (vec![("sluice.dev/data-pods", "app in a,b")], "parentheses"),
         (vec![("sluice.dev/data-pods", "app=ca che")], "label value"),
-        (vec![("sluice.dev/data-pods", "ns/../app=x")], "e.g. app=cache"),
-        (vec![("sluice.dev/data-claim", "Cache_Data")], "claim in this namespace"),
-        (vec![("sluice.dev/data-claim", "../other")], "claim in this namespace"),
         (
-            vec![("sluice.dev/data-pods", "a=b"), ("sluice.dev/data-claim", "c")],
+            vec![("sluice.dev/data-pods", "ns/../app=x")],
+            "e.g. app=cache",
+        ),
+        (
+            vec![("sluice.dev/data-claim", "Cache_Data")],
+            "claim in this namespace",
+        ),
+        (
+            vec![("sluice.dev/data-claim", "../other")],
+            "claim in this namespace",
+        ),
+        (
+            vec![
+                ("sluice.dev/data-pods", "a=b"),
+                ("sluice.dev/data-claim", "c"),
+            ],
             "set one of them",
         ),
-        (vec![("sluice.dev/data-locality", "required")], "set one of them"),
         (
-            vec![("sluice.dev/data-pods", "a=b"), ("sluice.dev/data-locality", "always")],
+            vec![("sluice.dev/data-locality", "required")],
+            "set one of them",
+        ),
+        (
+            vec![
+                ("sluice.dev/data-pods", "a=b"),
+                ("sluice.dev/data-locality", "always"),
+            ],
             "required (wait",
         ),
     ] {
@@ -88,7 +109,10 @@ fn selectors_of_every_kind_pass() {
 }
 
 fn node(name: &str, labels: serde_json::Value) -> Arc<Node> {
-    Arc::new(serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).expect("node"))
+    Arc::new(
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))
+            .expect("node"),
+    )
 }
 
 fn term(v: serde_json::Value) -> NodeSelectorTerm {
@@ -105,17 +129,27 @@ fn a_volume_s_node_affinity_names_its_nodes() {
     let by_host = [term(
         json!({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}),
     )];
-    assert_eq!(nodes_allowed(&by_host, &nodes), BTreeSet::from(["n2".to_string()]));
+    assert_eq!(
+        nodes_allowed(&by_host, &nodes),
+        BTreeSet::from(["n2".to_string()])
+    );
     let by_label_or_field = [
-        term(json!({"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}],
-                    "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]})),
-        term(json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n3"]}]})),
+        term(
+            json!({"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}],
+                    "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}),
+        ),
+        term(
+            json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n3"]}]}),
+        ),
     ];
     assert_eq!(
         nodes_allowed(&by_label_or_field, &nodes),
         BTreeSet::from(["n2".to_string(), "n3".to_string()])
     );
-    assert!(nodes_allowed(&[term(json!({}))], &nodes).is_empty(), "an empty term: none");
+    assert!(
+        nodes_allowed(&[term(json!({}))], &nodes).is_empty(),
+        "an empty term: none"
+    );
     assert!(nodes_allowed(&[], &nodes).is_empty());
 }
 

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 mod cohort_gauges;
 pub mod controller;
+pub mod data_locality;
 mod evictor;
 mod gauges;
 pub mod incremental;
@@ -20,7 +21,6 @@ pub mod ready;
 mod series;
 pub mod snapshot;
 pub mod status;
-pub mod data_locality;
 pub mod topology;
 mod writer;
 

@@ -94,6 +94,41 @@ fn requirement_may_hold(r: &NodeSelectorRequirement, labels: &BTreeMap<String, S
     }
 }
 
+/// How much of a pod's required node affinity exists: the ungate patch pinning it beside its data
+/// adds only what is missing (Kubernetes lets a gated pod's required node affinity only narrow:
+/// a requirement added to each existing term).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AffinityShape {
+    #[default]
+    NoAffinity,
+    NoNodeAffinity,
+    NoRequired,
+    /// Its `nodeSelectorTerms`: for each, whether it has `matchExpressions` (empty: none).
+    Terms(Vec<bool>),
+}
+
+impl AffinityShape {
+    pub fn of(spec: &PodSpec) -> AffinityShape {
+        let Some(affinity) = spec.affinity.as_ref() else {
+            return AffinityShape::NoAffinity;
+        };
+        let Some(node) = affinity.node_affinity.as_ref() else {
+            return AffinityShape::NoNodeAffinity;
+        };
+        let Some(required) = node
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+        else {
+            return AffinityShape::NoRequired;
+        };
+        AffinityShape::Terms(
+            (required.node_selector_terms.iter())
+                .map(|t| t.match_expressions.is_some())
+                .collect(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,15 +25,15 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 
 use crate::api::{
-    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, FLAVOR_ANNOTATION,
-    DATA_NODES_ANNOTATION, TOPOLOGY_DOMAIN_ANNOTATION,
+    ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, DATA_NODES_ANNOTATION,
+    FLAVOR_ANNOTATION, TOPOLOGY_DOMAIN_ANNOTATION,
 };
 use crate::integrations::Adapters;
 use crate::integrations::workload_object_name;
 use crate::queue::admission::PodTopology;
 use crate::queue::admission::WorkloadKey;
-use crate::queue::placement::Placement;
 use crate::queue::data_locality::DataAsk;
+use crate::queue::placement::{AffinityShape, Placement};
 use crate::queue::topology::TopologyAsk;
 use crate::resources::ResourceList;
 use crate::resources::pod_requests;
@@ -184,39 +184,6 @@ fn pod_topology(pod: &Pod) -> Option<PodTopology> {
             data_nodes,
         },
     )
-}
-
-/// How much of a pod's required node affinity exists: the ungate patch pinning it beside its data
-/// adds only what is missing (Kubernetes lets a gated pod's required node affinity only narrow:
-/// a requirement added to each existing term).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum AffinityShape {
-    #[default]
-    NoAffinity,
-    NoNodeAffinity,
-    NoRequired,
-    /// Its `nodeSelectorTerms`: for each, whether it has `matchExpressions` (empty: none).
-    Terms(Vec<bool>),
-}
-
-impl AffinityShape {
-    fn of(spec: &PodSpec) -> AffinityShape {
-        let Some(affinity) = spec.affinity.as_ref() else {
-            return AffinityShape::NoAffinity;
-        };
-        let Some(node) = affinity.node_affinity.as_ref() else {
-            return AffinityShape::NoNodeAffinity;
-        };
-        let Some(required) = node.required_during_scheduling_ignored_during_execution.as_ref()
-        else {
-            return AffinityShape::NoRequired;
-        };
-        AffinityShape::Terms(
-            (required.node_selector_terms.iter())
-                .map(|t| t.match_expressions.is_some())
-                .collect(),
-        )
-    }
 }
 
 /// Whether a pod as the API server sends it is behind sluice's gate.

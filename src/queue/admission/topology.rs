@@ -22,7 +22,9 @@ use std::cell::RefCell;
 
 use super::arena::{Item, ItemKind, NONE};
 use super::*;
-use crate::queue::data_locality::{DataAsk, DataNodes, HOSTNAME_LABEL, nodes_annotation, split_nodes};
+use crate::queue::data_locality::{
+    DataAsk, DataNodes, HOSTNAME_LABEL, nodes_annotation, split_nodes,
+};
 use crate::queue::topology::{
     NodeRoom, Placed, Rooms, Shortfall, Topology, TopologyAsk, domain_annotation, split_domain,
 };
@@ -404,7 +406,8 @@ impl<'a> QueuePass<'a> {
         let (Some(pinned), Some((_, demand))) = (found, self.demand(item)) else {
             return;
         };
-        self.rooms.with(|rooms| rooms.commit(&pinned.placed, &demand));
+        self.rooms
+            .with(|rooms| rooms.commit(&pinned.placed, &demand));
         self.pin(&pods, pinned.domain, pinned.data);
     }
 
@@ -484,7 +487,12 @@ impl WaitReason {
             );
         }
         const SHOWN: usize = 8;
-        let mut listed = nodes.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+        let mut listed = nodes
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
         if nodes.len() > SHOWN {
             listed.push_str(&format!(" and {} more", nodes.len() - SHOWN));
         }

@@ -92,7 +92,10 @@ fn a_gang_goes_only_to_its_data_s_nodes() {
 #[test]
 fn a_gang_too_big_for_its_data_s_nodes_waits_saying_where_the_data_is() {
     let s = one_queue(vec![data_gang("g", 1, 4, 3, true)]);
-    let d = decide_with(&s, Some(&nodes(&[("a", 4), ("a", 16), ("a", 4), ("a", 4)], &[2, 3])));
+    let d = decide_with(
+        &s,
+        Some(&nodes(&[("a", 4), ("a", 16), ("a", 4), ("a", 4)], &[2, 3])),
+    );
     assert!(d.admit.is_empty(), "n1 has room but holds none of the data");
     let why = d.workloads[0].waiting.clone().expect("waits");
     assert_eq!(
@@ -156,7 +159,13 @@ fn data_found_nowhere_keeps_a_required_gang_waiting_with_the_why() {
 fn with_a_topology_ask_the_gang_is_in_one_rack_and_on_its_data_s_nodes() {
     let gang = |size: u32| {
         let pods = (0..size)
-            .map(|i| beside_data(pod(&format!("g-{i}"), 4 * CPU, PodState::Gated, 1), true, true))
+            .map(|i| {
+                beside_data(
+                    pod(&format!("g-{i}"), 4 * CPU, PodState::Gated, 1),
+                    true,
+                    true,
+                )
+            })
             .collect();
         one_queue(vec![workload("g", "q", 0, 1, size, pods)])
     };
@@ -164,13 +173,24 @@ fn with_a_topology_ask_the_gang_is_in_one_rack_and_on_its_data_s_nodes() {
     let topology = nodes(&[("a", 4), ("a", 4), ("b", 4), ("b", 4)], &[1, 2]);
     let d = decide_with(&gang(1), Some(&topology));
     assert_eq!(d.admit.len(), 1);
-    assert_eq!(d.domains.values().next().map(|v| v.to_string()), Some("rack=a".into()));
-    assert_eq!(pins(&d), HashSet::from(["n1".to_string()]), "the data nodes of its rack");
+    assert_eq!(
+        d.domains.values().next().map(|v| v.to_string()),
+        Some("rack=a".into())
+    );
+    assert_eq!(
+        pins(&d),
+        HashSet::from(["n1".to_string()]),
+        "the data nodes of its rack"
+    );
     let d = decide_with(&gang(2), Some(&topology));
     assert!(d.admit.is_empty(), "no rack holds 2 pods on its data nodes");
     assert!(matches!(
         d.workloads[0].waiting,
-        Some(WaitReason::DataNotPlaceable { room: 1, pods: 2, .. })
+        Some(WaitReason::DataNotPlaceable {
+            room: 1,
+            pods: 2,
+            ..
+        })
     ));
 }
 
@@ -195,7 +215,11 @@ fn later_pods_go_to_their_gang_s_data_nodes_and_pinned_pods_hold_room_there() {
             1,
             vec![
                 pinned(pod("run-0", 2 * CPU, PodState::Admitted, 0), false),
-                beside_data(pod("run-1", extra_cpu * CPU, PodState::Gated, 1), true, false),
+                beside_data(
+                    pod("run-1", extra_cpu * CPU, PodState::Gated, 1),
+                    true,
+                    false,
+                ),
             ],
         );
         w.pod_sets[0].min_count = 1;
@@ -204,9 +228,17 @@ fn later_pods_go_to_their_gang_s_data_nodes_and_pinned_pods_hold_room_there() {
     // The data is now on n2 too; the gang was pinned to n1 (4 cpus, 2 held by run-0 unbound).
     let topology = nodes(&[("a", 16), ("a", 4), ("a", 4)], &[1, 2]);
     let d = decide_with(&started(2), Some(&topology));
-    assert_eq!(pins(&d), HashSet::from(["n1".to_string()]), "its gang's node");
+    assert_eq!(
+        pins(&d),
+        HashSet::from(["n1".to_string()]),
+        "its gang's node"
+    );
     let d = decide_with(&started(4), Some(&topology));
-    assert_eq!(pins(&d), HashSet::from(["n1,n2".to_string()]), "n1 is full: the data's now");
+    assert_eq!(
+        pins(&d),
+        HashSet::from(["n1,n2".to_string()]),
+        "n1 is full: the data's now"
+    );
     let d = decide_with(&started(5), Some(&topology));
     assert!(d.admit.is_empty(), "required: never n0");
 }

@@ -8,10 +8,10 @@ use crate::api::QueueingStrategy;
 use crate::resources::ResourceList;
 
 mod cohorts;
+mod data;
 mod flavors;
 mod preemption;
 mod properties;
-mod data;
 mod topology;
 
 const CPU: i64 = 1000;

@@ -51,7 +51,12 @@ impl Controller {
     }
 }
 
-async fn find(client: &Client, namespace: &str, source: &DataSource, nodes: &[Arc<Node>]) -> DataNodes {
+async fn find(
+    client: &Client,
+    namespace: &str,
+    source: &DataSource,
+    nodes: &[Arc<Node>],
+) -> DataNodes {
     match source {
         DataSource::Pods(selector) => pods_nodes(client, namespace, selector).await,
         DataSource::Claim(claim) => claim_nodes(client, namespace, claim, nodes).await,
@@ -62,7 +67,10 @@ async fn find(client: &Client, namespace: &str, source: &DataSource, nodes: &[Ar
 /// ended.
 async fn pods_nodes(client: &Client, namespace: &str, selector: &str) -> DataNodes {
     let params = ListParams::default().labels(selector).limit(MAX_DATA_PODS);
-    let pods = match Api::<Pod>::namespaced(client.clone(), namespace).list(&params).await {
+    let pods = match Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await
+    {
         Ok(pods) => pods,
         Err(e) => return DataNodes::none(format!("its pods could not be listed: {e}")),
     };
@@ -86,7 +94,12 @@ async fn pods_nodes(client: &Client, namespace: &str, selector: &str) -> DataNod
 }
 
 /// The nodes the node affinity of the volume bound to `claim` (of `namespace`) allows.
-async fn claim_nodes(client: &Client, namespace: &str, claim: &str, nodes: &[Arc<Node>]) -> DataNodes {
+async fn claim_nodes(
+    client: &Client,
+    namespace: &str,
+    claim: &str,
+    nodes: &[Arc<Node>],
+) -> DataNodes {
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
     let pvc = match claims.get_opt(claim).await {
         Ok(Some(pvc)) => pvc,
@@ -98,11 +111,18 @@ async fn claim_nodes(client: &Client, namespace: &str, claim: &str, nodes: &[Arc
         Err(e) => return DataNodes::none(format!("the claim could not be read: {e}")),
     };
     let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let Some(volume) = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|_| bound)
+    let Some(volume) = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .filter(|_| bound)
     else {
         return DataNodes::none("the claim is not bound to a volume yet");
     };
-    let pv = match Api::<PersistentVolume>::all(client.clone()).get_opt(&volume).await {
+    let pv = match Api::<PersistentVolume>::all(client.clone())
+        .get_opt(&volume)
+        .await
+    {
         Ok(Some(pv)) => pv,
         Ok(None) => return DataNodes::none(format!("its volume {volume} does not exist")),
         Err(e) => return DataNodes::none(format!("its volume {volume} could not be read: {e}")),
@@ -113,7 +133,9 @@ async fn claim_nodes(client: &Client, namespace: &str, claim: &str, nodes: &[Arc
     let claimed = spec.and_then(|s| s.claim_ref.as_ref()).is_some_and(|r| {
         r.namespace.as_deref() == Some(namespace)
             && r.name.as_deref() == Some(claim)
-            && r.uid.as_ref().is_none_or(|uid| pvc.uid().as_ref() == Some(uid))
+            && r.uid
+                .as_ref()
+                .is_none_or(|uid| pvc.uid().as_ref() == Some(uid))
     });
     if !claimed {
         return DataNodes::none(format!("its volume {volume} is not bound to it"));

@@ -27,6 +27,7 @@ mod data;
 mod evictions;
 mod holds;
 mod pass;
+mod pin;
 mod plan;
 mod statuses;
 mod ungate;

@@ -13,12 +13,12 @@ use tracing::{debug, warn};
 use crate::api::{AdmissionTiming, CapacityQueue, DynamicWorkload};
 use crate::queue::admission::{Decisions, QueueTally, WorkloadKey, decide_with};
 use crate::queue::at_creation::{AdmitAtCreation, PassMark, VisibleToken};
+use crate::queue::data_locality::{DataNodes, DataSource};
 use crate::queue::incremental::Snapshotter;
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self};
-use crate::queue::data_locality::{DataNodes, DataSource};
 use crate::queue::topology::Topology;
 use crate::resources::ResourceList;
 
