@@ -137,6 +137,9 @@ fn workload_data_nodes(workload: &WorkloadSnapshot) -> Option<Arc<str>> {
         .find_map(|p| p.topology.as_deref()?.data_nodes.clone())
 }
 
+/// Whether a node may take an item's pods.
+type NodeOk<'f> = &'f dyn Fn(&NodeRoom) -> bool;
+
 /// What an item's pods ask for (the first pod that asks each).
 struct Asks {
     topology: Option<TopologyAsk>,
@@ -304,7 +307,7 @@ impl<'a> QueuePass<'a> {
         &self,
         item: &Item,
         wanted: (&Asks, &[&'a ResourceList]),
-        (node_ok, pinned_value): (&dyn Fn(&NodeRoom) -> bool, Option<&str>),
+        (node_ok, pinned_value): (NodeOk<'_>, Option<&str>),
         data: &DataAsk,
     ) -> Result<Pinned, WaitReason> {
         let first = &self.arena.pods[item.pods_start as usize];
