@@ -18,8 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm};
 
 use crate::api::{DATA_CLAIM_ANNOTATION, DATA_LOCALITY_ANNOTATION, DATA_PODS_ANNOTATION};
-use crate::queue::placement::Placement;
-use crate::queue::topology::check_label_key;
+use crate::queue::placement::{Placement, check_label_key};
 
 /// The node label the pods are pinned by: its values name the nodes for the scheduler.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";

@@ -129,6 +129,44 @@ impl AffinityShape {
     }
 }
 
+/// Checks a label key's syntax: `[prefix/]name`, the prefix a DNS subdomain of at most 253
+/// characters, the name at most 63 alphanumerics, `-`, `_` and `.`, alphanumeric at both ends.
+pub fn check_label_key(key: &str) -> Result<(), &'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+            return Err(
+                "its prefix must be a DNS subdomain: lower-case alphanumerics, '-' and '.'",
+            );
+        }
+    }
+    let bytes = name.as_bytes();
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !name_ok {
+        return Err(
+            "its name must be 1 to 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends",
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
