@@ -9,6 +9,7 @@
 //!   has; the same gang with `sluice.dev/data-locality: preferred` runs elsewhere;
 //! - a claim: a local PersistentVolume with node affinity to one node, pre-bound to a claim; a
 //!   gang asking `sluice.dev/data-claim` runs on that node;
+//! - a batch/v1 Job whose pod template asks: all its pods beside the cache;
 //! - a hostile tenant: a selector cannot reach another namespace's pods, a claim naming another
 //!   tenant's volume finds nothing, a forged `sluice.dev/data-nodes` is dropped at creation and
 //!   refused later, a malformed selector is refused at creation.
@@ -18,6 +19,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -368,5 +370,58 @@ async fn a_hostile_tenant_cannot_reach_anothers_data_nor_forge_its_pin() {
         .delete(&volume, &DeleteParams::default())
         .await;
     other.cleanup().await;
+    nodes.remove().await;
+}
+
+#[tokio::test]
+async fn a_jobs_pods_asking_in_their_template_run_beside_the_cache() {
+    let Some(mut env) = TestEnv::new_or_skip("data-job").await else {
+        return;
+    };
+    let nodes = Nodes::create(&env).await;
+    let n = &nodes.names;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    cache_pod(&env, "cache", &n[1]).await;
+    // 3 pods of 1 cpu: the cache's node holds exactly them.
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "scan", "labels": {"sluice.dev/queue": queue}},
+        "spec": {"parallelism": 3, "completions": 3, "template": {
+            "metadata": {"annotations": {"sluice.dev/kwok-hold": "true",
+                "sluice.dev/data-pods": "app=cache"}},
+            "spec": {"restartPolicy": "Never",
+                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "w", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}}},
+    }))
+    .expect("job");
+    Api::<Job>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("create job");
+    let selector = "batch.kubernetes.io/job-name=scan";
+    let pods = wait_for(
+        "the Job's 3 pods admitted and bound",
+        Duration::from_secs(90),
+        || async {
+            let pods = env.pods_labelled(selector).await;
+            let bound = (pods.iter())
+                .filter(|p| !is_gated(p) && p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                .count();
+            (bound == 3).then_some(pods)
+        },
+    )
+    .await;
+    for pod in &pods {
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_ref(), Some(&n[1]), "{}", pod.name_any());
+        assert_eq!(
+            pod.annotations().get("sluice.dev/data-nodes"),
+            Some(&n[1]),
+            "{}",
+            pod.name_any()
+        );
+    }
+    env.cleanup().await;
     nodes.remove().await;
 }
