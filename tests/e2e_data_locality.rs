@@ -10,6 +10,8 @@
 //! - a claim: a local PersistentVolume with node affinity to one node, pre-bound to a claim; a
 //!   gang asking `sluice.dev/data-claim` runs on that node;
 //! - a batch/v1 Job whose pod template asks: all its pods beside the cache;
+//! - Spark (its own spark-submit, dynamic allocation): executors annotated through
+//!   `spark.kubernetes.executor.annotation.*` all run beside the cache, the later ones too;
 //! - a hostile tenant: a selector cannot reach another namespace's pods, a claim naming another
 //!   tenant's volume finds nothing, a forged `sluice.dev/data-nodes` is dropped at creation and
 //!   refused later, a malformed selector is refused at creation.
@@ -20,7 +22,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
+};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -36,6 +40,16 @@ struct Nodes {
 
 impl Nodes {
     async fn create(env: &TestEnv) -> Nodes {
+        Nodes::create_tainted(env, true).await
+    }
+
+    /// `tainted`: only pods tolerating [`TAINT`] run there (Spark's executors do not).
+    async fn create_tainted(env: &TestEnv, tainted: bool) -> Nodes {
+        let taints = if tainted {
+            json!([{"key": TAINT, "value": "true", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
         let mut names = Vec::new();
         for i in 0..4 {
             let name = format!("kwok-{}-{i}", env.namespace);
@@ -43,7 +57,7 @@ impl Nodes {
                 "metadata": {"name": name,
                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
                     "labels": {"type": "kwok", "kubernetes.io/hostname": name}},
-                "spec": {"taints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}]},
+                "spec": {"taints": taints},
                 "status": {
                     "allocatable": {"cpu": "3", "memory": "16Gi", "pods": "110"},
                     "capacity": {"cpu": "3", "memory": "16Gi", "pods": "110"},
@@ -422,6 +436,97 @@ async fn a_jobs_pods_asking_in_their_template_run_beside_the_cache() {
             pod.name_any()
         );
     }
+    env.cleanup().await;
+    nodes.remove().await;
+}
+
+#[tokio::test]
+async fn spark_executors_go_beside_their_data() {
+    let Some(mut env) = TestEnv::new_or_skip("data-spark").await else {
+        return;
+    };
+    let nodes = Nodes::create_tainted(&env, false).await;
+    let n = &nodes.names;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    cache_pod(&env, "cache-0", &n[2]).await;
+    cache_pod(&env, "cache-1", &n[3]).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "spark"}})).expect("sa"),
+    )
+    .await
+    .expect("sa");
+    let home = spark_home(
+        "pyspark-",
+        "run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)",
+    );
+    let job = std::env::temp_dir().join(format!("{}-job.py", env.namespace));
+    std::fs::write(&job, "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nprint(spark.sparkContext.parallelize(range(100), 20).count())\n").expect("job");
+    let server = (kube::Config::infer()
+        .await
+        .expect("config")
+        .cluster_url
+        .to_string())
+    .trim_end_matches('/')
+    .to_string();
+    let log = std::env::temp_dir().join(format!("{}-spark.log", env.namespace));
+    eprintln!("spark-submit log: {}", log.display());
+    // Up to 4 executors of 1 cpu (896Mi with overhead): the cache's two 3-cpu nodes hold them.
+    let confs: Vec<String> = [
+        format!("spark.kubernetes.namespace={}", env.namespace),
+        "spark.kubernetes.container.image=apache/spark:4.0.0".into(),
+        "spark.kubernetes.authenticate.driver.serviceAccountName=spark".into(),
+        "spark.dynamicAllocation.enabled=true".into(),
+        "spark.dynamicAllocation.shuffleTracking.enabled=true".into(),
+        "spark.dynamicAllocation.minExecutors=1".into(),
+        "spark.dynamicAllocation.initialExecutors=1".into(),
+        "spark.dynamicAllocation.maxExecutors=4".into(),
+        "spark.executor.cores=1".into(),
+        "spark.executor.memory=512m".into(),
+        "spark.driver.host=127.0.0.1".into(),
+        format!("spark.kubernetes.executor.label.sluice.dev/queue={queue}"),
+        "spark.kubernetes.executor.annotation.sluice.dev/data-pods=app=cache".into(),
+    ]
+    .into();
+    let spark = Submission {
+        server: &server,
+        name: "near",
+        confs: &confs,
+        job: &job,
+        args: &[],
+        local_ip: "127.0.0.1",
+        log: &log,
+    }
+    .start(&home);
+    let executors = wait_for(
+        "Spark's 4 executors admitted and bound",
+        Duration::from_secs(240),
+        || async {
+            let pods = env.pods_labelled("spark-role=executor").await;
+            let bound = (pods.iter())
+                .filter(|p| !is_gated(p) && p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                .count();
+            (bound >= 4).then_some(pods)
+        },
+    )
+    .await;
+    let data = BTreeSet::from([n[2].clone(), n[3].clone()]);
+    for pod in executors.iter().filter(|p| !is_gated(p)) {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        assert!(
+            node.is_some_and(|n| data.contains(&n)),
+            "{} runs beside the cache",
+            pod.name_any()
+        );
+        assert_eq!(
+            pod.annotations().get("sluice.dev/data-nodes"),
+            Some(&format!("{},{}", n[2], n[3])),
+            "{}",
+            pod.name_any()
+        );
+    }
+    drop(spark);
     env.cleanup().await;
     nodes.remove().await;
 }
