@@ -168,11 +168,35 @@ pub struct Shortfall {
 }
 
 /// The nodes' room during a pass: what the pass admits into a domain is taken off its nodes.
+/// Room only shrinks during a pass ([`Rooms::commit`], [`Rooms::hold`]), so each domain keeps the
+/// most any of its nodes has left of each resource: a gang none of whose pods fits that holds
+/// none of them there, and the search skips the domain's first-fit (the worst case of a pass is
+/// thousands of gangs that fit their quota but no domain: each used to try every node of every
+/// domain).
 #[derive(Clone, Debug, Default)]
 pub struct Rooms {
-    pub nodes: Vec<NodeRoom>,
-    /// Per label key asked for: its domains (value, nodes), built at the key's first use.
-    domains: HashMap<String, Vec<(String, Vec<usize>)>>,
+    nodes: Vec<NodeRoom>,
+    /// Per label key asked for: its domains, built at the key's first use.
+    domains: HashMap<String, KeyDomains>,
+    /// Skip the domains none of whose nodes fits any pod (off only in tests, for the reference).
+    skip_full: bool,
+}
+
+/// The domains of one label key.
+#[derive(Clone, Debug, Default)]
+struct KeyDomains {
+    domains: Vec<Domain>,
+    /// Per node, the position of its domain (None: the node lacks the label).
+    of_node: Vec<Option<usize>>,
+}
+
+/// One domain: its value, its nodes, and (None: to be computed again) the most room any of its
+/// nodes has left, per resource.
+#[derive(Clone, Debug)]
+struct Domain {
+    value: String,
+    nodes: Vec<usize>,
+    most: Option<ResourceList>,
 }
 
 impl Rooms {
@@ -180,11 +204,17 @@ impl Rooms {
         Rooms {
             nodes: topology.nodes.clone(),
             domains: HashMap::new(),
+            skip_full: true,
         }
     }
 
+    /// The nodes and their room left.
+    pub fn nodes(&self) -> &[NodeRoom] {
+        &self.nodes
+    }
+
     /// The domains of `key`: each value and the nodes that carry it, by value.
-    fn domains_of(&mut self, key: &str) -> &[(String, Vec<usize>)] {
+    fn domains_of(&mut self, key: &str) {
         let nodes = &self.nodes;
         self.domains.entry(key.to_string()).or_insert_with(|| {
             let mut by_value: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -193,10 +223,30 @@ impl Rooms {
                     by_value.entry(value).or_default().push(i);
                 }
             }
-            (by_value.into_iter())
-                .map(|(v, members)| (v.to_string(), members))
-                .collect()
-        })
+            let mut of_node = vec![None; nodes.len()];
+            let domains = (by_value.into_iter().enumerate())
+                .map(|(d, (v, members))| {
+                    for &i in &members {
+                        of_node[i] = Some(d);
+                    }
+                    Domain {
+                        value: v.to_string(),
+                        nodes: members,
+                        most: None,
+                    }
+                })
+                .collect();
+            KeyDomains { domains, of_node }
+        });
+    }
+
+    /// Room was taken off node `i`: the bounds of its domains are computed again when next read.
+    fn taken_from(&mut self, i: usize) {
+        for key in self.domains.values_mut() {
+            if let Some(Some(d)) = key.of_node.get(i) {
+                key.domains[*d].most = None;
+            }
+        }
     }
 
     /// The best domain of `key` for `pods`: among the domains (values of `key`, only `only` when
@@ -210,12 +260,33 @@ impl Rooms {
         only: Option<&str>,
     ) -> Result<Placed, Shortfall> {
         self.domains_of(key);
-        let all = self.domains.get(key).map(Vec::as_slice).unwrap_or_default();
+        let Some(all) = self.domains.get_mut(key) else {
+            return Err(Shortfall {
+                domains: 0,
+                most: 0,
+            });
+        };
+        for domain in all.domains.iter_mut() {
+            if domain.most.is_none() && only.is_none_or(|o| o == domain.value) {
+                domain.most = Some(most_room(&self.nodes, &domain.nodes));
+            }
+        }
+        let all = &self.domains[key].domains;
         let order = largest_first(pods);
         let mut best: Option<(i64, Placed)> = None;
         let (mut most, mut tried) = (0u32, 0u32);
         let mut members = Vec::new();
-        for (value, nodes) in all.iter().filter(|(v, _)| only.is_none_or(|o| o == v)) {
+        for domain in all.iter().filter(|d| only.is_none_or(|o| o == d.value)) {
+            let (value, nodes) = (&domain.value, &domain.nodes);
+            let room = domain.most.as_ref();
+            if self.skip_full
+                && !pods.is_empty()
+                && !room.is_some_and(|room| pods.iter().any(|p| fits(room, p)))
+            {
+                // No pod fits on any node: the domain holds none of them (exact, not a guess).
+                tried += u32::from(nodes.iter().any(|&i| node_ok(&self.nodes[i])));
+                continue;
+            }
             members.clear();
             members.extend(nodes.iter().copied().filter(|&i| node_ok(&self.nodes[i])));
             if members.is_empty() {
@@ -250,6 +321,7 @@ impl Rooms {
         for (node, pod) in placed.nodes.iter().zip(pods) {
             if let Some(room) = self.nodes.get_mut(*node) {
                 subtract(&mut room.free, pod);
+                self.taken_from(*node);
             }
         }
     }
@@ -258,13 +330,14 @@ impl Rooms {
     /// bound yet; one that fits nowhere is not counted: the scheduler cannot place it either).
     /// Returns whether it fitted.
     pub fn hold(&mut self, key: &str, value: &str, pod: &ResourceList) -> bool {
-        let node = (self.nodes.iter_mut())
-            .find(|n| n.labels.get(key).is_some_and(|v| v == value) && fits(&n.free, pod));
-        let fitted = node.is_some();
-        if let Some(node) = node {
-            subtract(&mut node.free, pod);
-        }
-        fitted
+        let node = (self.nodes.iter())
+            .position(|n| n.labels.get(key).is_some_and(|v| v == value) && fits(&n.free, pod));
+        let Some(i) = node else {
+            return false;
+        };
+        subtract(&mut self.nodes[i].free, pod);
+        self.taken_from(i);
+        true
     }
 
     /// First-fit of `pods` (visited in `order`) on the `members` nodes: the node of each pod
@@ -322,6 +395,19 @@ fn fits_less(free: &ResourceList, taken: Option<&ResourceList>, pod: &ResourceLi
                 .get(r)
                 .is_some_and(|f| f.saturating_sub(taken.0.get(r).copied().unwrap_or(0)) >= *v)
     })
+}
+
+/// The most room any of `members` has left, per resource (a pod that does not fit in it fits on
+/// none of them).
+fn most_room(nodes: &[NodeRoom], members: &[usize]) -> ResourceList {
+    let mut most = ResourceList::new();
+    for &i in members {
+        for (r, v) in &nodes[i].free.0 {
+            let m = most.0.entry(r.clone()).or_insert(*v);
+            *m = (*m).max(*v);
+        }
+    }
+    most
 }
 
 /// Whether `pod` fits in `free`: every resource it asks for is there (one a node lacks: none).
