@@ -20,6 +20,9 @@
 //! `admission_pass` against the figures before it). `admission_pass_topology_searching`: the same
 //! with the queues' quota a thousand times larger and the nodes' room 8 cpu each, so that every
 //! gang fits its quota and searches the racks, and most find none (the worst case of the search).
+//! `admission_pass_flavors`: the 10k-workload snapshots with each queue's quota in two flavors
+//! (`flavors`), the same with every pod asking for a rack over 1,000 nodes whose racks hold both
+//! flavors (`flavors_and_topology`), and the plain pass in the same run (`neither`).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::collections::HashSet;
@@ -180,6 +183,95 @@ fn bench(c: &mut Criterion) {
     }
     group.finish();
     bench_topology(c, &snapshots);
+    bench_flavors(c, &snapshots);
+}
+
+/// Each queue's quota split over two flavors (`a100` then `h100`, half each), as flavored
+/// CapacityQueues are: every gang tries `a100` first and takes `h100` when `a100` is full; the
+/// admitted pods alternate between the two. Beside it the same with every pod asking for one rack
+/// as in [`bench_topology`]: the pass with flavors and topology at once.
+fn bench_flavors(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
+    use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
+    let flavored = |s: &Snapshot| -> Snapshot {
+        let mut s = s.clone();
+        for queue in &mut s.queues {
+            let mut half = ResourceList::new();
+            for (name, value) in &queue.quota.0 {
+                half.add(name, value / 2);
+            }
+            queue.flavors = ["a100", "h100"]
+                .map(|name| {
+                    Arc::new(FlavorSnapshot {
+                        name: name.into(),
+                        quota: half.clone(),
+                        node_labels: [("gpu".to_string(), name.to_string())].into(),
+                        tolerations: Vec::new(),
+                        defined: true,
+                    })
+                })
+                .to_vec();
+        }
+        let names: [Arc<str>; 2] = ["a100".into(), "h100".into()];
+        let admitted = (s.workloads.iter_mut())
+            .flat_map(|w| w.pod_sets.iter_mut())
+            .flat_map(|set| set.pods.iter_mut())
+            .filter(|pod| pod.state == PodState::Admitted);
+        for (i, pod) in admitted.enumerate() {
+            pod.flavor = Some(Arc::clone(&names[i % 2]));
+        }
+        s
+    };
+    // 1,000 nodes in 50 racks, half of each rack `a100`, half `h100`.
+    let nodes = Topology {
+        nodes: (0..1000)
+            .map(|n| NodeRoom {
+                name: format!("node-{n:04}"),
+                labels: [
+                    ("rack".to_string(), format!("rack-{}", n % 50)),
+                    (
+                        "gpu".to_string(),
+                        ["a100", "h100"][(n / 50) % 2].to_string(),
+                    ),
+                ]
+                .into(),
+                free: resources(64_000, 256 * 1024),
+            })
+            .collect(),
+    };
+    let ask = Arc::new(PodTopology {
+        ask: Some(TopologyAsk {
+            key: "rack".into(),
+            required: true,
+        }),
+        ..PodTopology::default()
+    });
+    let mut group = c.benchmark_group("admission_pass_flavors");
+    group.sample_size(10);
+    for (id, s) in snapshots
+        .iter()
+        .filter(|(_, s)| s.workloads.len() == 10_000)
+    {
+        let with_flavors = flavored(s);
+        group.bench_with_input(BenchmarkId::new("flavors", id), &with_flavors, |b, s| {
+            b.iter(|| decide(s))
+        });
+        let mut both = with_flavors.clone();
+        for pod in (both.workloads.iter_mut())
+            .flat_map(|w| w.pod_sets.iter_mut())
+            .flat_map(|set| set.pods.iter_mut())
+        {
+            pod.topology = Some(Arc::clone(&ask));
+        }
+        group.bench_with_input(
+            BenchmarkId::new("flavors_and_topology", id),
+            &both,
+            |b, s| b.iter(|| decide_with(s, Some(&nodes))),
+        );
+        group.bench_with_input(BenchmarkId::new("neither", id), s, |b, s| {
+            b.iter(|| decide(s))
+        });
+    }
+    group.finish();
 }
 
 /// See the module documentation.

@@ -8,7 +8,8 @@
 //! preemption appears in recent preemptions and a cohort reclaim as a reclaim, that a workload's
 //! page shows its Kubernetes Events (and not an event written about it from another namespace),
 //! that every resource of a queue is charted, and that the namespace user's page and API answers
-//! hold nothing of another namespace. It writes the screenshots of docs/src/images/dashboard-*.png.
+//! hold nothing of another namespace. It writes its screenshots to target/screenshots/ (over
+//! docs/src/images/dashboard-*.png with SLUICE_UPDATE_SCREENSHOTS=1).
 //! Run with `hack/test.sh --test e2e_dashboard`.
 
 #[path = "support/browser.rs"]
@@ -40,9 +41,16 @@ fn dashboard_url() -> String {
     format!("http://{addr}/")
 }
 
+/// Where a screenshot goes: beside the test's other output, or over the book's own images with
+/// `SLUICE_UPDATE_SCREENSHOTS=1` (a test run must not change the checkout: the real-node phase
+/// after it labels the image it builds from the tree, and a changed tree makes it `-dirty`).
 fn image(name: &str) -> std::path::PathBuf {
-    let dir = repo_root().join("docs/src/images");
-    std::fs::create_dir_all(&dir).expect("docs/src/images");
+    let dir = if std::env::var("SLUICE_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {
+        repo_root().join("docs/src/images")
+    } else {
+        repo_root().join("target/screenshots")
+    };
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
     dir.join(name)
 }
 

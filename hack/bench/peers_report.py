@@ -82,7 +82,7 @@ def peer_part():
           "(5 cpu, 500 ms, priority 100) every 500 ms, 50 large (20 cpu, 1 s, priority 200) every 1.2 s, the three sets at once: "
           f"{first['workloads']:,} workloads (scale {first['scale']}), each one plain pod here (`tools/src/bin/peer_suite.rs`), ended its "
           "runtime after its admission; a preempted pod is created again and its time to admit runs to its last admission "
-          "(as Kueue's recorder counts). One local cluster (100 kwok nodes); sluice's runs first, Kueue started for its own.", "",
+          f"(as Kueue's recorder counts). One local cluster ({os.environ.get('E2E_NODES', '100')} kwok nodes); sluice's runs first, Kueue started for its own.", "",
           "| run | complete | wall: all admitted | wall: all finished | admissions/s | time to admit p50 / p99 | avg small / medium / large | preempted | API requests / workload | API server CPU s | gate CPU s | load avg before → after |",
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     walls = {}

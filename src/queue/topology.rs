@@ -139,11 +139,106 @@ pub struct Shortfall {
 }
 
 /// The nodes' room during a pass: what the pass admits into a domain is taken off its nodes.
+/// Each domain keeps what its nodes have left (computed again after room is taken from one), so
+/// that [`Rooms::place`] skips the domains that cannot change its answer: the worst case of a
+/// pass is thousands of gangs that fit their quota but no domain, and each used to try every node
+/// of every domain.
 #[derive(Clone, Debug, Default)]
 pub struct Rooms {
-    pub nodes: Vec<NodeRoom>,
-    /// Per label key asked for: its domains (value, nodes), built at the key's first use.
-    domains: HashMap<String, Vec<(String, Vec<usize>)>>,
+    nodes: Vec<NodeRoom>,
+    /// Per label key asked for: its domains, built at the key's first use.
+    domains: HashMap<String, KeyDomains>,
+    /// Skip the domains none of whose nodes fits any pod (off only in tests, for the reference).
+    skip_full: bool,
+}
+
+/// The domains of one label key.
+#[derive(Clone, Debug, Default)]
+struct KeyDomains {
+    domains: Vec<Domain>,
+    /// Per node, the position of its domain (None: the node lacks the label).
+    of_node: Vec<Option<usize>>,
+}
+
+/// One domain: its value, its nodes, and (None: to be computed again) their room left.
+#[derive(Clone, Debug)]
+struct Domain {
+    value: String,
+    nodes: Vec<usize>,
+    room: Option<DomainRoom>,
+}
+
+/// What a domain's nodes have left: in all, and the most any one of them has (per resource).
+#[derive(Clone, Debug)]
+struct DomainRoom {
+    total: ResourceList,
+    most: ResourceList,
+}
+
+impl DomainRoom {
+    fn of(nodes: &[NodeRoom], members: &[usize]) -> DomainRoom {
+        let (mut total, mut most) = (ResourceList::new(), ResourceList::new());
+        for &i in members {
+            for (r, v) in &nodes[i].free.0 {
+                *total.0.entry(r.clone()).or_insert(0) += (*v).max(0);
+                let m = most.0.entry(r.clone()).or_insert(*v);
+                *m = (*m).max(*v);
+            }
+        }
+        DomainRoom { total, most }
+    }
+
+    /// At most how many of the pods the domain can hold, whatever the nodes a filter leaves: none
+    /// when no pod fits on its roomiest node in every resource, else no more than the smallest
+    /// pods whose sum fits in its total room, resource by resource.
+    fn holds_at_most(&self, needs: &Needs) -> usize {
+        if needs.count > 0 && !needs.pods.iter().any(|p| fits(&self.most, p)) {
+            return 0;
+        }
+        let mut bound = needs.count;
+        for (r, sums) in &needs.sums {
+            let room = self.total.0.get(*r).copied().unwrap_or(0);
+            bound = bound.min(sums.partition_point(|sum| *sum <= room));
+        }
+        bound
+    }
+}
+
+/// A gang's needs for [`DomainRoom::holds_at_most`]: per resource asked for, the running sums of
+/// its pods' requests, smallest first.
+struct Needs<'a> {
+    pods: &'a [&'a ResourceList],
+    count: usize,
+    sums: BTreeMap<&'a str, Vec<i64>>,
+}
+
+impl<'a> Needs<'a> {
+    fn of(pods: &'a [&'a ResourceList]) -> Needs<'a> {
+        let mut by_resource: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for pod in pods {
+            for (r, v) in pod.0.iter().filter(|(_, v)| **v > 0) {
+                by_resource.entry(r.as_str()).or_default().push(*v);
+            }
+        }
+        let sums = (by_resource.into_iter())
+            .map(|(r, mut values)| {
+                // Pods that do not ask for `r` take none of it: the smallest of all.
+                values.resize(pods.len(), 0);
+                values.sort_unstable();
+                let mut sum = 0i64;
+                let sums = values.iter().map(|v| {
+                    sum = sum.saturating_add(*v);
+                    sum
+                });
+                (r, sums.collect())
+            })
+            .collect();
+        Needs {
+            pods,
+            count: pods.len(),
+            sums,
+        }
+    }
 }
 
 impl Rooms {
@@ -151,11 +246,17 @@ impl Rooms {
         Rooms {
             nodes: topology.nodes.clone(),
             domains: HashMap::new(),
+            skip_full: true,
         }
     }
 
+    /// The nodes and their room left.
+    pub fn nodes(&self) -> &[NodeRoom] {
+        &self.nodes
+    }
+
     /// The domains of `key`: each value and the nodes that carry it, by value.
-    fn domains_of(&mut self, key: &str) -> &[(String, Vec<usize>)] {
+    fn domains_of(&mut self, key: &str) {
         let nodes = &self.nodes;
         self.domains.entry(key.to_string()).or_insert_with(|| {
             let mut by_value: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -164,15 +265,40 @@ impl Rooms {
                     by_value.entry(value).or_default().push(i);
                 }
             }
-            (by_value.into_iter())
-                .map(|(v, members)| (v.to_string(), members))
-                .collect()
-        })
+            let mut of_node = vec![None; nodes.len()];
+            let domains = (by_value.into_iter().enumerate())
+                .map(|(d, (v, members))| {
+                    for &i in &members {
+                        of_node[i] = Some(d);
+                    }
+                    Domain {
+                        value: v.to_string(),
+                        nodes: members,
+                        room: None,
+                    }
+                })
+                .collect();
+            KeyDomains { domains, of_node }
+        });
+    }
+
+    /// Room was taken off node `i`: the bounds of its domains are computed again when next read.
+    fn taken_from(&mut self, i: usize) {
+        for key in self.domains.values_mut() {
+            if let Some(Some(d)) = key.of_node.get(i) {
+                key.domains[*d].room = None;
+            }
+        }
     }
 
     /// The best domain of `key` for `pods`: among the domains (values of `key`, only `only` when
     /// given) of the nodes `node_ok` accepts, those where every pod fits first-fit on a node
     /// (largest first); of those the tightest (least cpu left), then the first by name.
+    ///
+    /// Exact, but it skips what cannot change the answer: first the domains that might hold the
+    /// whole gang (by their bound, [`DomainRoom::holds_at_most`]) are searched; only when none
+    /// does are the others searched, and then only those that might hold more of its pods than
+    /// the most found so far (the shortfall's figures).
     pub fn place(
         &mut self,
         key: &str,
@@ -181,39 +307,74 @@ impl Rooms {
         only: Option<&str>,
     ) -> Result<Placed, Shortfall> {
         self.domains_of(key);
-        let all = self.domains.get(key).map(Vec::as_slice).unwrap_or_default();
+        let Some(all) = self.domains.get_mut(key) else {
+            return Err(Shortfall {
+                domains: 0,
+                most: 0,
+            });
+        };
+        let needs = Needs::of(pods);
+        let mut bounds = Vec::with_capacity(all.domains.len());
+        for (d, domain) in all.domains.iter_mut().enumerate() {
+            if only.is_some_and(|o| o != domain.value) {
+                continue;
+            }
+            let room =
+                (domain.room).get_or_insert_with(|| DomainRoom::of(&self.nodes, &domain.nodes));
+            let bound = if self.skip_full {
+                room.holds_at_most(&needs)
+            } else {
+                pods.len()
+            };
+            bounds.push((d, bound));
+        }
+        let all = &self.domains[key].domains;
         let order = largest_first(pods);
         let mut best: Option<(i64, Placed)> = None;
-        let (mut most, mut tried) = (0u32, 0u32);
+        let mut short = Shortfall {
+            domains: 0,
+            most: 0,
+        };
         let mut members = Vec::new();
-        for (value, nodes) in all.iter().filter(|(v, _)| only.is_none_or(|o| o == v)) {
+        let mut search = |d: usize, short: &mut Shortfall| -> Option<(Vec<Option<usize>>, i64)> {
             members.clear();
-            members.extend(nodes.iter().copied().filter(|&i| node_ok(&self.nodes[i])));
+            (members).extend(
+                all[d]
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|&i| node_ok(&self.nodes[i])),
+            );
             if members.is_empty() {
-                continue;
+                return None;
             }
-            tried += 1;
+            short.domains += 1;
             let (placed, left) = self.first_fit(&members, pods, &order);
             let count = placed.iter().filter(|n| n.is_some()).count();
-            most = most.max(u32::try_from(count).unwrap_or(u32::MAX));
-            if count < pods.len() {
+            short.most = short.most.max(u32::try_from(count).unwrap_or(u32::MAX));
+            (count == pods.len()).then_some((placed, left))
+        };
+        for &(d, _) in bounds.iter().filter(|(_, bound)| *bound >= pods.len()) {
+            let Some((placed, left)) = search(d, &mut short) else {
                 continue;
-            }
+            };
             if best.as_ref().is_none_or(|(b, _)| left < *b) {
                 let nodes = placed.into_iter().flatten().collect();
-                best = Some((
-                    left,
-                    Placed {
-                        domain: value.to_string(),
-                        nodes,
-                    },
-                ));
+                let domain = all[d].value.clone();
+                best = Some((left, Placed { domain, nodes }));
             }
         }
-        best.map(|(_, placed)| placed).ok_or(Shortfall {
-            domains: tried,
-            most,
-        })
+        if let Some((_, placed)) = best {
+            return Ok(placed);
+        }
+        for &(d, bound) in bounds.iter().filter(|(_, bound)| *bound < pods.len()) {
+            if bound > short.most as usize {
+                search(d, &mut short);
+            } else if all[d].nodes.iter().any(|&i| node_ok(&self.nodes[i])) {
+                short.domains += 1;
+            }
+        }
+        Err(short)
     }
 
     /// Takes the placed pods' requests off their nodes.
@@ -221,6 +382,7 @@ impl Rooms {
         for (node, pod) in placed.nodes.iter().zip(pods) {
             if let Some(room) = self.nodes.get_mut(*node) {
                 subtract(&mut room.free, pod);
+                self.taken_from(*node);
             }
         }
     }
@@ -263,13 +425,14 @@ impl Rooms {
     /// bound yet; one that fits nowhere is not counted: the scheduler cannot place it either).
     /// Returns whether it fitted.
     pub fn hold(&mut self, key: &str, value: &str, pod: &ResourceList) -> bool {
-        let node = (self.nodes.iter_mut())
-            .find(|n| n.labels.get(key).is_some_and(|v| v == value) && fits(&n.free, pod));
-        let fitted = node.is_some();
-        if let Some(node) = node {
-            subtract(&mut node.free, pod);
-        }
-        fitted
+        let node = (self.nodes.iter())
+            .position(|n| n.labels.get(key).is_some_and(|v| v == value) && fits(&n.free, pod));
+        let Some(i) = node else {
+            return false;
+        };
+        subtract(&mut self.nodes[i].free, pod);
+        self.taken_from(i);
+        true
     }
 
     /// First-fit of `pods` (visited in `order`) on the `members` nodes: the node of each pod

@@ -178,6 +178,50 @@ fn a_resource_the_node_lacks_does_not_fit() {
 }
 
 #[test]
+fn full_racks_are_skipped_with_the_same_shortfall_and_room_taken_is_seen() {
+    // r1 is full, r2 has room for one of the three pods, r3's only node is filtered out.
+    let mut r = rooms(vec![
+        node("n1", "r1", 0),
+        node("n2", "r1", 1),
+        node("n3", "r2", 4),
+        node("n4", "r3", 4),
+    ]);
+    let big = pod(4);
+    let pods = [&big, &big, &big];
+    let not_n4 = |n: &NodeRoom| n.name != "n4";
+    let short = r.place("rack", &pods, &not_n4, None).unwrap_err();
+    assert_eq!(
+        short,
+        Shortfall {
+            domains: 2,
+            most: 1
+        }
+    );
+    // Room taken after the bounds were computed is seen: r3 fills, and nothing fits anywhere.
+    let one = [&big];
+    let placed = r
+        .place("rack", &one, &any, Some("r3"))
+        .expect("r3 has room");
+    r.commit(&placed, &one);
+    let placed = r.place("rack", &one, &any, None).expect("r2 has room");
+    assert_eq!(placed.domain, "r2");
+    r.commit(&placed, &one);
+    let short = r.place("rack", &one, &any, None).unwrap_err();
+    assert_eq!(
+        short,
+        Shortfall {
+            domains: 3,
+            most: 0
+        }
+    );
+    // A hold takes room too.
+    let mut r = rooms(vec![node("n1", "r1", 4)]);
+    assert!(r.place("rack", &one, &any, None).is_ok());
+    assert!(r.hold("rack", "r1", &big));
+    assert!(r.place("rack", &one, &any, None).is_err());
+}
+
+#[test]
 fn hold_takes_room_on_the_first_node_of_the_domain_that_fits() {
     let mut r = rooms(vec![node("a1", "a", 2), node("a2", "a", 4)]);
     r.hold("rack", "a", &pod(3));
@@ -188,6 +232,35 @@ fn hold_takes_room_on_the_first_node_of_the_domain_that_fits() {
 }
 
 proptest! {
+    /// Skipping the domains none of whose nodes fits any pod changes nothing: gang after gang,
+    /// with some nodes filtered out, the search finds the same domain and nodes, or the same
+    /// shortfall, as the search that tries every domain.
+    #[test]
+    fn skipping_full_domains_finds_what_the_whole_search_finds(
+        caps in prop::collection::vec((0usize..4, 0i64..9), 1..12),
+        gangs in prop::collection::vec(prop::collection::vec(1i64..6, 1..5), 1..8),
+        excluded in 0usize..12,
+    ) {
+        let nodes: Vec<NodeRoom> = caps.iter().enumerate()
+            .map(|(i, (rack, cpu))| node(&format!("n{i}"), &format!("r{rack}"), *cpu))
+            .collect();
+        let mut skipping = rooms(nodes.clone());
+        let mut whole = rooms(nodes);
+        whole.skip_full = false;
+        let excluded = format!("n{excluded}");
+        let node_ok = |n: &NodeRoom| n.name != excluded;
+        for sizes in &gangs {
+            let pods: Vec<ResourceList> = sizes.iter().map(|s| pod(*s)).collect();
+            let refs: Vec<&ResourceList> = pods.iter().collect();
+            let found = skipping.place("rack", &refs, &node_ok, None);
+            prop_assert_eq!(&found, &whole.place("rack", &refs, &node_ok, None));
+            if let Ok(placed) = found {
+                skipping.commit(&placed, &refs);
+                whole.commit(&placed, &refs);
+            }
+        }
+    }
+
     /// A placement never over-fills a node, puts every pod of the gang in the one domain it
     /// names, and a gang is refused only when no domain held all of it.
     #[test]
