@@ -413,12 +413,13 @@ impl Rooms {
 
     /// Puts one pod on the first node `node_ok` accepts where it fits; whether it fitted.
     pub fn hold_where(&mut self, node_ok: &dyn Fn(&NodeRoom) -> bool, pod: &ResourceList) -> bool {
-        let node = (self.nodes.iter_mut()).find(|n| node_ok(n) && fits(&n.free, pod));
-        let fitted = node.is_some();
-        if let Some(node) = node {
-            subtract(&mut node.free, pod);
-        }
-        fitted
+        let node = (self.nodes.iter()).position(|n| node_ok(n) && fits(&n.free, pod));
+        let Some(i) = node else {
+            return false;
+        };
+        subtract(&mut self.nodes[i].free, pod);
+        self.taken_from(i);
+        true
     }
 
     /// Puts one pod on the first node of `key=value` where it fits (a pod admitted there and not

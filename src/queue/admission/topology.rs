@@ -247,7 +247,7 @@ impl<'a> QueuePass<'a> {
                     let in_domain = |n: &NodeRoom| {
                         (domain.as_ref()).is_none_or(|(k, v)| n.labels.get(k) == Some(v))
                     };
-                    let hosts = (rooms.nodes.iter())
+                    let hosts = (rooms.nodes().iter())
                         .filter(|n| ok(n) && in_domain(n))
                         .filter_map(|n| n.labels.get(HOSTNAME_LABEL).map(String::as_str));
                     Arc::from(nodes_annotation(hosts))
