@@ -330,3 +330,27 @@ fn node_room_is_allocatable_less_bound_pods_and_cordoned_nodes_have_none() {
         "unreadable: no room"
     );
 }
+
+#[test]
+fn room_held_on_given_nodes_is_gone_for_the_domains_and_for_placing_on_nodes() {
+    let mut r = rooms(vec![node("n0", "a", 4), node("n1", "b", 4)]);
+    let one = pod(3);
+    // The bounds of rack a are computed, then its node's room is held: a is full now.
+    assert!(r.place("rack", &[&one], &any, Some("a")).is_ok());
+    assert!(r.hold_where(&|n: &NodeRoom| n.name == "n0", &pod(2)));
+    assert!(r.place("rack", &[&one], &any, Some("a")).is_err());
+    assert!(
+        !r.hold_where(&|n: &NodeRoom| n.name == "n0", &pod(3)),
+        "no room left"
+    );
+    // Placing on nodes: only those the filter accepts, first-fit; a shortfall says how many fit.
+    let on_n1 = |n: &NodeRoom| n.name == "n1";
+    let placed = r
+        .place_on(&[&pod(2), &pod(2)], &on_n1)
+        .expect("n1 holds both");
+    assert_eq!(placed.nodes, vec![1, 1]);
+    let short = r
+        .place_on(&[&pod(3), &pod(3)], &on_n1)
+        .expect_err("n1 holds one");
+    assert_eq!((short.domains, short.most), (1, 1));
+}
