@@ -26,16 +26,8 @@ fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
     let snapshots = pods
         .iter()
         .enumerate()
-        .map(|(i, (state, _))| PodSnapshot {
-            name: format!("p{i}"),
-            requests: Arc::new(cpu(1)),
-            state: *state,
-            created_at: i as i64,
-            terminating: false,
-            eviction_blocked: false,
-            flavor: None,
-            placement: None,
-            topology: None,
+        .map(|(i, (state, _))| {
+            PodSnapshot::plain(format!("p{i}"), Arc::new(cpu(1)), *state, i as i64)
         })
         .collect();
     let workload = one_set_workload("w", "exec", cpu(1), 1, snapshots);
