@@ -321,5 +321,8 @@ fn a_list_is_described_without_pods_or_zeros() {
     assert_eq!(text, "1.5 cpu, 2Gi memory");
     let mut only_pods = ResourceList::new();
     only_pods.add("pods", 1000);
-    assert_eq!(only_pods.describe(|n, a| format!("{n} {a}"), "nothing"), "nothing");
+    assert_eq!(
+        only_pods.describe(|n, a| format!("{n} {a}"), "nothing"),
+        "nothing"
+    );
 }
