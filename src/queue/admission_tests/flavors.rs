@@ -82,11 +82,18 @@ fn gated_selecting(name: &str, queued_at: i64, per: i64, gpu: &str) -> WorkloadS
     w
 }
 
-/// A queue of the cohort `pool` with `a100` and `h100` GPUs of its own.
-fn cohort_member(name: &str, a100: i64, h100: i64) -> QueueSnapshot {
-    let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
-    q.cohort = Some(CohortMembership::new("pool"));
-    q
+/// Queues `q1` and `q2` of the cohort `pool`, each with `[a100, h100]` GPUs of its own, and
+/// `workloads`.
+fn pool(q1: [i64; 2], q2: [i64; 2], workloads: Vec<WorkloadSnapshot>) -> Snapshot {
+    let member = |name: &str, [a100, h100]: [i64; 2]| {
+        let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
+        q.cohort = Some(CohortMembership::new("pool"));
+        q
+    };
+    Snapshot {
+        queues: vec![member("q1", q1), member("q2", q2)],
+        workloads,
+    }
 }
 
 /// The names of the workloads the pass evicts from, in its order.
@@ -232,14 +239,9 @@ fn an_admitted_pod_of_a_flavor_the_queue_does_not_list_is_charged_to_its_first_f
 
 #[test]
 fn queues_of_a_cohort_lend_and_borrow_per_flavor() {
-    let mut big = gang("big", 0, 3, 2);
-    big.queue = "q1".into();
     // q1 has 4 a100 and 0 h100 of its own; q2 lends 4 a100 and 8 h100. A gang of 6 GPUs fits
     // nowhere in q1 alone: it borrows a100 (the first flavor where it fits by borrowing).
-    let s = Snapshot {
-        queues: vec![cohort_member("q1", 4, 0), cohort_member("q2", 4, 8)],
-        workloads: vec![big],
-    };
+    let s = pool([4, 0], [4, 8], in_queue(vec![gang("big", 0, 3, 2)], "q1"));
     let d = decide(&s);
     let got = flavors_of(&s, &d);
     assert_eq!(got.len(), 3, "{:?}", d.workloads[0].waiting);
@@ -257,12 +259,7 @@ fn queues_of_a_cohort_lend_and_borrow_per_flavor() {
 
 #[test]
 fn a_gang_that_fits_a_later_flavor_of_its_own_does_not_borrow_an_earlier_one() {
-    let mut w = gang("w", 0, 2, 2);
-    w.queue = "q1".into();
-    let s = Snapshot {
-        queues: vec![cohort_member("q1", 2, 4), cohort_member("q2", 8, 8)],
-        workloads: vec![w],
-    };
+    let s = pool([2, 4], [8, 8], in_queue(vec![gang("w", 0, 2, 2)], "q1"));
     let d = decide(&s);
     assert!(flavors_of(&s, &d).values().all(|f| f == "h100"));
     assert!(d.queues["q1"].borrowed.is_empty());
@@ -494,16 +491,11 @@ fn preemption_in_a_flavored_queue_takes_back_only_what_the_chosen_flavor_needs()
 fn a_queue_takes_back_its_flavors_quota_that_the_cohort_borrowed() {
     // q2 owns no a100 and runs 4 a100 GPUs borrowed from q1; q1's own gang needs them back. The
     // h100 pod of q2 (its own quota) is never the victim.
-    let mut borrower = admitted_in("borrower", 0, 4, "a100");
-    borrower.queue = "q2".into();
-    let mut owner = admitted_in("own", 1, 4, "h100");
-    owner.queue = "q2".into();
-    let mut back = gang("back", 2, 1, 4);
-    back.queue = "q1".into();
-    let s = Snapshot {
-        queues: vec![cohort_member("q1", 4, 0), cohort_member("q2", 0, 4)],
-        workloads: vec![borrower, owner, back],
-    };
+    let borrower = admitted_in("borrower", 0, 4, "a100");
+    let owner = admitted_in("own", 1, 4, "h100");
+    let mut workloads = in_queue(vec![borrower, owner], "q2");
+    workloads.extend(in_queue(vec![gang("back", 2, 1, 4)], "q1"));
+    let s = pool([4, 0], [0, 4], workloads);
     let d = decide(&s);
     assert_eq!(victims(&s, &d), vec!["borrower"]);
     assert!(d.admit.is_empty());
