@@ -467,11 +467,10 @@ impl TestEnv {
         timeout: Duration,
         ready: impl Fn(&DynamicWorkloadStatus) -> bool,
     ) -> DynamicWorkloadStatus {
-        let api = self.workloads();
-        wait_for(what, timeout, || async {
-            api.get(name).await.ok()?.status.filter(|s| ready(s))
-        })
-        .await
+        let has = |d: &DynamicWorkload| d.status.as_ref().is_some_and(&ready);
+        let workload = self.wait_workload(name, what, timeout, has).await;
+        // `has` held for it: it has a status.
+        workload.status.unwrap_or_default()
     }
 
     /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` is in `phase`.
