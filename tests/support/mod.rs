@@ -67,6 +67,18 @@ pub async fn client() -> Client {
         .expect("a client from KUBECONFIG")
 }
 
+/// Runs `command` and returns what it wrote on standard output; when it cannot start or fails,
+/// the test fails naming it `what`, with its standard error.
+pub fn output_of(command: &mut std::process::Command, what: &str) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
