@@ -271,6 +271,16 @@ pub struct Snapshot {
     pub workloads: Vec<WorkloadSnapshot>,
 }
 
+#[cfg(test)]
+impl Snapshot {
+    /// The index of the workload named `name` (a test knows the names of its workloads).
+    pub fn position_of(&self, name: &str) -> usize {
+        (self.workloads.iter())
+            .position(|w| w.key.name == name)
+            .unwrap_or_else(|| panic!("no workload {name} in the snapshot"))
+    }
+}
+
 /// A pod to ungate: `workloads[workload].pod_sets[pod_set].pods[pod]` of the snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PodRef {
