@@ -83,20 +83,19 @@ pub fn snapshot(workloads: usize, pods: usize, within_queue: WithinQueue) -> Sna
             let running = w % 3 == 0;
             let cpu = 500 + (next() % 4) as i64 * 500;
             let pods = (0..per_workload)
-                .map(|p| PodSnapshot {
-                    name: format!("w{w}-p{p}"),
-                    requests: std::sync::Arc::new(resources(cpu, 1024)),
-                    state: if running && p < per_workload / 2 {
+                .map(|p| {
+                    let state = if running && p < per_workload / 2 {
                         PodState::Admitted
                     } else {
                         PodState::Gated
-                    },
-                    created_at: (next() % 100_000) as i64,
-                    terminating: false,
-                    eviction_blocked: false,
-                    flavor: None,
-                    placement: None,
-                    topology: None,
+                    };
+                    let requests = std::sync::Arc::new(resources(cpu, 1024));
+                    PodSnapshot::plain(
+                        format!("w{w}-p{p}"),
+                        requests,
+                        state,
+                        (next() % 100_000) as i64,
+                    )
                 })
                 .collect();
             WorkloadSnapshot {

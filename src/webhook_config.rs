@@ -87,25 +87,32 @@ fn default_queue_namespaces(own_namespace: &str) -> LabelSelector {
 
 /// Objects that do not name a queue themselves.
 fn without_queue_label() -> LabelSelector {
+    queue_label("DoesNotExist")
+}
+
+/// Only pods carrying the queue label reach the webhook: every other pod never pays for it.
+fn governed_pods() -> LabelSelector {
+    queue_label("Exists")
+}
+
+/// Objects whose queue label `operator` (`Exists`, `DoesNotExist`).
+fn queue_label(operator: &str) -> LabelSelector {
     LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: QUEUE_LABEL.into(),
-            operator: "DoesNotExist".into(),
+            operator: operator.into(),
             values: None,
         }]),
         match_labels: None,
     }
 }
 
-/// Only pods carrying the queue label reach the webhook: every other pod never pays for it.
-fn governed_pods() -> LabelSelector {
-    LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: QUEUE_LABEL.into(),
-            operator: "Exists".into(),
-            values: None,
-        }]),
-        match_labels: None,
+/// The name and labels of both webhook configurations.
+fn configuration_metadata() -> ObjectMeta {
+    ObjectMeta {
+        name: Some(CONFIGURATION_NAME.into()),
+        labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
+        ..ObjectMeta::default()
     }
 }
 
@@ -140,28 +147,35 @@ fn application_rules_for(operations: &[&str]) -> Vec<RuleWithOperations> {
         .collect()
 }
 
-/// A mutating webhook of sluice's with the settings they all share: fail closed (a governed pod
-/// or application that escaped sluice would escape its quota), five seconds, no side effects.
+/// A webhook of sluice's (`MutatingWebhook` or `ValidatingWebhook`: k8s-openapi has a type for
+/// each, with the same fields) with the settings they all share: fail closed (a governed pod or
+/// application that escaped sluice would escape its quota), five seconds, no side effects.
+macro_rules! sluice_webhook {
+    ($kind:ident, $name:expr, $path:expr, $endpoint:expr, $ca_bundle:expr) => {
+        $kind {
+            name: $name.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: $endpoint.client_config($path, $ca_bundle),
+            failure_policy: Some("Fail".into()),
+            match_policy: Some("Equivalent".into()),
+            side_effects: "None".into(),
+            timeout_seconds: Some(5),
+            ..$kind::default()
+        }
+    };
+}
+
 fn mutating_webhook(
     name: &str,
     path: &str,
     endpoint: &Endpoint,
     ca_bundle: Option<&[u8]>,
 ) -> MutatingWebhook {
-    MutatingWebhook {
-        name: name.into(),
-        admission_review_versions: vec!["v1".into()],
-        client_config: endpoint.client_config(path, ca_bundle),
-        failure_policy: Some("Fail".into()),
-        match_policy: Some("Equivalent".into()),
-        side_effects: "None".into(),
-        timeout_seconds: Some(5),
-        ..MutatingWebhook::default()
-    }
+    sluice_webhook!(MutatingWebhook, name, path, endpoint, ca_bundle)
 }
 
-/// A validating webhook of sluice's with the settings they all share (as [`mutating_webhook`]),
-/// called for no object of sluice's own namespace.
+/// A validating webhook of sluice's with the settings they all share, called for no object of
+/// sluice's own namespace.
 fn validating_webhook(
     name: &str,
     path: &str,
@@ -170,15 +184,8 @@ fn validating_webhook(
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhook {
     ValidatingWebhook {
-        name: name.into(),
-        admission_review_versions: vec!["v1".into()],
-        client_config: endpoint.client_config(path, ca_bundle),
-        failure_policy: Some("Fail".into()),
-        match_policy: Some("Equivalent".into()),
         namespace_selector: Some(namespace_selector(own_namespace)),
-        side_effects: "None".into(),
-        timeout_seconds: Some(5),
-        ..ValidatingWebhook::default()
+        ..sluice_webhook!(ValidatingWebhook, name, path, endpoint, ca_bundle)
     }
 }
 
@@ -189,11 +196,7 @@ pub fn mutating(
 ) -> MutatingWebhookConfiguration {
     let webhook = |name: &str, path: &str| mutating_webhook(name, path, endpoint, ca_bundle);
     MutatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(CONFIGURATION_NAME.into()),
-            labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
-            ..ObjectMeta::default()
-        },
+        metadata: configuration_metadata(),
         webhooks: Some(vec![
             MutatingWebhook {
                 namespace_selector: Some(namespace_selector(own_namespace)),
@@ -343,52 +346,42 @@ pub fn validating(
     controller_user: &str,
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhookConfiguration {
+    let webhook =
+        |name: &str, path: &str| validating_webhook(name, path, endpoint, own_namespace, ca_bundle);
     ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(CONFIGURATION_NAME.into()),
-            labels: Some([("app.kubernetes.io/name".to_string(), "sluice".to_string())].into()),
-            ..ObjectMeta::default()
-        },
+        metadata: configuration_metadata(),
         webhooks: Some(vec![
             ValidatingWebhook {
                 // Matches when the old or the new object carries the label: removing it is caught too.
                 object_selector: Some(governed_pods()),
                 rules: Some(vec![pod_update_rule()]),
                 match_conditions: Some(validation_conditions(controller_user)),
-                ..validating_webhook(
-                    "pods.sluice.dev",
-                    "/validate-pods",
-                    endpoint,
-                    own_namespace,
-                    ca_bundle,
-                )
+                ..webhook("pods.sluice.dev", "/validate-pods")
             },
             ValidatingWebhook {
                 object_selector: Some(governed_pods()),
                 rules: Some(application_rules()),
                 match_conditions: Some(application_conditions(controller_user)),
-                ..validating_webhook(
-                    "applications.sluice.dev",
-                    "/validate-applications",
-                    endpoint,
-                    own_namespace,
-                    ca_bundle,
-                )
+                ..webhook("applications.sluice.dev", "/validate-applications")
             },
-            scavenger_jobs_webhook(endpoint, own_namespace, controller_user, ca_bundle),
-            scavenger_workloads_webhook(endpoint, own_namespace, controller_user, ca_bundle),
+            scavenger_jobs_webhook(
+                webhook("scavengerjobs.sluice.dev", "/validate-scavengerjobs"),
+                controller_user,
+            ),
+            scavenger_workloads_webhook(
+                webhook(
+                    "scavenger-workloads.sluice.dev",
+                    "/validate-scavenger-workloads",
+                ),
+                controller_user,
+            ),
         ]),
     }
 }
 
 /// ScavengerJobs' creations and spec changes: their fields, mounts and queue
 /// (`src/scavenger/webhook.rs`).
-fn scavenger_jobs_webhook(
-    endpoint: &Endpoint,
-    own_namespace: &str,
-    controller_user: &str,
-    ca_bundle: Option<&[u8]>,
-) -> ValidatingWebhook {
+fn scavenger_jobs_webhook(base: ValidatingWebhook, controller_user: &str) -> ValidatingWebhook {
     let create_or_update = ["CREATE", "UPDATE"];
     ValidatingWebhook {
         rules: Some(vec![rule(
@@ -404,13 +397,7 @@ fn scavenger_jobs_webhook(
                 expression: "oldObject == null || object.spec != oldObject.spec".into(),
             },
         ]),
-        ..validating_webhook(
-            "scavengerjobs.sluice.dev",
-            "/validate-scavengerjobs",
-            endpoint,
-            own_namespace,
-            ca_bundle,
-        )
+        ..base
     }
 }
 
@@ -430,10 +417,8 @@ pub fn scavenger_mark_condition(o: &str) -> String {
 /// Pods and Jobs that carry (or carried) a scavenger mark: only sluice's Jobs and their pods may
 /// (`src/scavenger/webhook.rs`). Every other pod and Job never reaches sluice.
 fn scavenger_workloads_webhook(
-    endpoint: &Endpoint,
-    own_namespace: &str,
+    base: ValidatingWebhook,
     controller_user: &str,
-    ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhook {
     let create_or_update = ["CREATE", "UPDATE"];
     ValidatingWebhook {
@@ -452,13 +437,7 @@ fn scavenger_workloads_webhook(
                 ),
             },
         ]),
-        ..validating_webhook(
-            "scavenger-workloads.sluice.dev",
-            "/validate-scavenger-workloads",
-            endpoint,
-            own_namespace,
-            ca_bundle,
-        )
+        ..base
     }
 }
 
@@ -521,20 +500,22 @@ mod tests {
     fn application_webhook_conditions() -> Vec<(&'static str, Vec<MatchCondition>)> {
         let mutating = mutating(&endpoint(), "sluice-system", None);
         let validating = validating(&endpoint(), "sluice-system", SLUICE, None);
-        let m = mutating
-            .webhooks
-            .unwrap_or_default()
-            .into_iter()
-            .find(|w| w.name == "applications.sluice.dev")
-            .and_then(|w| w.match_conditions)
-            .expect("the mutating application webhook has matchConditions");
-        let v = validating
-            .webhooks
-            .unwrap_or_default()
-            .into_iter()
-            .find(|w| w.name == "applications.sluice.dev")
-            .and_then(|w| w.match_conditions)
-            .expect("the validating application webhook has matchConditions");
+        let applications = |conditions: Vec<(String, Option<Vec<MatchCondition>>)>| {
+            (conditions.into_iter())
+                .find(|(name, _)| name == "applications.sluice.dev")
+                .and_then(|(_, conditions)| conditions)
+                .expect("the application webhook has matchConditions")
+        };
+        let m = applications(
+            (mutating.webhooks.unwrap_or_default().into_iter())
+                .map(|w| (w.name, w.match_conditions))
+                .collect(),
+        );
+        let v = applications(
+            (validating.webhooks.unwrap_or_default().into_iter())
+                .map(|w| (w.name, w.match_conditions))
+                .collect(),
+        );
         vec![("mutating", m), ("validating", v)]
     }
 

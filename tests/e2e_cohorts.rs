@@ -279,17 +279,12 @@ async fn fair_sharing_serves_two_borrowers_in_turn() {
 
 /// Runs the `sluice queue` command (the binary this package builds) with the test's kubeconfig.
 fn sluice_queue(args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("queue")
-        .args(args)
-        .output()
-        .expect("run sluice queue");
-    assert!(
-        out.status.success(),
-        "sluice queue {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    output_of(
+        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("queue")
+            .args(args),
+        &format!("sluice queue {args:?}"),
+    )
 }
 
 #[tokio::test]

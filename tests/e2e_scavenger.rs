@@ -126,6 +126,18 @@ fn unplaceable_pod(name: &str, cpu_milli: i64) -> Pod {
     pod
 }
 
+/// A scenario's start: its namespace (without a cluster the test is skipped), [`LOCK`] (the
+/// scenarios share the cluster's idle capacity, so they run one at a time) and [`OnPanic`]:
+/// `let (env, _one, _clean) = scenario!("sj-name");`.
+macro_rules! scenario {
+    ($prefix:literal) => {{
+        let env = env_or_skip!($prefix);
+        let one = LOCK.lock().await;
+        let clean = OnPanic(env.client.clone(), env.namespace.clone());
+        (env, one, clean)
+    }};
+}
+
 /// Deletes the scenario's namespace if the test panics, so a failed scenario does not hold the
 /// cluster's scavenger capacity for the next ones.
 struct OnPanic(Client, String);
@@ -207,9 +219,7 @@ async fn node_cpu(client: &Client, node: &str) -> i64 {
 
 #[tokio::test]
 async fn runs_on_idle_capacity_is_preempted_by_the_scheduler_and_runs_again() {
-    let env = env_or_skip!("sj-preempt");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-preempt");
     let (room, free) = cpu_room(&env.client).await;
     assert!(
         free >= 1000,
@@ -292,9 +302,7 @@ async fn end_pods(env: &TestEnv, pods: &[Pod], phase: &str) {
 
 #[tokio::test]
 async fn an_interrupted_one_starts_before_a_fresh_one() {
-    let env = env_or_skip!("sj-order");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-order");
     let (room, _) = cpu_room(&env.client).await;
     // Leave scavengers 1.5 cpu: room for one 1-cpu job, never two.
     let blocker = room - 1500;
@@ -326,9 +334,7 @@ async fn an_interrupted_one_starts_before_a_fresh_one() {
 
 #[tokio::test]
 async fn the_threshold_holds_and_the_least_progressed_goes_first() {
-    let env = env_or_skip!("sj-threshold");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-threshold");
     let (room, free) = cpu_room(&env.client).await;
     // About six jobs whatever the cluster (1 to 4 cpu each: a bigger cluster, bigger jobs).
     let unit = (free / 6 / 100 * 100).clamp(1000, 4000);
@@ -403,9 +409,7 @@ async fn the_threshold_holds_and_the_least_progressed_goes_first() {
 
 #[tokio::test]
 async fn a_failing_pod_fails_it_for_good() {
-    let env = env_or_skip!("sj-fail");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-fail");
     let mut s = spec(500);
     s["parallelism"] = json!(2);
     create_sj(&env, "crash", s).await.expect("create");
@@ -424,9 +428,7 @@ async fn a_failing_pod_fails_it_for_good() {
 
 #[tokio::test]
 async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one() {
-    let env = env_or_skip!("sj-refuse");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-refuse");
     let mut missing = spec(100);
     missing["mounts"] = json!([{"configMap": "settings", "mountPath": "/etc/work"}]);
     let e = create_sj(&env, "missing", missing.clone())
@@ -486,9 +488,7 @@ async fn bad_scavenger_jobs_are_refused_at_submit_and_a_vanished_mount_fails_one
 
 #[tokio::test]
 async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
-    let env = env_or_skip!("sj-abuse");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-abuse");
     let base = ordinary_pod("forged", 100, None);
     let mut labelled = base.clone();
     labelled.metadata.labels = Some(BTreeMap::from([(
@@ -547,9 +547,7 @@ async fn nobody_gets_scavenger_pods_or_jobs_but_through_a_scavenger_job() {
 
 #[tokio::test]
 async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
-    let env = env_or_skip!("sj-unschedulable");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (env, _one, _clean) = scenario!("sj-unschedulable");
     let mut s = spec(100);
     s["nodeSelector"] = json!({"sluice.dev/e2e-no-such-node": "true"});
     create_sj(&env, "nowhere", s).await.expect("create");
@@ -582,9 +580,7 @@ async fn a_start_that_cannot_be_scheduled_is_removed_and_waits_again() {
 
 #[tokio::test]
 async fn a_scavenger_job_in_a_namespace_with_a_default_queue_is_not_gated() {
-    let mut env = env_or_skip!("sj-default-queue");
-    let _one = LOCK.lock().await;
-    let _clean = OnPanic(env.client.clone(), env.namespace.clone());
+    let (mut env, _one, _clean) = scenario!("sj-default-queue");
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
     env.set_default_queue(&queue).await;
     create_sj(&env, "outside-the-gate", spec(500))

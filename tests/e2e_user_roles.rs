@@ -33,26 +33,21 @@ fn helm() -> std::path::PathBuf {
 
 /// Renders the chart's user roles and applies them (server-side apply, field manager of the test).
 async fn apply_user_roles(client: &Client) {
-    let out = std::process::Command::new(helm())
-        .current_dir(repo_root())
-        .args([
-            "template",
-            "sluice",
-            "charts/sluice",
-            "--namespace",
-            "sluice-system",
-            "--show-only",
-            "templates/user-roles.yaml",
-        ])
-        .output()
-        .expect("helm (hack/cluster.sh build builds it)");
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = output_of(
+        std::process::Command::new(helm())
+            .current_dir(repo_root())
+            .args([
+                "template",
+                "sluice",
+                "charts/sluice",
+                "--namespace",
+                "sluice-system",
+                "--show-only",
+                "templates/user-roles.yaml",
+            ]),
+        "helm template (hack/cluster.sh build builds helm)",
     );
     use serde::Deserialize;
-    let text = String::from_utf8(out.stdout).expect("utf-8");
     for doc in serde_norway::Deserializer::from_str(&text) {
         let value = serde_norway::Value::deserialize(doc).expect("yaml");
         if value.is_null() {

@@ -323,27 +323,21 @@ pub fn start(
 ) -> Arc<Dashboard> {
     let (dashboard, feeds) = Dashboard::new(client.clone(), namespaces);
     let feeds = Arc::new(Mutex::new(feeds));
-    let (d, f) = (dashboard.clone(), feeds.clone());
+    let d = dashboard.clone();
     spawn_watch(
         Api::<CapacityQueue>::all(client.clone()),
         watcher::Config::default(),
         shutdown.clone(),
-        move |event| {
-            if let Ok(event) = event {
-                d.apply_queue(&mut f.lock().unwrap_or_else(|e| e.into_inner()), &event);
-            }
-        },
+        fed(feeds.clone(), move |feeds, event| {
+            d.apply_queue(feeds, event)
+        }),
     );
     let d = dashboard.clone();
     spawn_watch(
         Api::<DynamicWorkload>::all(client.clone()),
         watcher::Config::default(),
         shutdown.clone(),
-        move |event| {
-            if let Ok(event) = event {
-                d.apply_workload(&mut feeds.lock().unwrap_or_else(|e| e.into_inner()), &event);
-            }
-        },
+        fed(feeds, move |feeds, event| d.apply_workload(feeds, event)),
     );
     let d = dashboard.clone();
     spawn_watch(
@@ -357,6 +351,19 @@ pub fn start(
     );
     spawn_sampler(dashboard.clone(), args, shutdown);
     dashboard
+}
+
+/// Hands each event a watch delivers to `apply` with the feeds locked (an error is retried by
+/// the watch's backoff).
+fn fed<K: 'static>(
+    feeds: Arc<Mutex<Feeds>>,
+    apply: impl Fn(&mut Feeds, &watcher::Event<K>) + Send + 'static,
+) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) + Send + 'static {
+    move |event| {
+        if let Ok(event) = event {
+            apply(&mut feeds.lock().unwrap_or_else(|e| e.into_inner()), &event);
+        }
+    }
 }
 
 /// Watches `api` (retried with sluice's backoff) until `shutdown`, handing every event to `apply`.

@@ -448,12 +448,7 @@ mod built_tests {
     #[test]
     fn a_workload_without_an_object_is_told_on_its_oldest_gated_pod() {
         let built = built();
-        let w = built
-            .snapshot
-            .workloads
-            .iter()
-            .position(|w| w.key.name == "burst")
-            .expect("the burst's workload");
+        let w = built.snapshot.position_of("burst");
         let targets = Targets::of(&built, &Decisions::default(), w);
         assert_eq!(targets.application, None);
         let gated = targets.gated_pod.expect("a gated pod");

@@ -158,18 +158,6 @@ pub struct Notice {
     pub on_gated_pod: bool,
 }
 
-impl Notice {
-    /// A notice on the workload's object only (not on its gated pod).
-    fn on_workload(reason: &'static str, warning: bool, note: String) -> Notice {
-        Notice {
-            reason,
-            warning,
-            note: clean(&note),
-            on_gated_pod: false,
-        }
-    }
-}
-
 /// Whether a wait moved materially from `old` to `new`: to the front, at least halved, or at
 /// least doubled and five places back.
 pub fn position_moved(old: Option<u32>, new: Option<u32>) -> bool {
@@ -197,7 +185,7 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
         return (out, after);
     }
     if seen.requeue_exhausted {
-        out.push(requeue_limit(seen));
+        out.push(told(Change::RequeueLimit, seen));
         after.stage = Stage::Done;
         return (out, after);
     }
@@ -206,9 +194,9 @@ pub fn notices(before: &Announced, seen: &Observed, now: Instant) -> (Vec<Notice
         return (out, after);
     }
     if seen.requeue_count > before.requeue_count {
-        out.push(requeued(seen));
+        out.push(told(Change::Requeued, seen));
     } else if seen.interrupted_count > before.interrupted_count {
-        out.push(preempted(seen));
+        out.push(told(Change::Preempted, seen));
     }
     if matches!(seen.phase, WorkloadPhase::Finished | WorkloadPhase::Failed) {
         // Every pod ended (or was evicted and not yet replaced): its owner may create more, so
@@ -273,7 +261,7 @@ fn follow_wait(
             if seen.admitted_pods > 0
                 && matches!(seen.phase, WorkloadPhase::Admitted | WorkloadPhase::Running) =>
         {
-            out.push(admitted(seen));
+            out.push(told(Change::Admitted, seen));
             after.stage = Stage::Holding;
         }
         (_, false) if seen.admitted_pods > 0 => after.stage = Stage::Holding,
@@ -310,51 +298,58 @@ fn waiting(seen: &Observed, first: bool) -> Notice {
     }
 }
 
-fn admitted(seen: &Observed) -> Notice {
-    Notice::on_workload(
-        "Admitted",
-        false,
-        format!(
-            "admitted: DynamicWorkload {} holds quota in queue {} ({} pod(s) admitted)",
-            seen.key, seen.queue, seen.admitted_pods
-        ),
-    )
+/// What happened to a workload that its owner is told once, on the workload's object.
+#[derive(Clone, Copy)]
+enum Change {
+    Admitted,
+    Preempted,
+    Requeued,
+    RequeueLimit,
 }
 
-fn preempted(seen: &Observed) -> Notice {
-    Notice::on_workload(
-        "Preempted",
-        true,
-        format!(
-            "preempted: pods of DynamicWorkload {} were evicted in queue {} to make room for {} (interruption {}); it waits again",
-            seen.key,
-            seen.queue,
-            preemptor(seen.last_preempted_by, seen.key),
-            seen.interrupted_count
+/// The notice of `change`: its reason, whether it is a warning, and what it says.
+fn told(change: Change, seen: &Observed) -> Notice {
+    let (key, queue) = (seen.key, seen.queue);
+    let (reason, warning, note) = match change {
+        Change::Admitted => (
+            "Admitted",
+            false,
+            format!(
+                "admitted: DynamicWorkload {key} holds quota in queue {queue} ({} pod(s) admitted)",
+                seen.admitted_pods
+            ),
         ),
-    )
-}
-
-fn requeued(seen: &Observed) -> Notice {
-    Notice::on_workload(
-        "Requeued",
-        true,
-        format!(
-            "requeued: admitted pods of DynamicWorkload {} did not all run within queue {}'s podsReadyTimeout and were evicted (requeue {}); it waits again at the back of its priority",
-            seen.key, seen.queue, seen.requeue_count
+        Change::Preempted => (
+            "Preempted",
+            true,
+            format!(
+                "preempted: pods of DynamicWorkload {key} were evicted in queue {queue} to make room for {} (interruption {}); it waits again",
+                preemptor(seen.last_preempted_by, key),
+                seen.interrupted_count
+            ),
         ),
-    )
-}
-
-fn requeue_limit(seen: &Observed) -> Notice {
-    Notice::on_workload(
-        "RequeueLimitExceeded",
-        true,
-        format!(
-            "failed: DynamicWorkload {} was requeued by queue {}'s podsReadyTimeout more often than its requeueLimit allows; its waiting pods will not be admitted",
-            seen.key, seen.queue
+        Change::Requeued => (
+            "Requeued",
+            true,
+            format!(
+                "requeued: admitted pods of DynamicWorkload {key} did not all run within queue {queue}'s podsReadyTimeout and were evicted (requeue {}); it waits again at the back of its priority",
+                seen.requeue_count
+            ),
         ),
-    )
+        Change::RequeueLimit => (
+            "RequeueLimitExceeded",
+            true,
+            format!(
+                "failed: DynamicWorkload {key} was requeued by queue {queue}'s podsReadyTimeout more often than its requeueLimit allows; its waiting pods will not be admitted"
+            ),
+        ),
+    };
+    Notice {
+        reason,
+        warning,
+        note: clean(&note),
+        on_gated_pod: false,
+    }
 }
 
 /// Another workload, named only when it is of the same namespace.

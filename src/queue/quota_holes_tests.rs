@@ -183,12 +183,7 @@ fn a_later_pod_cannot_grow_a_started_gang() {
         pod("other", "q", "w2", "1", true, 2, None),
     ];
     let built = snapshot::build(&queues, &[], &pods, &[], &HashSet::new());
-    let w1 = built
-        .snapshot
-        .workloads
-        .iter()
-        .find(|w| w.key.name == "w1")
-        .expect("w1");
+    let w1 = &built.snapshot.workloads[built.snapshot.position_of("w1")];
     assert_eq!(w1.pod_sets[0].min_count, 1, "the earliest pod's minimum");
     let decisions = decide(&built.snapshot);
     let admitted = admitted_uids(&built, &decisions);
@@ -243,12 +238,7 @@ fn a_workload_failed_by_requeue_limit_or_losing_pods_is_closed() {
     ];
     let built = snapshot::build(&queues, &[Arc::new(failed)], &pods, &[], &HashSet::new());
     let mut decisions = decide(&built.snapshot);
-    let w3 = built
-        .snapshot
-        .workloads
-        .iter()
-        .position(|w| w.key.name == "w3")
-        .expect("w3");
+    let w3 = built.snapshot.position_of("w3");
     decisions.evict.push(Eviction {
         victim: PodRef {
             workload: w3,

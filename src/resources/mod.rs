@@ -109,6 +109,21 @@ impl ResourceList {
         Ok(list)
     }
 
+    /// The list for a message: each resource worth naming (not `pods`, not zero) written by
+    /// `each` from its name and its amount described (`describe_quantity`), joined by commas;
+    /// `none` when there is none.
+    pub fn describe(&self, each: impl Fn(&str, &str) -> String, none: &str) -> String {
+        let parts: Vec<String> = (self.0.iter())
+            .filter(|(name, amount)| name.as_str() != "pods" && **amount > 0)
+            .map(|(name, amount)| each(name, &describe_quantity(name, *amount)))
+            .collect();
+        if parts.is_empty() {
+            none.into()
+        } else {
+            parts.join(", ")
+        }
+    }
+
     /// The list as Kubernetes quantities, formatted for people (`2`, `500m`, `8Gi`).
     pub fn to_quantities(&self) -> BTreeMap<String, Quantity> {
         self.0

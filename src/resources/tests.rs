@@ -309,3 +309,20 @@ fn counts_pod_requests_like_the_scheduler() {
     let r = pod_requests(&spec).unwrap();
     assert_eq!(r.get("cpu"), 2250);
 }
+
+#[test]
+fn a_list_is_described_without_pods_or_zeros() {
+    let mut list = ResourceList::new();
+    list.add("cpu", 1500);
+    list.add("memory", 2 * 1024 * 1024 * 1024 * 1000);
+    list.add("pods", 3000);
+    list.add("nvidia.com/gpu", 0);
+    let text = list.describe(|name, amount| format!("{amount} {name}"), "nothing");
+    assert_eq!(text, "1.5 cpu, 2Gi memory");
+    let mut only_pods = ResourceList::new();
+    only_pods.add("pods", 1000);
+    assert_eq!(
+        only_pods.describe(|n, a| format!("{n} {a}"), "nothing"),
+        "nothing"
+    );
+}

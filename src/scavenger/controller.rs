@@ -32,7 +32,7 @@ use crate::api::{
     CapacityQueue, FIELD_MANAGER, SCAVENGER_JOB_LABEL, SCAVENGER_PRIORITY_CLASS, ScavengerJob,
     ScavengerJobStatus, ScavengerPhase,
 };
-use crate::resources::{ResourceList, describe_quantity};
+use crate::resources::ResourceList;
 use crate::watch_store;
 
 /// How the controller runs.
@@ -705,17 +705,7 @@ fn is_finished(job: &Job) -> bool {
 }
 
 fn describe(list: &ResourceList) -> String {
-    let parts: Vec<String> = list
-        .0
-        .iter()
-        .filter(|(name, v)| **v > 0 && name.as_str() != "pods")
-        .map(|(name, v)| format!("{name} {}", describe_quantity(name, *v)))
-        .collect();
-    if parts.is_empty() {
-        "nothing".into()
-    } else {
-        parts.join(", ")
-    }
+    list.describe(|name, amount| format!("{name} {amount}"), "nothing")
 }
 
 fn describe_over(capacity: &Capacity) -> String {

@@ -67,6 +67,18 @@ pub async fn client() -> Client {
         .expect("a client from KUBECONFIG")
 }
 
+/// Runs `command` and returns what it wrote on standard output; when it cannot start or fails,
+/// the test fails naming it `what`, with its standard error.
+pub fn output_of(command: &mut std::process::Command, what: &str) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -467,11 +479,10 @@ impl TestEnv {
         timeout: Duration,
         ready: impl Fn(&DynamicWorkloadStatus) -> bool,
     ) -> DynamicWorkloadStatus {
-        let api = self.workloads();
-        wait_for(what, timeout, || async {
-            api.get(name).await.ok()?.status.filter(|s| ready(s))
-        })
-        .await
+        let has = |d: &DynamicWorkload| d.status.as_ref().is_some_and(&ready);
+        let workload = self.wait_workload(name, what, timeout, has).await;
+        // `has` held for it: it has a status.
+        workload.status.unwrap_or_default()
     }
 
     /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` is in `phase`.

@@ -230,6 +230,29 @@ pub struct PodSnapshot {
     pub topology: Option<Arc<PodTopology>>,
 }
 
+impl PodSnapshot {
+    /// A pod known only by its requests, state and creation time: not terminating, no refused
+    /// eviction, no flavor, node constraints or topology (what tests and benchmarks start from).
+    pub fn plain(
+        name: impl Into<String>,
+        requests: Arc<ResourceList>,
+        state: PodState,
+        created_at: i64,
+    ) -> PodSnapshot {
+        PodSnapshot {
+            name: name.into(),
+            requests,
+            state,
+            created_at,
+            terminating: false,
+            eviction_blocked: false,
+            flavor: None,
+            placement: None,
+            topology: None,
+        }
+    }
+}
+
 /// A pod's part in topology-aware admission (`src/queue/topology.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodTopology {
@@ -258,6 +281,16 @@ impl PodTopology {
 pub struct Snapshot {
     pub queues: Vec<QueueSnapshot>,
     pub workloads: Vec<WorkloadSnapshot>,
+}
+
+#[cfg(test)]
+impl Snapshot {
+    /// The index of the workload named `name` (a test knows the names of its workloads).
+    pub fn position_of(&self, name: &str) -> usize {
+        (self.workloads.iter())
+            .position(|w| w.key.name == name)
+            .unwrap_or_else(|| panic!("no workload {name} in the snapshot"))
+    }
 }
 
 /// A pod to ungate: `workloads[workload].pod_sets[pod_set].pods[pod]` of the snapshot.

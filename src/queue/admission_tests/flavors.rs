@@ -66,6 +66,43 @@ fn gang(name: &str, queued_at: i64, size: u32, per: i64) -> WorkloadSnapshot {
     w
 }
 
+/// One pod of `per` GPUs (`<name>-0`), admitted in `flavor`.
+fn admitted_in(name: &str, queued_at: i64, per: i64, flavor: &str) -> WorkloadSnapshot {
+    let mut w = gang(name, queued_at, 1, per);
+    let pod = gpu_pod(&format!("{name}-0"), per, PodState::Admitted, queued_at);
+    w.pod_sets[0].pods = vec![in_flavor(pod, flavor)];
+    w
+}
+
+/// One gated pod of `per` GPUs (`<name>-0`) whose own nodeSelector asks for `gpu` nodes.
+fn gated_selecting(name: &str, queued_at: i64, per: i64, gpu: &str) -> WorkloadSnapshot {
+    let mut w = gang(name, queued_at, 1, per);
+    let pod = gpu_pod(&format!("{name}-0"), per, PodState::Gated, queued_at);
+    w.pod_sets[0].pods = vec![selecting(pod, gpu)];
+    w
+}
+
+/// Queues `q1` and `q2` of the cohort `pool`, each with `[a100, h100]` GPUs of its own, and
+/// `workloads`.
+fn pool(q1: [i64; 2], q2: [i64; 2], workloads: Vec<WorkloadSnapshot>) -> Snapshot {
+    let member = |name: &str, [a100, h100]: [i64; 2]| {
+        let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
+        q.cohort = Some(CohortMembership::new("pool"));
+        q
+    };
+    Snapshot {
+        queues: vec![member("q1", q1), member("q2", q2)],
+        workloads,
+    }
+}
+
+/// The names of the workloads the pass evicts from, in its order.
+fn victims<'a>(s: &'a Snapshot, d: &Decisions) -> Vec<&'a str> {
+    (d.evict.iter())
+        .map(|e| s.workloads[e.victim.workload].key.name.as_str())
+        .collect()
+}
+
 /// Per admitted pod's name, the flavor it was admitted in.
 fn flavors_of(s: &Snapshot, d: &Decisions) -> BTreeMap<String, String> {
     d.admit
@@ -154,16 +191,8 @@ fn a_started_workload_grows_in_its_own_flavor_first_then_the_queue_order() {
 #[test]
 fn a_pods_own_node_selector_keeps_it_out_of_a_flavor_it_would_not_run_in() {
     // The hostile pod asks for h100 nodes itself: it must never be charged to a100, which has room.
-    let mut w = gang("sneaky", 0, 1, 2);
-    w.pod_sets[0].pods = vec![selecting(
-        gpu_pod("sneaky-0", 2, PodState::Gated, 0),
-        "h100",
-    )];
-    let mut v = gang("nowhere", 1, 1, 2);
-    v.pod_sets[0].pods = vec![selecting(
-        gpu_pod("nowhere-0", 2, PodState::Gated, 1),
-        "v100",
-    )];
+    let w = gated_selecting("sneaky", 0, 2, "h100");
+    let v = gated_selecting("nowhere", 1, 2, "v100");
     let s = Snapshot {
         queues: vec![flavored("q", vec![flavor("a100", 8), flavor("h100", 8)])],
         workloads: vec![w, v],
@@ -195,11 +224,7 @@ fn a_flavor_without_its_resource_flavor_admits_nothing() {
 
 #[test]
 fn an_admitted_pod_of_a_flavor_the_queue_does_not_list_is_charged_to_its_first_flavor() {
-    let mut old = gang("old", 0, 1, 8);
-    old.pod_sets[0].pods = vec![in_flavor(
-        gpu_pod("old-0", 8, PodState::Admitted, 0),
-        "gone",
-    )];
+    let old = admitted_in("old", 0, 8, "gone");
     let s = Snapshot {
         queues: vec![flavored("q", vec![flavor("a100", 8), flavor("h100", 8)])],
         workloads: vec![old, gang("new", 1, 1, 2)],
@@ -214,19 +239,9 @@ fn an_admitted_pod_of_a_flavor_the_queue_does_not_list_is_charged_to_its_first_f
 
 #[test]
 fn queues_of_a_cohort_lend_and_borrow_per_flavor() {
-    let member = |name: &str, a100: i64, h100: i64| {
-        let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
-        q.cohort = Some(CohortMembership::new("pool"));
-        q
-    };
-    let mut big = gang("big", 0, 3, 2);
-    big.queue = "q1".into();
     // q1 has 4 a100 and 0 h100 of its own; q2 lends 4 a100 and 8 h100. A gang of 6 GPUs fits
     // nowhere in q1 alone: it borrows a100 (the first flavor where it fits by borrowing).
-    let s = Snapshot {
-        queues: vec![member("q1", 4, 0), member("q2", 4, 8)],
-        workloads: vec![big],
-    };
+    let s = pool([4, 0], [4, 8], in_queue(vec![gang("big", 0, 3, 2)], "q1"));
     let d = decide(&s);
     let got = flavors_of(&s, &d);
     assert_eq!(got.len(), 3, "{:?}", d.workloads[0].waiting);
@@ -244,17 +259,7 @@ fn queues_of_a_cohort_lend_and_borrow_per_flavor() {
 
 #[test]
 fn a_gang_that_fits_a_later_flavor_of_its_own_does_not_borrow_an_earlier_one() {
-    let member = |name: &str, a100: i64, h100: i64| {
-        let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
-        q.cohort = Some(CohortMembership::new("pool"));
-        q
-    };
-    let mut w = gang("w", 0, 2, 2);
-    w.queue = "q1".into();
-    let s = Snapshot {
-        queues: vec![member("q1", 2, 4), member("q2", 8, 8)],
-        workloads: vec![w],
-    };
+    let s = pool([2, 4], [8, 8], in_queue(vec![gang("w", 0, 2, 2)], "q1"));
     let d = decide(&s);
     assert!(flavors_of(&s, &d).values().all(|f| f == "h100"));
     assert!(d.queues["q1"].borrowed.is_empty());
@@ -391,10 +396,7 @@ proptest! {
     /// model's admissions and counts), and every admitted pod is recorded in that flavor.
     #[test]
     fn one_flavor_decides_what_the_plain_queue_decides(s in arb_snapshot()) {
-        let mut plain = s.clone();
-        for q in &mut plain.queues {
-            q.preemption.within_queue = WithinQueue::Never;
-        }
+        let plain = without_preemption(&s);
         let one = as_one_flavor(&plain);
         let reference = crate::queue::admission_reference::decide(&plain);
         let d = decide(&one);
@@ -467,30 +469,18 @@ proptest! {
 fn preemption_in_a_flavored_queue_takes_back_only_what_the_chosen_flavor_needs() {
     // a100 is held by a low-priority workload, h100 by another; a high-priority gang that may run
     // only on a100 (its own nodeSelector) preempts the a100 one, never the h100 one.
-    let mut low_a = gang("low-a", 0, 1, 4);
+    let mut low_a = admitted_in("low-a", 0, 4, "a100");
     low_a.priority = -1;
-    low_a.pod_sets[0].pods = vec![in_flavor(
-        gpu_pod("low-a-0", 4, PodState::Admitted, 0),
-        "a100",
-    )];
-    let mut low_h = gang("low-h", 1, 1, 4);
+    let mut low_h = admitted_in("low-h", 1, 4, "h100");
     low_h.priority = -1;
-    low_h.pod_sets[0].pods = vec![in_flavor(
-        gpu_pod("low-h-0", 4, PodState::Admitted, 1),
-        "h100",
-    )];
-    let mut high = gang("high", 2, 1, 4);
+    let mut high = gated_selecting("high", 2, 4, "a100");
     high.priority = 10;
-    high.pod_sets[0].pods = vec![selecting(gpu_pod("high-0", 4, PodState::Gated, 2), "a100")];
     let s = Snapshot {
         queues: vec![flavored("q", vec![flavor("a100", 4), flavor("h100", 4)])],
         workloads: vec![low_a, low_h, high],
     };
     let d = decide(&s);
-    let victims: Vec<&str> = (d.evict.iter())
-        .map(|e| s.workloads[e.victim.workload].key.name.as_str())
-        .collect();
-    assert_eq!(victims, vec!["low-a"]);
+    assert_eq!(victims(&s, &d), vec!["low-a"]);
     assert!(
         d.admit.is_empty(),
         "the preemptor waits for its victim to go"
@@ -499,35 +489,14 @@ fn preemption_in_a_flavored_queue_takes_back_only_what_the_chosen_flavor_needs()
 
 #[test]
 fn a_queue_takes_back_its_flavors_quota_that_the_cohort_borrowed() {
-    let member = |name: &str, a100: i64, h100: i64| {
-        let mut q = flavored(name, vec![flavor("a100", a100), flavor("h100", h100)]);
-        q.cohort = Some(CohortMembership::new("pool"));
-        q
-    };
     // q2 owns no a100 and runs 4 a100 GPUs borrowed from q1; q1's own gang needs them back. The
     // h100 pod of q2 (its own quota) is never the victim.
-    let mut borrower = gang("borrower", 0, 1, 4);
-    borrower.queue = "q2".into();
-    borrower.pod_sets[0].pods = vec![in_flavor(
-        gpu_pod("borrower-0", 4, PodState::Admitted, 0),
-        "a100",
-    )];
-    let mut owner = gang("own", 1, 1, 4);
-    owner.queue = "q2".into();
-    owner.pod_sets[0].pods = vec![in_flavor(
-        gpu_pod("own-0", 4, PodState::Admitted, 0),
-        "h100",
-    )];
-    let mut back = gang("back", 2, 1, 4);
-    back.queue = "q1".into();
-    let s = Snapshot {
-        queues: vec![member("q1", 4, 0), member("q2", 0, 4)],
-        workloads: vec![borrower, owner, back],
-    };
+    let borrower = admitted_in("borrower", 0, 4, "a100");
+    let owner = admitted_in("own", 1, 4, "h100");
+    let mut workloads = in_queue(vec![borrower, owner], "q2");
+    workloads.extend(in_queue(vec![gang("back", 2, 1, 4)], "q1"));
+    let s = pool([4, 0], [0, 4], workloads);
     let d = decide(&s);
-    let victims: Vec<&str> = (d.evict.iter())
-        .map(|e| s.workloads[e.victim.workload].key.name.as_str())
-        .collect();
-    assert_eq!(victims, vec!["borrower"]);
+    assert_eq!(victims(&s, &d), vec!["borrower"]);
     assert!(d.admit.is_empty());
 }

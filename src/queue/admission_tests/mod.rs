@@ -37,17 +37,7 @@ fn queue(name: &str, cpu: i64, strategy: QueueingStrategy) -> QueueSnapshot {
 }
 
 fn pod(name: &str, cpu: i64, state: PodState, created_at: i64) -> PodSnapshot {
-    PodSnapshot {
-        name: name.into(),
-        requests: std::sync::Arc::new(res(cpu)),
-        state,
-        created_at,
-        terminating: false,
-        eviction_blocked: false,
-        flavor: None,
-        placement: None,
-        topology: None,
-    }
+    PodSnapshot::plain(name, std::sync::Arc::new(res(cpu)), state, created_at)
 }
 
 fn workload(
@@ -468,6 +458,15 @@ fn held_after(s: &Snapshot, d: &Decisions, queue: &str) -> i64 {
         }
     }
     total
+}
+
+/// `s` with in-queue preemption off in every queue: what the reference model decides.
+fn without_preemption(s: &Snapshot) -> Snapshot {
+    let mut never = s.clone();
+    for q in &mut never.queues {
+        q.preemption.within_queue = WithinQueue::Never;
+    }
+    never
 }
 
 fn evicted_names(s: &Snapshot, d: &Decisions) -> Vec<String> {

@@ -12,10 +12,7 @@ proptest! {
     /// with the default, for every queue in which nothing is evicted.
     #[test]
     fn matches_the_reference_implementation(s in arb_snapshot()) {
-        let mut never = s.clone();
-        for q in &mut never.queues {
-            q.preemption.within_queue = WithinQueue::Never;
-        }
+        let never = without_preemption(&s);
         let fast = decide(&never);
         let reference = crate::queue::admission_reference::decide(&never);
         prop_assert_eq!(&fast.admit, &reference.admit);

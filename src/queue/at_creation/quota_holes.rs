@@ -1,5 +1,6 @@
 //! Issue 31's holes in admission at creation, as unit tests of the webhook's state and classifier.
 
+use super::tests::open;
 use super::*;
 use serde_json::json;
 use sluice_webhooks::PodClassifier;
@@ -33,28 +34,6 @@ fn binding(namespace: &str, name: &str) -> PodBinding {
         name: name.into(),
         generate_name: String::new(),
     }
-}
-
-/// Admission at creation open on queue "q" with `room` cpu, used (as the last pass saw) by the
-/// namespaces `users`, open to every namespace.
-fn open(room: i64, users: &[&str]) -> AdmitAtCreation {
-    let a = AdmitAtCreation::default();
-    {
-        let mut state = a.lock();
-        state.active = true;
-        state.queues.insert(
-            "q".into(),
-            QueueRoom {
-                room: cpu(room).0,
-                published: cpu(room).0,
-                waiting: false,
-                last_gated: None,
-                all_namespaces: true,
-                namespaces: users.iter().map(|n| n.to_string()).collect(),
-            },
-        );
-    }
-    a
 }
 
 fn queue_store(queues: &[serde_json::Value]) -> Store<CapacityQueue> {

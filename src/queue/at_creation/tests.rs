@@ -1,6 +1,16 @@
 use super::classifier::judge_resize;
 use super::*;
 
+/// A pod `name` of namespace `ns` in queue `q`, carrying `token`, as a pass sees it.
+fn seen_in_q<'a>(token: &'a str, name: &'a str) -> VisibleToken<'a> {
+    VisibleToken {
+        token,
+        namespace: "ns",
+        name,
+        queue: "q",
+    }
+}
+
 fn list(cpu: i64) -> ResourceList {
     let mut l = ResourceList::new();
     l.add("cpu", cpu * 1000);
@@ -19,23 +29,34 @@ fn identity(queue: &str, workload: Option<&str>, min_count: Option<u32>) -> PodI
 
 /// As after a pass that left `room` cpu in queue "q", where nothing waits.
 fn open_with_room(room: i64) -> AdmitAtCreation {
+    open(room, &[])
+}
+
+/// Admission at creation open on queue "q" with `room` cpu, used (as the last pass saw) by the
+/// namespaces `users`, open to every namespace.
+pub(super) fn open(room: i64, users: &[&str]) -> AdmitAtCreation {
     let a = AdmitAtCreation::default();
     {
-        let mut s = a.lock();
-        s.active = true;
-        s.queues.insert(
+        let mut state = a.lock();
+        state.active = true;
+        state.queues.insert(
             "q".into(),
             QueueRoom {
-                room: [("cpu".to_string(), room * 1000)].into(),
-                published: [("cpu".to_string(), room * 1000)].into(),
+                room: list(room).0,
+                published: list(room).0,
                 waiting: false,
                 last_gated: None,
                 all_namespaces: true,
-                namespaces: HashSet::new(),
+                namespaces: users.iter().map(|n| n.to_string()).collect(),
             },
         );
     }
     a
+}
+
+/// Admits at creation a pod of `cpu` cores of its own (no workload) in queue `q`, namespace `ns`.
+fn single(a: &AdmitAtCreation, cpu: i64) -> Option<String> {
+    a.try_admit(&pod_at("ns"), &identity("q", None, None), &list(cpu))
 }
 
 /// A pod created in `namespace` from generateName `p-` (its name not known yet).
@@ -58,10 +79,7 @@ fn room(a: &AdmitAtCreation) -> i64 {
 #[test]
 fn nothing_is_admitted_at_creation_before_a_pass_published() {
     let a = AdmitAtCreation::default();
-    assert_eq!(
-        a.try_admit(&pod_at("ns"), &identity("q", None, None), &list(1)),
-        None
-    );
+    assert_eq!(single(&a, 1), None);
 }
 
 #[test]
@@ -105,12 +123,7 @@ fn tokens_differ_and_are_known_until_a_pass_sees_their_pods() {
         .expect("admitted");
     assert_ne!(first, second);
     assert!(holds(&a, &first) && holds(&a, &second));
-    let seen = VisibleToken {
-        token: &first,
-        namespace: "ns",
-        name: "p-1",
-        queue: "q",
-    };
+    let seen = seen_in_q(&first, "p-1");
     let (_, held) = a.holds_for_pass(Instant::now(), [seen]);
     assert!(
         !holds(&a, &first),
@@ -203,14 +216,9 @@ fn only_allowed_namespaces_and_known_queues_admit_at_creation() {
 #[test]
 fn deactivated_it_admits_nothing_and_tokens_stay_unique() {
     let a = open_with_room(10);
-    let before = a
-        .try_admit(&pod_at("ns"), &identity("q", None, None), &list(1))
-        .expect("admitted");
+    let before = single(&a, 1).expect("admitted");
     a.deactivate();
-    assert_eq!(
-        a.try_admit(&pod_at("ns"), &identity("q", None, None), &list(1)),
-        None
-    );
+    assert_eq!(single(&a, 1), None);
     assert!(!holds(&a, &before));
     let s = a.lock();
     assert_eq!(
@@ -337,20 +345,10 @@ mod token_replay {
             .expect("admitted");
         // The token copied onto another admitted pod the cache shows: the real pod is not
         // visible yet, so its room stays held.
-        let copied = VisibleToken {
-            token: &token,
-            namespace: "ns",
-            name: "impostor",
-            queue: "q",
-        };
+        let copied = seen_in_q(&token, "impostor");
         let (_, held) = a.holds_for_pass(Instant::now(), [copied]);
         assert_eq!(held["q"].get("cpu"), 1000);
-        let real = VisibleToken {
-            token: &token,
-            namespace: "ns",
-            name: "real",
-            queue: "q",
-        };
+        let real = seen_in_q(&token, "real");
         let (_, held) = a.holds_for_pass(Instant::now(), [real]);
         assert!(held.is_empty(), "the real pod ends the hold");
     }
@@ -401,9 +399,7 @@ fn gang_places_expire_with_the_hold_of_a_first_pod_that_never_appeared() {
 #[test]
 fn a_hold_outlives_a_late_cache_while_its_pod_exists() {
     let a = open_with_room(10);
-    let token = a
-        .try_admit(&pod_at("ns"), &identity("q", None, None), &list(2))
-        .expect("admitted at creation");
+    let token = single(&a, 2).expect("admitted at creation");
     // Not overdue yet: nothing to check.
     assert!(a.overdue_holds().is_empty());
     make_overdue(&a, &token);
@@ -423,12 +419,7 @@ fn a_hold_outlives_a_late_cache_while_its_pod_exists() {
     assert_eq!(held["q"].get("cpu"), 2000);
     // The cache shows the pod at last: the hold is dropped (the pod counts now), and a late
     // answer for it changes nothing.
-    let seen = VisibleToken {
-        token: &token,
-        namespace: "ns",
-        name: "p-x7k2q",
-        queue: "q",
-    };
+    let seen = seen_in_q(&token, "p-x7k2q");
     let (_, held) = a.holds_for_pass(Instant::now(), [seen]);
     assert!(held.is_empty());
     a.hold_checked(&token, HoldCheck::Gone);

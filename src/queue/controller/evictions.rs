@@ -78,17 +78,7 @@ mod tests {
                 let mut requests = ResourceList::new();
                 requests.add("cpu", *cpu);
                 requests.add("pods", 1000);
-                PodSnapshot {
-                    name: pod.to_string(),
-                    requests: Arc::new(requests),
-                    state: *state,
-                    created_at: 0,
-                    terminating: false,
-                    eviction_blocked: false,
-                    flavor: None,
-                    placement: None,
-                    topology: None,
-                }
+                PodSnapshot::plain(*pod, Arc::new(requests), *state, 0)
             })
             .collect();
         let objects = pods

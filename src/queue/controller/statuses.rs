@@ -15,7 +15,7 @@ use crate::queue::evictor::{self};
 use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::queue::status::{self, WorkloadView};
-use crate::resources::{ResourceList, describe_quantity};
+use crate::resources::ResourceList;
 
 impl Controller {
     /// The DynamicWorkloads' records and statuses this pass wants: those of the groups it decided
@@ -241,15 +241,8 @@ pub(super) fn pending_requests(workload: &WorkloadSnapshot) -> String {
     for pod in gated.filter(|p| p.state == PodState::Gated) {
         total.add_all(&pod.requests);
     }
-    let parts: Vec<String> = total
-        .0
-        .iter()
-        .filter(|(name, amount)| name.as_str() != "pods" && **amount > 0)
-        .map(|(name, amount)| format!("{} {name}", describe_quantity(name, *amount)))
-        .collect();
-    if parts.is_empty() {
-        "room for its pods".into()
-    } else {
-        parts.join(", ")
-    }
+    total.describe(
+        |name, amount| format!("{amount} {name}"),
+        "room for its pods",
+    )
 }

@@ -113,20 +113,16 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
     // this term's first pass must see every pod a previous leader admitted.
     let config = watcher::Config::default();
     let changed = &wakers.changed;
-    let (queues, q) = watch(
+    let (queues, q) = watch_whole(
         Api::<CapacityQueue>::all(client.clone()),
         config.clone(),
-        |_| {},
-        |_| {},
-        (changed, Vec::new()),
+        changed,
         "capacityqueues",
     );
-    let (flavors, f) = watch(
+    let (flavors, f) = watch_whole(
         Api::<ResourceFlavor>::all(client.clone()),
         config.clone(),
-        |_| {},
-        |_| {},
-        (changed, Vec::new()),
+        changed,
         "resourceflavors",
     );
     let workload_changes = Arc::new(Mutex::new(WorkloadChanges::default()));
@@ -156,12 +152,10 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
         vec![gated, ended],
         "pods",
     );
-    let (namespaces, n) = watch(
+    let (namespaces, n) = watch_whole(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         config,
-        |_| {},
-        |_| {},
-        (changed, Vec::new()),
+        changed,
         "namespaces",
     );
     // Node status changes (heartbeats, conditions) are trimmed away before the store, but each
@@ -201,6 +195,20 @@ pub(super) fn trim_node(node: &mut Node) {
         allocatable: node.status.as_mut().and_then(|s| s.allocatable.take()),
         ..NodeStatus::default()
     });
+}
+
+/// A watch of whole objects (nothing trimmed) whose every event wakes the pass loop.
+fn watch_whole<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: &Arc<Notify>,
+    what: &'static str,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    watch(api, config, |_| {}, |_| {}, (changed, Vec::new()), what)
 }
 
 /// A store of `K` kept by a watch in the background: each object trimmed by `trim` before it is

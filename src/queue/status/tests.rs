@@ -26,16 +26,8 @@ fn fixture(pods: &[(PodState, Option<&str>)]) -> Fixture {
     let snapshots = pods
         .iter()
         .enumerate()
-        .map(|(i, (state, _))| PodSnapshot {
-            name: format!("p{i}"),
-            requests: Arc::new(cpu(1)),
-            state: *state,
-            created_at: i as i64,
-            terminating: false,
-            eviction_blocked: false,
-            flavor: None,
-            placement: None,
-            topology: None,
+        .map(|(i, (state, _))| {
+            PodSnapshot::plain(format!("p{i}"), Arc::new(cpu(1)), *state, i as i64)
         })
         .collect();
     let workload = one_set_workload("w", "exec", cpu(1), 1, snapshots);
@@ -70,6 +62,21 @@ impl Fixture {
     }
 }
 
+/// The tally of a workload holding `pods` admitted pods of one cpu each.
+fn admitted(pods: u32) -> WorkloadTally {
+    WorkloadTally {
+        used: cpu(i64::from(pods)),
+        admitted_pods: pods,
+        ..WorkloadTally::default()
+    }
+}
+
+/// The status a pass writes for a workload it sees for the first time, admitting none of its
+/// pods this pass.
+fn first_status(view: &WorkloadView, tally: &WorkloadTally) -> DynamicWorkloadStatus {
+    workload_status(view, tally, &HashSet::new(), None, NOW)
+}
+
 fn condition<'a>(status: &'a DynamicWorkloadStatus, type_: &str) -> &'a Condition {
     status
         .conditions
@@ -89,7 +96,7 @@ fn a_preemptor_says_how_many_pods_it_waits_for() {
         }),
         ..WorkloadTally::default()
     };
-    let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&f.view(), &tally);
     assert_eq!(status.phase, WorkloadPhase::Pending);
     assert_eq!(
         status.message,
@@ -118,7 +125,7 @@ fn waiting_for_one_cpu() -> WorkloadTally {
 fn a_pending_workload_says_how_much_it_needs() {
     let f = fixture(&[(PodState::Gated, Some("Pending"))]);
     let tally = waiting_for_one_cpu();
-    let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&f.view(), &tally);
     assert_eq!(status.phase, WorkloadPhase::Pending);
     assert_eq!(
         status.message,
@@ -139,13 +146,7 @@ fn a_pending_workload_says_how_much_it_needs() {
 #[test]
 fn a_workload_without_pods_says_so() {
     let f = fixture(&[]);
-    let status = workload_status(
-        &f.view(),
-        &WorkloadTally::default(),
-        &HashSet::new(),
-        None,
-        NOW,
-    );
+    let status = first_status(&f.view(), &WorkloadTally::default());
     assert_eq!(
         (status.phase, status.message.as_str()),
         (WorkloadPhase::Pending, "no pods yet")
@@ -187,7 +188,7 @@ fn a_reservation_alone_makes_a_workload_admitted() {
         reserved: cpu(2),
         ..WorkloadTally::default()
     };
-    let status = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&f.view(), &tally);
     assert_eq!(status.phase, WorkloadPhase::Admitted);
     assert_eq!(status.reserved, cpu(2).to_quantities());
 }
@@ -195,12 +196,8 @@ fn a_reservation_alone_makes_a_workload_admitted() {
 #[test]
 fn a_running_workload_keeps_its_first_admission_time_and_transition_times() {
     let f = fixture(&[(PodState::Admitted, Some("Running"))]);
-    let tally = WorkloadTally {
-        used: cpu(1),
-        admitted_pods: 1,
-        ..WorkloadTally::default()
-    };
-    let first = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+    let tally = admitted(1);
+    let first = first_status(&f.view(), &tally);
     assert_eq!(first.phase, WorkloadPhase::Running);
     assert_eq!(first.pod_sets[0].running, 1);
     let old = DynamicWorkloadStatus {
@@ -226,13 +223,7 @@ fn a_workload_whose_pods_all_ended_finished_or_failed() {
         (PodState::Ended, Some("Succeeded")),
         (PodState::Ended, Some("Succeeded")),
     ]);
-    let done = workload_status(
-        &f.view(),
-        &WorkloadTally::default(),
-        &HashSet::new(),
-        None,
-        NOW,
-    );
+    let done = first_status(&f.view(), &WorkloadTally::default());
     assert_eq!(done.phase, WorkloadPhase::Finished);
     assert_eq!(done.message, "all 2 pod(s) ended");
     assert_eq!(done.finished_at.as_deref(), Some(NOW));
@@ -275,7 +266,7 @@ fn an_ended_application_is_final_whatever_its_pods_do() {
         admitted_pods: 1,
         ..WorkloadTally::default()
     };
-    let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&view, &tally);
     assert_eq!(status.phase, WorkloadPhase::Failed);
     assert_eq!(
         status.message,
@@ -291,7 +282,7 @@ fn an_ended_application_is_final_whatever_its_pods_do() {
         ended: Some(ApplicationEnd::Succeeded),
         ..f.view()
     };
-    let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&view, &tally);
     assert_eq!(
         (status.phase, status.message.as_str()),
         (WorkloadPhase::Finished, "the application succeeded")
@@ -322,29 +313,18 @@ fn a_workload_failed_by_its_requeue_limit_says_why() {
         requeue_exhausted: true,
         ..f.view()
     };
-    let status = workload_status(&view, &WorkloadTally::default(), &HashSet::new(), None, NOW);
+    let status = first_status(&view, &WorkloadTally::default());
     assert_eq!(status.phase, WorkloadPhase::Failed);
-    assert!(
-        status.message.contains("requeueLimit"),
-        "{}",
-        status.message
-    );
-    assert!(
-        status.message.contains("1 pod(s) left behind"),
-        "{}",
-        status.message
-    );
+    for says in ["requeueLimit", "1 pod(s) left behind"] {
+        assert!(status.message.contains(says), "{}", status.message);
+    }
 }
 
 #[test]
 fn a_requeue_is_counted_once_as_a_requeue_not_a_preemption() {
     let f = fixture(&[(PodState::Admitted, Some("Pending"))]);
-    let tally = WorkloadTally {
-        used: cpu(1),
-        admitted_pods: 1,
-        ..WorkloadTally::default()
-    };
-    let old = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+    let tally = admitted(1);
+    let old = first_status(&f.view(), &tally);
     let requeue = Preemption {
         by: "ns/w".into(),
         reason: REQUEUE_REASON.into(),
@@ -375,12 +355,8 @@ fn a_preemption_is_counted_once_and_recorded_with_who_when_and_why() {
         (PodState::Admitted, Some("Running")),
         (PodState::Admitted, Some("Running")),
     ]);
-    let tally = WorkloadTally {
-        used: cpu(2),
-        admitted_pods: 2,
-        ..WorkloadTally::default()
-    };
-    let before = workload_status(&f.view(), &tally, &HashSet::new(), None, NOW);
+    let tally = admitted(2);
+    let before = first_status(&f.view(), &tally);
     let old = DynamicWorkloadStatus {
         interrupted_count: 1,
         ..before
@@ -438,17 +414,13 @@ fn a_workload_preempted_whole_waits_as_preempted() {
         preempted: Some(&p),
         ..f.view()
     };
-    let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&view, &tally);
     assert_eq!(status.phase, WorkloadPhase::Preempted);
     assert_eq!(status.interrupted_count, 1);
     assert!(status.message.starts_with("needs 1 cpu more"), "{status:?}");
     // Admitted again: the phase follows its pods, the record stays.
     let f = fixture(&[(PodState::Admitted, Some("Running"))]);
-    let tally = WorkloadTally {
-        used: cpu(1),
-        admitted_pods: 1,
-        ..WorkloadTally::default()
-    };
+    let tally = admitted(1);
     let back = workload_status(&f.view(), &tally, &HashSet::new(), Some(&status), LATER);
     assert_eq!(back.phase, WorkloadPhase::Running);
     assert_eq!(back.interrupted_count, 1);
@@ -463,7 +435,7 @@ fn a_preemptor_held_by_a_disruption_budget_says_so() {
         held: Some("waits to preempt: a PodDisruptionBudget blocks the eviction of pod ns/p"),
         ..f.view()
     };
-    let status = workload_status(&view, &tally, &HashSet::new(), None, NOW);
+    let status = first_status(&view, &tally);
     assert_eq!(
         status.message,
         "waits to preempt: a PodDisruptionBudget blocks the eviction of pod ns/p"

@@ -139,26 +139,29 @@ fn a_scavenger_job_with_a_bad_field_is_refused_naming_it() {
     let good = json!({"image": "busybox", "duration": "10m",
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}});
     assert_eq!(v.judge("ns", &sj(good.clone())), Ok(()));
-    let mut bad = good.clone();
-    bad["duration"] = json!("a while");
-    assert!(
-        v.judge("ns", &sj(bad))
-            .expect_err("duration")
-            .starts_with("spec.duration")
-    );
-    let mut bad = good.clone();
-    bad["parallelism"] = json!("two");
-    assert!(
-        v.judge("ns", &sj(bad))
-            .expect_err("type")
-            .starts_with("spec:")
-    );
-    let mut bad = good;
-    bad["resources"]["limits"]["memory"] = json!("2Gi");
-    assert!(
-        v.judge("ns", &sj(bad))
-            .expect_err("limits")
-            .contains("limits.memory (2Gi)")
-    );
+    // A field made bad (its path in the spec), its bad value, and what the refusal starts with
+    // (or, `false`, says).
+    let cases: [(&[&str], Value, bool, &str); 3] = [
+        (&["duration"], json!("a while"), true, "spec.duration"),
+        (&["parallelism"], json!("two"), true, "spec:"),
+        (
+            &["resources", "limits", "memory"],
+            json!("2Gi"),
+            false,
+            "limits.memory (2Gi)",
+        ),
+    ];
+    for (path, value, first, says) in cases {
+        let mut bad = good.clone();
+        let field = path.iter().fold(&mut bad, |v, key| &mut v[*key]);
+        *field = value;
+        let refusal = v.judge("ns", &sj(bad)).expect_err("refused");
+        let said = if first {
+            refusal.starts_with(says)
+        } else {
+            refusal.contains(says)
+        };
+        assert!(said, "{path:?}: {refusal}");
+    }
     assert!(v.judge("ns", &sj(Value::Null)).is_err());
 }

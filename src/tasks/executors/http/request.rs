@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::api::{HarParam, HarRequest, HttpExecutor};
+use crate::api::{HarNameValue, HarParam, HarRequest, HttpExecutor};
 use crate::tasks::executors::{ExecError, Outcome, parse_result};
 use crate::tasks::jsonpath::{self, Condition};
 use crate::tasks::substitute::{Variables, substitute};
@@ -108,6 +108,21 @@ fn multipart(params: &[(HarParam, String)], boundary: &str) -> Vec<u8> {
     body
 }
 
+/// The names and values of a HAR list (`headers`, `queryString`, `cookies`), the values
+/// substituted; an error names the field as `http.request.<list>.<name>`.
+fn substituted(
+    pairs: &[HarNameValue],
+    vars: &Variables,
+    list: &str,
+) -> Result<Vec<(String, String)>, ExecError> {
+    (pairs.iter())
+        .map(|p| {
+            let field = format!("http.request.{list}.{}", p.name);
+            Ok((p.name.clone(), substitute(&p.value, vars, &field)?))
+        })
+        .collect()
+}
+
 /// The body and its Content-Type from `postData`.
 fn post_body(
     request: &HarRequest,
@@ -187,36 +202,13 @@ pub fn build_request(
             "http.request.url {url:?}: an absolute http:// or https:// URL is needed"
         )));
     }
-    let query = har
-        .query_string
-        .iter()
-        .map(|q| {
-            let field = format!("http.request.queryString.{}", q.name);
-            Ok((q.name.clone(), substitute(&q.value, vars, &field)?))
-        })
-        .collect::<Result<Vec<_>, ExecError>>()?;
+    let query = substituted(&har.query_string, vars, "queryString")?;
     let url = with_query(&url, &query);
-    let mut headers = har
-        .headers
-        .iter()
-        .map(|h| {
-            let field = format!("http.request.headers.{}", h.name);
-            Ok((h.name.clone(), substitute(&h.value, vars, &field)?))
-        })
-        .collect::<Result<Vec<_>, ExecError>>()?;
+    let mut headers = substituted(&har.headers, vars, "headers")?;
     if !har.cookies.is_empty() {
-        let cookies = har
-            .cookies
-            .iter()
-            .map(|c| {
-                let field = format!("http.request.cookies.{}", c.name);
-                Ok(format!(
-                    "{}={}",
-                    c.name,
-                    substitute(&c.value, vars, &field)?
-                ))
-            })
-            .collect::<Result<Vec<_>, ExecError>>()?;
+        let cookies: Vec<String> = (substituted(&har.cookies, vars, "cookies")?.into_iter())
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
         headers.push(("Cookie".into(), cookies.join("; ")));
     }
     let body = match post_body(har, vars, boundary)? {
