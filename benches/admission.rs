@@ -222,6 +222,7 @@ fn bench_flavors(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
     };
     // 1,000 nodes in 50 racks, half of each rack `a100`, half `h100`.
     let nodes = Topology {
+        data: Default::default(),
         nodes: (0..1000)
             .map(|n| NodeRoom {
                 name: format!("node-{n:04}"),
