@@ -27,12 +27,13 @@ impl Controller {
     /// gated pod asks). Each lookup is bounded by the API timeout; one that fails finds nothing
     /// (a required ask waits, saying why).
     pub(super) async fn find_data(&mut self) {
-        let asks: BTreeSet<(String, DataSource)> = (self.stores.pods.state().iter())
-            .filter(|p| p.admission_gate.is_some())
-            .filter_map(|p| {
+        let asks: BTreeSet<(String, DataSource)> = (self.stores.pods)
+            .pick(|p| {
+                p.admission_gate.as_ref()?;
                 let data = p.facts.as_deref()?.topology.as_deref()?.data.as_ref()?;
                 Some((p.namespace()?.to_string(), data.source.clone()))
             })
+            .into_iter()
             .collect();
         self.data.clear();
         if asks.is_empty() {
