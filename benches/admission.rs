@@ -38,6 +38,7 @@ use sluice::api::{ADMISSION_GATE, CapacityQueue, QueueingStrategy};
 use sluice::queue::admission::*;
 use sluice::queue::incremental::Snapshotter;
 use sluice::queue::pod_cache::CachedPod;
+use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
 use sluice::resources::ResourceList;
 
 fn resources(cpu: i64, memory_mib: i64) -> ResourceList {
@@ -190,7 +191,6 @@ fn bench(c: &mut Criterion) {
 /// admitted pods alternate between the two. Beside it the same with every pod asking for one rack
 /// as in [`bench_topology`]: the pass with flavors and topology at once.
 fn bench_flavors(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
-    use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
     let flavored = |s: &Snapshot| -> Snapshot {
         let mut s = s.clone();
         for queue in &mut s.queues {
@@ -221,30 +221,11 @@ fn bench_flavors(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
         s
     };
     // 1,000 nodes in 50 racks, half of each rack `a100`, half `h100`.
-    let nodes = Topology {
-        data: Default::default(),
-        nodes: (0..1000)
-            .map(|n| NodeRoom {
-                name: format!("node-{n:04}"),
-                labels: [
-                    ("rack".to_string(), format!("rack-{}", n % 50)),
-                    (
-                        "gpu".to_string(),
-                        ["a100", "h100"][(n / 50) % 2].to_string(),
-                    ),
-                ]
-                .into(),
-                free: resources(64_000, 256 * 1024),
-            })
-            .collect(),
-    };
-    let ask = Arc::new(PodTopology {
-        ask: Some(TopologyAsk {
-            key: "rack".into(),
-            required: true,
-        }),
-        ..PodTopology::default()
-    });
+    let mut nodes = racks();
+    for (n, node) in nodes.nodes.iter_mut().enumerate() {
+        let gpu = ["a100", "h100"][(n / 50) % 2];
+        node.labels.insert("gpu".to_string(), gpu.to_string());
+    }
     let mut group = c.benchmark_group("admission_pass_flavors");
     group.sample_size(10);
     for (id, s) in snapshots
@@ -255,13 +236,7 @@ fn bench_flavors(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
         group.bench_with_input(BenchmarkId::new("flavors", id), &with_flavors, |b, s| {
             b.iter(|| decide(s))
         });
-        let mut both = with_flavors.clone();
-        for pod in (both.workloads.iter_mut())
-            .flat_map(|w| w.pod_sets.iter_mut())
-            .flat_map(|set| set.pods.iter_mut())
-        {
-            pod.topology = Some(Arc::clone(&ask));
-        }
+        let both = asking_a_rack(&with_flavors);
         group.bench_with_input(
             BenchmarkId::new("flavors_and_topology", id),
             &both,
@@ -274,10 +249,9 @@ fn bench_flavors(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
     group.finish();
 }
 
-/// See the module documentation.
-fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
-    use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
-    let nodes = Topology {
+/// 1,000 nodes of 64 cpu in 50 racks (`rack: rack-<n % 50>`).
+fn racks() -> Topology {
+    Topology {
         nodes: (0..1000)
             .map(|n| NodeRoom {
                 name: format!("node-{n:04}"),
@@ -286,7 +260,11 @@ fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
             })
             .collect(),
         ..Topology::default()
-    };
+    }
+}
+
+/// `s` with every pod asking for one rack (`sluice.dev/topology-required: rack`).
+fn asking_a_rack(s: &Snapshot) -> Snapshot {
     let ask = Arc::new(PodTopology {
         ask: Some(TopologyAsk {
             key: "rack".into(),
@@ -294,19 +272,26 @@ fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
         }),
         ..PodTopology::default()
     });
+    let mut asking = s.clone();
+    for pod in (asking.workloads.iter_mut())
+        .flat_map(|w| w.pod_sets.iter_mut())
+        .flat_map(|set| set.pods.iter_mut())
+    {
+        pod.topology = Some(Arc::clone(&ask));
+    }
+    asking
+}
+
+/// See the module documentation.
+fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
+    let nodes = racks();
     let mut group = c.benchmark_group("admission_pass_topology");
     group.sample_size(10);
     for (id, s) in snapshots
         .iter()
         .filter(|(_, s)| s.workloads.len() <= 10_000)
     {
-        let mut asking = s.clone();
-        for pod in (asking.workloads.iter_mut())
-            .flat_map(|w| w.pod_sets.iter_mut())
-            .flat_map(|set| set.pods.iter_mut())
-        {
-            pod.topology = Some(Arc::clone(&ask));
-        }
+        let asking = asking_a_rack(s);
         group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
             b.iter(|| decide_with(s, Some(&nodes)))
         });
@@ -322,17 +307,11 @@ fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
         .iter()
         .filter(|(_, s)| s.workloads.len() <= 10_000)
     {
-        let mut asking = s.clone();
+        let mut asking = asking_a_rack(s);
         for queue in &mut asking.queues {
             for value in queue.quota.0.values_mut() {
                 *value = value.saturating_mul(1000);
             }
-        }
-        for pod in (asking.workloads.iter_mut())
-            .flat_map(|w| w.pod_sets.iter_mut())
-            .flat_map(|set| set.pods.iter_mut())
-        {
-            pod.topology = Some(Arc::clone(&ask));
         }
         group.bench_with_input(BenchmarkId::from_parameter(id), &asking, |b, s| {
             b.iter(|| decide_with(s, Some(&small)))

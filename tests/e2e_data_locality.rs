@@ -22,9 +22,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -177,15 +175,6 @@ async fn nodes_of(
     seen
 }
 
-async fn wait_message(env: &TestEnv, name: &str, needle: &str) -> String {
-    let status = env
-        .wait_workload_status(name, needle, Duration::from_secs(60), |s| {
-            s.message.contains(needle)
-        })
-        .await;
-    status.message
-}
-
 #[tokio::test]
 async fn executors_go_beside_their_data_and_a_gang_too_big_waits_or_runs_elsewhere() {
     let Some(mut env) = TestEnv::new_or_skip("data-pods").await else {
@@ -226,7 +215,7 @@ async fn executors_go_beside_their_data_and_a_gang_too_big_waits_or_runs_elsewhe
         env.create_pod(data_pod(&format!("b-{i}"), &queue, "1", ("b", 2), &ask))
             .await;
     }
-    let message = wait_message(&env, "b", "its data").await;
+    let message = env.wait_workload_message("b", "its data").await;
     assert!(
         message.contains(&format!(
             "fits queue {queue} but its data (pods app=cache) is on nodes {}, {}; they have room for 0 of its 2 pods",
@@ -340,7 +329,7 @@ async fn a_hostile_tenant_cannot_reach_anothers_data_nor_forge_its_pin() {
     let reach = [("sluice.dev/data-pods", "app=cache")];
     env.create_pod(data_pod("reach-0", &queue, "1", ("reach", 1), &reach))
         .await;
-    let message = wait_message(&env, "reach", "no node holds").await;
+    let message = env.wait_workload_message("reach", "no node holds").await;
     assert!(
         message.contains(&format!(
             "no pod of namespace {} that matches it runs on a node",
@@ -353,7 +342,7 @@ async fn a_hostile_tenant_cannot_reach_anothers_data_nor_forge_its_pin() {
     let steal = [("sluice.dev/data-claim", "mine")];
     env.create_pod(data_pod("steal-0", &queue, "1", ("steal", 1), &steal))
         .await;
-    let message = wait_message(&env, "steal", "no node holds").await;
+    let message = env.wait_workload_message("steal", "no node holds").await;
     assert!(message.contains("not bound"), "{message}");
     // A forged pin is dropped at creation, and a user's change of it refused later.
     let forger = with_annotations(
@@ -450,13 +439,7 @@ async fn spark_executors_go_beside_their_data() {
     let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
     cache_pod(&env, "cache-0", &n[2]).await;
     cache_pod(&env, "cache-1", &n[3]).await;
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "spark"}})).expect("sa"),
-    )
-    .await
-    .expect("sa");
+    env.create_service_account("spark").await;
     let home = spark_home(
         "pyspark-",
         "run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)",

@@ -7,7 +7,6 @@ mod support;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -77,13 +76,7 @@ async fn driver_of(env: &TestEnv, run: &str) -> String {
 #[tokio::test]
 async fn each_run_is_its_own_governed_workload_and_forbid_still_holds() {
     let (env, queue) = env_and_queue!("sspark", json!({"cpu": "4"}), "BestEffortFIFO");
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "spark"}})).expect("sa"),
-    )
-    .await
-    .expect("sa");
+    env.create_service_account("spark").await;
 
     let schedules = scheduled_spark_applications(&env);
     let created = schedules

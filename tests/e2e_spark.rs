@@ -12,9 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::ResourceExt;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
 use support::*;
@@ -69,20 +68,10 @@ async fn spark_submit(
     .start(&home)
 }
 
-async fn service_account(env: &TestEnv, name: &str) {
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.namespace);
-    sas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa"),
-    )
-    .await
-    .expect("sa");
-}
-
 #[tokio::test]
 async fn spark_dynamic_allocation_is_governed_and_bounded() {
     let (env, queue) = env_and_queue!("spark", json!({"cpu": "4"}), "BestEffortFIFO");
-    service_account(&env, "spark").await;
+    env.create_service_account("spark").await;
     // Another workload holds 1 cpu; Spark gets the other 3.
     env.create_pod(pod("other", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
@@ -168,7 +157,7 @@ async fn wait_for_executors(env: &TestEnv, count: usize) {
 async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_driver_to_executors() {
     let (env, queue) = env_and_queue!("sparkapp", json!({"cpu": "4"}), "BestEffortFIFO");
     env.set_default_queue(&queue).await;
-    service_account(&env, "spark").await;
+    env.create_service_account("spark").await;
     // 3 of the 4 cpu are taken: the application's gang (driver 1 + 1 minimum executor) must wait.
     env.create_pod(pod("other", &queue, "3")).await;
     env.wait_queue_counts(&queue, 0, 1).await;

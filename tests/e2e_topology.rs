@@ -144,16 +144,6 @@ async fn racks_selected(
     seen
 }
 
-/// Waits for the DynamicWorkload `name`'s message to contain `needle`, and returns it.
-async fn wait_message(env: &TestEnv, name: &str, needle: &str) -> String {
-    let status = env
-        .wait_workload_status(name, needle, Duration::from_secs(60), |s| {
-            s.message.contains(needle)
-        })
-        .await;
-    status.message
-}
-
 #[tokio::test]
 async fn a_gang_goes_whole_into_the_rack_with_room_and_one_that_fits_no_rack_waits() {
     let Some(mut env) = TestEnv::new_or_skip("topo-gang").await else {
@@ -179,7 +169,7 @@ async fn a_gang_goes_whole_into_the_rack_with_room_and_one_that_fits_no_rack_wai
         env.create_pod(rack_pod(&racks, &format!("b-{i}"), &queue, "1", ("b", 5)))
             .await;
     }
-    let message = wait_message(&env, "b", "no single").await;
+    let message = env.wait_workload_message("b", "no single").await;
     assert!(
         message.contains(&format!(
             "fits queue {queue} but no single {} has room for its 5 pods; the most any {} has room for is 4",
@@ -238,7 +228,7 @@ async fn a_hostile_pod_cannot_forge_or_escape_its_rack() {
     narrow.spec.as_mut().expect("spec").node_selector =
         Some([(racks.key.clone(), racks.rack("r1"))].into());
     env.create_pod(narrow).await;
-    let message = wait_message(&env, "narrow", "no single").await;
+    let message = env.wait_workload_message("narrow", "no single").await;
     assert!(message.contains("the most any"), "{message}");
     env.cleanup().await;
     racks.remove().await;

@@ -485,6 +485,28 @@ impl TestEnv {
         workload.status.unwrap_or_default()
     }
 
+    /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name`'s message contains
+    /// `needle`; returns the message.
+    pub async fn wait_workload_message(&self, name: &str, needle: &str) -> String {
+        let status = self
+            .wait_workload_status(name, needle, Duration::from_secs(60), |s| {
+                s.message.contains(needle)
+            })
+            .await;
+        status.message
+    }
+
+    /// A ServiceAccount `name` in the test's namespace (Spark's driver runs as one).
+    pub async fn create_service_account(&self, name: &str) {
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let sa = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("a ServiceAccount");
+        sas.create(&Default::default(), &sa)
+            .await
+            .expect("create the ServiceAccount");
+    }
+
     /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` is in `phase`.
     pub async fn wait_workload_phase(
         &self,
