@@ -24,7 +24,7 @@
 //! (`flavors`), the same with every pod asking for a rack over 1,000 nodes whose racks hold both
 //! flavors (`flavors_and_topology`), and the plain pass in the same run (`neither`).
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use std::collections::HashSet;
 
 /// The allocator of the sluice binary (src/main.rs), so that passes are measured as the controller
@@ -34,10 +34,9 @@ use std::collections::HashSet;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::Arc;
 
-use sluice::api::{ADMISSION_GATE, CapacityQueue, QueueingStrategy};
+use sluice::api::QueueingStrategy;
 use sluice::queue::admission::*;
 use sluice::queue::incremental::Snapshotter;
-use sluice::queue::pod_cache::CachedPod;
 use sluice::queue::topology::{NodeRoom, Topology, TopologyAsk};
 use sluice::resources::ResourceList;
 
@@ -320,52 +319,6 @@ fn bench_topology(c: &mut Criterion, snapshots: &[(String, Snapshot)]) {
     group.finish();
 }
 
-/// `pods` plain pods, each its own workload, over 8 queues as in [`snapshot`]: a third admitted
-/// (running), the others gated. With the 8 CapacityQueues.
-fn cluster(pods: usize) -> (Vec<Arc<CapacityQueue>>, Vec<Arc<CachedPod>>) {
-    let queues = (0..8)
-        .map(|q| {
-            let strategy = if q % 2 == 0 {
-                "BestEffortFIFO"
-            } else {
-                "StrictFIFO"
-            };
-            let queue: CapacityQueue = serde_json::from_value(serde_json::json!({
-                "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
-                "metadata": {"name": format!("q{q}")},
-                "spec": {"quota": {"cpu": "2000", "memory": "8000Gi"}, "queueingStrategy": strategy,
-                    "preemption": {"withinQueue": "Never"}}}))
-            .expect("queue");
-            Arc::new(queue)
-        })
-        .collect();
-    let objects = (0..pods).map(|p| pod_object(p, p % 3 == 0)).collect();
-    (queues, objects)
-}
-
-fn pod_object(p: usize, running: bool) -> Arc<CachedPod> {
-    pod_version(p, if running { "Running" } else { "Pending" }, !running)
-}
-
-fn pod_version(p: usize, phase: &str, gated: bool) -> Arc<CachedPod> {
-    let gates = if gated {
-        serde_json::json!([{"name": ADMISSION_GATE}])
-    } else {
-        serde_json::json!([])
-    };
-    let cpu = 500 + (p % 4) * 500;
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("w{p}"), "namespace": format!("ns{}", p % 50),
-            "uid": format!("uid-{p}"), "resourceVersion": "1",
-            "creationTimestamp": format!("2026-11-25T{:02}:{:02}:{:02}Z", (p / 3600) % 24, (p / 60) % 60, p % 60),
-            "labels": {"sluice.dev/queue": format!("q{}", p % 8)}},
-        "spec": {"schedulingGates": gates, "containers": [{"name": "c", "resources": {"requests": {"cpu": format!("{cpu}m"), "memory": "1Gi"}}}]},
-        "status": {"phase": phase},
-    }))
-    .expect("pod");
-    Arc::new(CachedPod::from_pod(pod))
-}
-
 fn bench_incremental(c: &mut Criterion) {
     let (queues, pods) = cluster(100_000);
     let mut inc = Snapshotter::default();
@@ -427,5 +380,22 @@ fn bench_incremental(c: &mut Criterion) {
     group.finish();
 }
 
+/// The incremental pass's cluster, shared with `examples/one_pod_changed.rs`.
+#[path = "common/incremental.rs"]
+mod incremental;
+use incremental::{cluster, count_passes, pod_object, pod_version};
+
 criterion_group!(benches, bench, bench_incremental);
-criterion_main!(benches);
+
+fn main() {
+    // Only the `one_pod_changed` case, N passes, no timing (see `common/incremental.rs`).
+    if let Some(passes) = std::env::var("SLUICE_BENCH_PASSES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        count_passes(passes);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -45,8 +45,11 @@ Usage: hack/bench.sh [--only admission|scale|webhook|e2e] [--quick] [--no-write 
              applications: no gate, sluice, Kueue (elastic RayClusters): hack/bench/shapes.sh
   peer       Kueue's scheduler performance suite (baseline, 15,000 workloads) as plain pods, sluice
              and Kueue: hack/bench/peer.sh
+  peer_jobs  the same suite as batch/v1 Jobs (what Kueue's users run): hack/bench/peer.sh, PEER_AS=jobs
+  peer_tas   the suite's topology-aware shape (configs/tas: 2/4/8-pod Jobs asking for one rack, 10
+             racks of 64 nodes): hack/bench/peer.sh, PEER_SHAPE=tas
   large      the e2e load at 20,000 pods on 500 kwok nodes, no gate, sluice, Kueue: hack/bench/large.sh
-             (shapes, peer, large: their own cluster, runs and report; not part of a full run)
+             (shapes, peer*, large: their own cluster, runs and report; not part of a full run)
 
   turnover   a pod ending to the next waiting pod ungated in a full queue, p50/p99 over 2,000
              handovers, 3 runs: hack/bench/turnover.sh (not part of a full run)
@@ -78,6 +81,8 @@ case "$only" in
   ""|admission|scale|webhook|e2e) ;;
   status_lag) exec "$root/hack/bench/status_lag.sh" ;;   # its own cluster, runs and report (see that script)
   shapes|peer|large) QUICK=$quick WRITE=$write exec "$root/hack/bench/$only.sh" ;;   # its own cluster, runs and report
+  peer_jobs) PEER_AS=jobs QUICK=$quick WRITE=$write exec "$root/hack/bench/peer.sh" ;;
+  peer_tas) PEER_SHAPE=tas QUICK=$quick WRITE=$write exec "$root/hack/bench/peer.sh" ;;
   turnover) exec "$root/hack/bench/turnover.sh" $( ((quick)) && echo --quick ) $( ((write)) || echo --no-write ) ;;   # the cluster of $SLUICE_CLUSTER_STATE
   *) echo "bench.sh: --only wants admission, scale, webhook or e2e, not $only" >&2; exit 2 ;;
 esac

@@ -52,7 +52,9 @@ Commands:
                   puts kubectl (from the cache) on PATH and, with sluice running, SLUICE_WEBHOOK_ADDR
                   and SLUICE_METRICS_ADDR; with the Spark operator, SPARK_HOME, JAVA_HOME and
                   PYSPARK_PYTHON (spark-submit from the pinned pyspark)
-  build [flags]   only build (the add-ons named by --with-* flags too; --all builds every add-on)
+  build [flags]   only build (the add-ons named by --with-* flags too; --all builds every add-on;
+                  --real-node: the kubelet, argoexec with --with-argo, the SLUICE_REAL_NODE_IMAGES and
+                  sluice's image archives from the Dockerfile, which 'up --real-node --no-build' imports)
   help            this text
 
 Flags of 'up' (and 'build'):
@@ -74,7 +76,8 @@ Flags of 'up' (and 'build'):
                        (hack/bench.sh e2e). Same as SLUICE_PROFILE=release. A running sluice of the other
                        build is restarted (its binary changed).
   --no-build           with --with-sluice: use target/debug/sluice (target/release/sluice with
-                       --release-sluice) as it is (no cargo build)
+                       --release-sluice) as it is (no cargo build); with --real-node: import sluice's
+                       image archives already built (by 'build --real-node') instead of building them
   --with-kuberay       the KubeRay operator $KUBERAY_VERSION on the host, its CRDs applied
   --with-spark-operator
                        the Spark operator $SPARK_OPERATOR_VERSION (controller only, no webhook) on the host,
@@ -566,6 +569,9 @@ cmd_build() {
   parse_flags build "$@"
   build_core
   build_addons
+  # With --real-node, sluice's images from the Dockerfile too (needs root: buildah), so that a later
+  # 'up --real-node --no-build' only imports them.
+  if $REAL_NODE; then realnode_sluice_archives; fi
 }
 
 case ${1:-} in

@@ -23,6 +23,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/script.sh"   # ROOT (the working dire
 usage_if_asked "$0" "$@"
 # shellcheck source=hack/versions.sh
 source "$ROOT/hack/versions.sh"
+# shellcheck source=hack/lib/deb.sh
+source "$ROOT/hack/lib/deb.sh"   # deb_version: a pinned Debian package, or its newest once replaced
 CACHE=${SLUICE_CACHE:-$HOME/.cache/sluice}
 log() { echo "image.sh: $*" >&2; }
 die() { echo "image.sh: error: $*" >&2; exit 1; }
@@ -54,10 +56,14 @@ mkdir -p "$CACHE/images" "$(dirname "$OUT")" "$(dirname "$LOGFILE")"
 # buildah from Debian, at the pinned version.
 if [[ $(dpkg-query -W -f '${Version}' buildah 2>/dev/null || true) != "$BUILDAH_DEB_VERSION" ]]; then
   command -v apt-get >/dev/null || die "building the image needs buildah $BUILDAH_DEB_VERSION (Debian); this machine has no apt-get"
-  log "installing buildah=$BUILDAH_DEB_VERSION (apt-get, first time only)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "buildah=$BUILDAH_DEB_VERSION"; } >>"$LOGFILE" 2>&1 \
-    || die "apt-get install buildah=$BUILDAH_DEB_VERSION failed (log: $LOGFILE); if Debian replaced it, update BUILDAH_DEB_VERSION in hack/versions.sh"
+  apt-get update -qq >>"$LOGFILE" 2>&1 || die "apt-get update failed (log: $LOGFILE)"
+  buildah_version=$(deb_version buildah "$BUILDAH_DEB_VERSION")  # the pin, or Debian's newest once replaced
+  [[ -n $buildah_version ]] || die "Debian's archive has no package buildah"
+  if [[ $(dpkg-query -W -f '${Version}' buildah 2>/dev/null || true) != "$buildah_version" ]]; then
+    log "installing buildah=$buildah_version (apt-get, first time only)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "buildah=$buildah_version" >>"$LOGFILE" 2>&1 \
+      || die "apt-get install buildah=$buildah_version failed (log: $LOGFILE)"
+  fi
 fi
 
 STORAGE=(--root "$CACHE/buildah/storage" --runroot /run/sluice-buildah --storage-driver "${SLUICE_BUILDAH_DRIVER:-overlay}")

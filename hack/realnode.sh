@@ -38,6 +38,8 @@ ARGOEXEC_IMAGE=sluice.local/argoexec:$ARGO_WORKFLOWS_VERSION
 
 # shellcheck source=hack/images/images.sh
 source "$ROOT/hack/images/images.sh"
+# shellcheck source=hack/lib/deb.sh
+source "$ROOT/hack/lib/deb.sh"   # deb_version: a pinned Debian package, or its newest once replaced
 
 CTR() { ctr --address "$NODE_DIR/containerd.sock" -n k8s.io "$@"; }
 
@@ -54,10 +56,21 @@ realnode_packages() {
   done
   ((${#missing[@]})) || return 0
   command -v apt-get >/dev/null || die "the real node needs ${missing[*]} (Debian packages); this machine has no apt-get"
+  apt-get update -qq >"$LOGS/apt.log" 2>&1 || fail_with_log apt "apt-get update failed"
+  # A pin Debian has replaced: its newest version instead (deb_version, hack/lib/script.sh).
+  local install=()
+  for spec in "${missing[@]}"; do
+    pkg=${spec%%=*}
+    ver=$(deb_version "$pkg" "${spec#*=}")
+    [[ -n $ver ]] || die "Debian's archive has no package $pkg (needed by the real node)"
+    [[ $(dpkg-query -W -f '${Version}' "$pkg" 2>/dev/null || true) == "$ver" ]] || install+=("$pkg=$ver")
+  done
+  ((${#install[@]})) || return 0
+  missing=("${install[@]}")
   log "installing ${missing[*]} (apt-get, first time only)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
-    >"$LOGS/apt.log" 2>&1 ||
-    fail_with_log apt "apt-get install ${missing[*]} failed: if Debian replaced a version, update the *_DEB_VERSION pins in hack/versions.sh (apt-cache policy <package>)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    >>"$LOGS/apt.log" 2>&1 ||
+    fail_with_log apt "apt-get install ${missing[*]} failed"
 }
 
 # The Go ldflags that stamp the Kubernetes version into a binary (kubectl version, node status).
@@ -153,21 +166,36 @@ realnode_images() {
     import_image "$ARGOEXEC_IMAGE" "$dir/argoexec.tar"
   fi
 
-  # sluice: built from the Dockerfile at the root (hack/image.sh: buildah, offline), as users build
-  # it; imported as sluice:dev (what manifests/install/ asks for) and sluice:<version> (what
-  # dist/sluice.yaml and the chart's defaults ask for). With SLUICE_REAL_NODE_IMAGES naming
-  # sluice-upgrade, a second build too (version <version>-upgrade, its own tag and image id) for the
-  # upgrade tests (tests/real_node_install.rs). --no-build imports the last archive as it is.
+  # sluice: the archives of realnode_sluice_archives, imported as sluice:dev (what manifests/install/
+  # asks for) and sluice:<version> (what dist/sluice.yaml and the chart's defaults ask for), and the
+  # second build (sluice-upgrade) under its own tag.
+  local version
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)
+  realnode_sluice_archives
+  import_image "$SLUICE_IMAGE" "$CACHE/images/sluice-dev.tar"
+  CTR images tag --force "$SLUICE_IMAGE" "docker.io/library/sluice:$version" >/dev/null \
+    || die "ctr images tag $SLUICE_IMAGE sluice:$version failed"
+  if [[ " $REAL_NODE_IMAGES " == *" sluice-upgrade "* ]]; then
+    import_image "$SLUICE_UPGRADE_IMAGE" "$CACHE/images/sluice-upgrade.tar"
+  fi
+  rm -rf "$dir"
+  real_images_import  # SLUICE_REAL_NODE_IMAGES: the Spark and Ray images (hack/images/)
+}
+
+# sluice's image, built from the Dockerfile at the root (hack/image.sh: buildah, offline) as users
+# build it, into $CACHE/images/sluice-dev.tar; with SLUICE_REAL_NODE_IMAGES naming sluice-upgrade, a
+# second build too (version <version>-upgrade, its own tag and image id) for the upgrade tests
+# (tests/real_node_install.rs). --no-build keeps the archives already there (hack/test.sh builds them
+# with 'build --real-node' while its first phase runs, then brings the real node up with --no-build).
+realnode_sluice_archives() {
   local archive version
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/Cargo.toml" | head -n1)
+  mkdir -p "$LOGS"
   archive=$CACHE/images/sluice-dev.tar
   if $BUILD_SLUICE || [[ ! -f $archive ]]; then
     SLUICE_IMAGE_LOG=$LOGS/image-build.log "$ROOT/hack/image.sh" --tag "$SLUICE_IMAGE" --out "$archive" >/dev/null \
       || fail_with_log image-build "building sluice's image from the Dockerfile failed (hack/image.sh)"
   fi
-  import_image "$SLUICE_IMAGE" "$archive"
-  CTR images tag --force "$SLUICE_IMAGE" "docker.io/library/sluice:$version" >/dev/null \
-    || die "ctr images tag $SLUICE_IMAGE sluice:$version failed"
   if [[ " $REAL_NODE_IMAGES " == *" sluice-upgrade "* ]]; then
     archive=$CACHE/images/sluice-upgrade.tar
     if $BUILD_SLUICE || [[ ! -f $archive ]]; then
@@ -175,10 +203,7 @@ realnode_images() {
         --tag "$SLUICE_UPGRADE_IMAGE" --out "$archive" >/dev/null \
         || fail_with_log image-build "building sluice's second image from the Dockerfile failed (hack/image.sh)"
     fi
-    import_image "$SLUICE_UPGRADE_IMAGE" "$archive"
   fi
-  rm -rf "$dir"
-  real_images_import  # SLUICE_REAL_NODE_IMAGES: the Spark and Ray images (hack/images/)
 }
 
 # ---- certificates ----------------------------------------------------------------------------------

@@ -17,6 +17,8 @@
 # (tests/real_node.rs: containers that really run, sluice deployed in-cluster from manifests/), with
 # 'hack/cluster.sh up --real-node' and no sluice on the host; then, on another, the install tests
 # (tests/real_node_install.rs: Helm and the release manifest, upgrade, uninstall). They need root.
+# What those two phases build (sluice's image, the kubelet, the Spark and Ray images, argoexec) is
+# built in the background at nice 19 while the first cluster's tests run (hack/cluster.sh build --real-node).
 # `hack/test.sh --test real_node` (or `--test real_node_install`) runs only that phase.
 #
 # Environment:
@@ -33,13 +35,21 @@ set -euo pipefail
 # shellcheck source=hack/lib/script.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/script.sh"   # ROOT (the working directory), usage_if_asked
 usage_if_asked "$0" "$@"
+# shellcheck source=hack/lib/deb.sh
+source "$ROOT/hack/lib/deb.sh"   # deb_version: a pinned Debian package, or its newest once replaced
 export PATH=$HOME/.cargo/bin:/usr/local/go/bin:$PATH
 command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH (install Rust with rustup: ~/.cargo/bin)" >&2; exit 1; }
 read -r -a CLUSTER_FLAGS <<<"${SLUICE_TEST_CLUSTER_FLAGS:---with-sluice --with-kuberay --with-spark-operator --with-argo}"
 
+# Builds running in the background (each its own process group), stopped if the run ends first.
+CLUSTER_BUILD_PID= PREBUILD_PID=
 cleanup() {
-  local status=$?
+  local status=$? pid
   trap - EXIT INT TERM
+  for pid in $CLUSTER_BUILD_PID $PREBUILD_PID; do
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   if ((status != 0)) && [[ -d .cluster/logs ]]; then
     echo "test.sh: failed ($status); component logs are in .cluster/logs/ until the cluster is down:" >&2
     ls .cluster/logs >&2 || true
@@ -87,7 +97,8 @@ if [[ " $* " == *" --test real_node_install "* || " $* " == *" --test=real_node_
   exit 0
 fi
 
-# A Debian package the tests need, at its pinned version (hack/versions.sh), installed when one of
+# A Debian package the tests need, at its pinned version (hack/versions.sh; the archive's newest, with
+# a warning, once Debian has replaced it: deb_version in hack/lib/deb.sh), installed when one of
 # its programs is missing (as root, apt-get; first time only); the tests then require it rather
 # than skip. Args: package, version variable of hack/versions.sh, what needs it, programs...
 ensure_deb() {
@@ -99,9 +110,12 @@ ensure_deb() {
   if ((missing)); then
     ((EUID == 0)) && command -v apt-get >/dev/null \
       || { echo "test.sh: $needed_by need $package (Debian: apt-get install $package=$version)" >&2; exit 1; }
+    apt-get update -qq >&2 || { echo "test.sh: apt-get update failed" >&2; exit 1; }
+    version=$(deb_version "$package" "$version")
+    [[ -n $version ]] || { echo "test.sh: Debian's archive has no package $package" >&2; exit 1; }
     echo "test.sh: installing $package $version (apt-get, first time only)" >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "$package=$version"; } >&2 || { echo "test.sh: apt-get install $package failed" >&2; exit 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package=$version" >&2 \
+      || { echo "test.sh: apt-get install $package=$version failed" >&2; exit 1; }
   fi
 }
 # Prometheus (promtool and the server) for the monitoring tests; Chromium for the dashboard's.
@@ -109,6 +123,28 @@ ensure_deb prometheus PROMETHEUS_DEB_VERSION "the monitoring tests" /usr/bin/pro
 export SLUICE_REQUIRE_PROMTOOL=1
 ensure_deb chromium CHROMIUM_DEB_VERSION "the dashboard's browser tests" /usr/bin/chromium
 export SLUICE_REQUIRE_CHROMIUM=1
+
+# The cluster's programs (Go: the control plane and the add-ons; about 15 minutes on a cold machine)
+# are built beside the Rust builds below, at nice 10: the last crates of a cargo build keep one core
+# busy, not two. Its log is in the cache; it is waited for before the cluster comes up, and nothing
+# else builds into $SLUICE_CACHE/bin meanwhile.
+# join_background PID_VAR LOG WHAT: waits for the background build whose pid the variable PID_VAR
+# holds, then empties it (the cleanup no longer stops it); a failed build prints its log's tail.
+join_background() {
+  local -n pid_var=$1
+  local status=0
+  wait "$pid_var" || status=$?
+  pid_var=
+  if ((status != 0)); then
+    tail -n 30 "$2" >&2
+    echo "test.sh: $3 failed (log above: $2)" >&2
+    exit 1
+  fi
+}
+cluster_build_log=${SLUICE_CACHE:-$HOME/.cache/sluice}/cluster-build.log
+mkdir -p "$(dirname "$cluster_build_log")"
+setsid nice -n 10 hack/cluster.sh build "${CLUSTER_FLAGS[@]}" >"$cluster_build_log" 2>&1 &
+CLUSTER_BUILD_PID=$!
 
 # The project's own rules first (a full run: what CI runs): formatted, and clippy clean.
 if (($# == 0)) && [[ ${SLUICE_TEST_LINT:-1} != 0 ]]; then
@@ -124,13 +160,29 @@ if (($# == 0)) && [[ ${SLUICE_TEST_FUZZ_SECONDS:-20} != 0 ]]; then hack/fuzz.sh 
 # The book (hack/docs.sh: a pinned mdbook, installed into the cache the first time): no cluster needed.
 if (($# == 0)) && [[ ${SLUICE_TEST_DOCS:-1} != 0 ]]; then hack/docs.sh; fi
 if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then cargo test --test real_node --test real_node_install --no-run; fi
+join_background CLUSTER_BUILD_PID "$cluster_build_log" "building the cluster's programs"
 hack/cluster.sh up "${CLUSTER_FLAGS[@]}"
 eval "$(hack/cluster.sh env)"
+# What the real node's phases need and a cold machine must build (sluice's image from the Dockerfile,
+# twice; the Spark and Ray images; the kubelet; argoexec: about 25 minutes on 2 cores) is built now, in
+# the background at the lowest priority, while the tests below mostly wait on the cluster. Its own
+# state directory (logs in $SLUICE_CACHE/prebuild/logs); the cluster's builds above are done, so no
+# two builds write the same file. The real node then comes up with --no-build.
+if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then
+  ((EUID == 0)) || { echo "test.sh: the real node's tests need root (containerd, runc, mounts); SLUICE_TEST_REAL_NODE=0 skips them" >&2; exit 1; }
+  prebuild_state=${SLUICE_CACHE:-$HOME/.cache/sluice}/prebuild
+  rm -rf "$prebuild_state"; mkdir -p "$prebuild_state"
+  SLUICE_CLUSTER_STATE=$prebuild_state SLUICE_REAL_NODE_IMAGES="spark ray sluice-upgrade" \
+    setsid nice -n 19 hack/cluster.sh build --real-node --with-kuberay --with-argo >"$prebuild_state/build.log" 2>&1 &
+  PREBUILD_PID=$!
+fi
 cargo test --workspace "$@"
 if (($# == 0)) && [[ ${SLUICE_TEST_REAL_NODE:-1} != 0 ]]; then
+  echo "test.sh: waiting for the real node's builds (log: $prebuild_state/build.log)" >&2
+  join_background PREBUILD_PID "$prebuild_state/build.log" "building for the real node"
   hack/cluster.sh down
-  real_node_phase "spark ray" --with-argo --test real_node
+  real_node_phase "spark ray" "--with-argo --no-build" --test real_node
   # Installing as users do (Helm, the release manifest), upgrade and uninstall: a cluster of its own.
   hack/cluster.sh down
-  real_node_phase sluice-upgrade "" --test real_node_install
+  real_node_phase sluice-upgrade --no-build --test real_node_install
 fi

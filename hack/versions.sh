@@ -24,7 +24,8 @@ ARGO_WORKFLOWS_VERSION=v3.7.18
 # sluice.local/argoexec:<version>.
 
 # The real node (hack/realnode.sh, `hack/cluster.sh up --real-node`): Debian 12 packages, installed with
-# apt-get at exactly these versions, and the pause image built from k8s.io/kubernetes' build/pause.
+# apt-get at these versions (hack/lib/deb.sh: Debian's newest, with a warning, once the archive has
+# replaced one), and the pause image built from k8s.io/kubernetes' build/pause.
 CONTAINERD_DEB_VERSION=1.6.20~ds1-1+deb12u3
 RUNC_DEB_VERSION=1.1.5+ds1-1+deb12u1
 CNI_PLUGINS_DEB_VERSION=1.1.1+ds1-3+b5
@@ -36,8 +37,9 @@ BUILDAH_DEB_VERSION=1.28.2+ds1-3+deb12u1+b3
 # Helm (hack/tools/helm/go.mod): lints, templates and packages charts/sluice/ (hack/release.sh, tests).
 HELM_VERSION=v3.22.0
 # The monitoring tests (tests/monitoring.rs: promtool; tests/e2e_monitoring.rs: a live Prometheus):
-# Debian 12's package, installed by hack/test.sh with apt-get at exactly this version when missing.
+# Debian 12's package, installed by hack/test.sh with apt-get at this version when missing (or the
+# archive's newest, with a warning, once Debian has replaced it: hack/lib/deb.sh).
 PROMETHEUS_DEB_VERSION=2.42.0+ds-5+deb12u1
 # The dashboard's browser tests (tests/e2e_dashboard.rs: a real headless Chromium driven over the
 # DevTools protocol): Debian 12's package (bookworm-security), installed by hack/test.sh when missing.
-CHROMIUM_DEB_VERSION=156.0.8078.108-1~deb12u1
+CHROMIUM_DEB_VERSION=156.0.8078.114-1~deb12u1

@@ -374,13 +374,15 @@ mod tests {
         let response = sluice_webhooks::ApplicationHandler::admit(&mutate, &review(&app));
         assert!(response.allowed, "{response:?}");
         let doc = patched(&app, &response);
-        assert_eq!(
-            doc.pointer("/metadata/labels/sluice.dev~1queue"),
-            Some(&json!("batch"))
-        );
-        assert_eq!(
-            doc.pointer("/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue"),
-            Some(&json!("batch"))
+        crate::integrations::testing::assert_holds(
+            &doc,
+            &[
+                ("/metadata/labels/sluice.dev~1queue", json!("batch")),
+                (
+                    "/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue",
+                    json!("batch"),
+                ),
+            ],
         );
 
         // No default: untouched. Namespace not seen yet: refused with a retry, never let through ungoverned.

@@ -18,56 +18,6 @@ use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
 use support::*;
 
-/// Starts Spark's own spark-submit in client mode: a job of 20 one-core tasks with dynamic allocation
-/// (1 to `max_executors` executors of 1 cpu, 512m), in the test namespace, with `extra` confs.
-async fn spark_submit(
-    env: &TestEnv,
-    name: &str,
-    max_executors: u32,
-    extra: &[String],
-) -> SparkSubmit {
-    let home = spark_home(
-        "pyspark-",
-        "run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)",
-    );
-    let job = std::env::temp_dir().join(format!("{}-{name}-job.py", env.namespace));
-    std::fs::write(&job, "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nprint(spark.sparkContext.parallelize(range(100), 20).count())\n").expect("job");
-    let server = {
-        let config = kube::Config::infer().await.expect("config");
-        config
-            .cluster_url
-            .to_string()
-            .trim_end_matches('/')
-            .to_string()
-    };
-    let log = std::env::temp_dir().join(format!("{}-{name}-spark.log", env.namespace));
-    eprintln!("spark-submit log: {}", log.display());
-    let mut confs = vec![
-        format!("spark.kubernetes.namespace={}", env.namespace),
-        "spark.kubernetes.container.image=apache/spark:4.0.0".to_string(),
-        "spark.kubernetes.authenticate.driver.serviceAccountName=spark".to_string(),
-        "spark.dynamicAllocation.enabled=true".to_string(),
-        "spark.dynamicAllocation.shuffleTracking.enabled=true".to_string(),
-        "spark.dynamicAllocation.minExecutors=1".to_string(),
-        "spark.dynamicAllocation.initialExecutors=1".to_string(),
-        format!("spark.dynamicAllocation.maxExecutors={max_executors}"),
-        "spark.executor.cores=1".to_string(),
-        "spark.executor.memory=512m".to_string(),
-        "spark.driver.host=127.0.0.1".to_string(),
-    ];
-    confs.extend_from_slice(extra);
-    Submission {
-        server: &server,
-        name,
-        confs: &confs,
-        job: &job,
-        args: &[],
-        local_ip: "127.0.0.1",
-        log: &log,
-    }
-    .start(&home)
-}
-
 #[tokio::test]
 async fn spark_dynamic_allocation_is_governed_and_bounded() {
     let (env, queue) = env_and_queue!("spark", json!({"cpu": "4"}), "BestEffortFIFO");
@@ -76,7 +26,7 @@ async fn spark_dynamic_allocation_is_governed_and_bounded() {
     env.create_pod(pod("other", &queue, "1")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
 
-    let spark = spark_submit(
+    let spark = submit_dynamic_spark(
         &env,
         "etl",
         6,
@@ -223,7 +173,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
 
     // The driver process itself runs here, bound to the driver pod; its executors get the labels the
     // operator gives them, and no queue label: the namespace default governs them.
-    let spark = spark_submit(
+    let spark = submit_dynamic_spark(
         &env,
         "etl",
         4,

@@ -4,10 +4,13 @@
 //!   in the one rack with room for it: every pod carries the rack in its nodeSelector and
 //!   `sluice.dev/topology-domain`, and the scheduler binds it to a node of that rack;
 //! - a gang that fits the queue but no single rack waits, its DynamicWorkload saying so;
+//! - a rack whose room pods sluice does not govern hold is not chosen;
 //! - a hostile user: a forged `sluice.dev/topology-domain` is dropped at creation and refused
 //!   later, a nodeSelector naming the small rack keeps the gang out of the big one (it waits), an
 //!   ask that is not a label key is refused at creation;
-//! - a batch/v1 Job whose pod template asks: all its pods in one rack.
+//! - a batch/v1 Job whose pod template asks: all its pods in one rack;
+//! - Spark (its own spark-submit, dynamic allocation): executors annotated through
+//!   `spark.kubernetes.executor.annotation.*` all run in one rack, the later ones too.
 
 mod support;
 
@@ -96,7 +99,8 @@ fn rack_pod(racks: &Racks, name: &str, queue: &str, cpu: &str, gang: (&str, u32)
 
 /// The rack each pod of `gang` is pinned to and runs in, once all `size` are bound.
 async fn racks_of(env: &TestEnv, racks: &Racks, gang: &str, size: usize) -> BTreeSet<String> {
-    racks_selected(env, racks, &format!("sluice.dev/workload={gang}"), size).await
+    let selector = format!("sluice.dev/workload={gang}");
+    racks_selected(env, racks, &selector, size, Duration::from_secs(90)).await
 }
 
 /// [`racks_of`] for the pods `selector` selects.
@@ -105,10 +109,11 @@ async fn racks_selected(
     racks: &Racks,
     selector: &str,
     size: usize,
+    within: Duration,
 ) -> BTreeSet<String> {
     let pods = wait_for(
         &format!("the {size} pods {selector} admitted and bound"),
-        Duration::from_secs(90),
+        within,
         || async {
             let pods = env.pods_labelled(selector).await;
             let bound = (pods.iter())
@@ -188,6 +193,57 @@ async fn a_gang_goes_whole_into_the_rack_with_room_and_one_that_fits_no_rack_wai
     racks.remove().await;
 }
 
+/// Pods sluice does not govern (no queue label: another tenant's, a DaemonSet's) bound straight
+/// to r1's nodes, 1 cpu on each: r1 has 1 cpu left per node though sluice admitted nothing there.
+/// A gang of two 1.5-cpu pods fits only r2 then; counting only its own pods, sluice would pick r1
+/// (the rack with the least room that fits) and pin the gang where the scheduler cannot place it.
+#[tokio::test]
+async fn a_rack_filled_by_pods_sluice_does_not_govern_has_no_room_for_a_gang() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-others").await else {
+        return;
+    };
+    let racks = Racks::create(&env).await;
+    let r1_nodes = (racks.nodes.iter()).filter(|(_, rack)| *rack == racks.rack("r1"));
+    for (i, (node, _)) in r1_nodes.enumerate() {
+        let filler: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("other-{i}"), "labels": {"app": "other-tenant"}},
+            "spec": {"nodeName": node,
+                "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1"}}}]},
+        }))
+        .expect("pod");
+        env.create_pod(filler).await;
+    }
+    wait_for(
+        "the other tenant's pods running",
+        Duration::from_secs(60),
+        || async {
+            let pods = env.pods_labelled("app=other-tenant").await;
+            let running = (pods.iter())
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            (running.count() == 2).then_some(())
+        },
+    )
+    .await;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    for i in 0..2 {
+        env.create_pod(rack_pod(
+            &racks,
+            &format!("g-{i}"),
+            &queue,
+            "1500m",
+            ("g", 2),
+        ))
+        .await;
+    }
+    let g = racks_of(&env, &racks, "g", 2).await;
+    assert_eq!(g, BTreeSet::from([racks.rack("r2")]));
+    env.cleanup().await;
+    racks.remove().await;
+}
+
 #[tokio::test]
 async fn a_hostile_pod_cannot_forge_or_escape_its_rack() {
     let Some(mut env) = TestEnv::new_or_skip("topo-abuse").await else {
@@ -258,8 +314,51 @@ async fn a_jobs_pods_asking_in_their_template_all_run_in_one_rack() {
         .create(&PostParams::default(), &job)
         .await
         .expect("create job");
-    let seen = racks_selected(&env, &racks, "batch.kubernetes.io/job-name=shuffle", 3).await;
+    let job_pods = "batch.kubernetes.io/job-name=shuffle";
+    let seen = racks_selected(&env, &racks, job_pods, 3, Duration::from_secs(90)).await;
     assert_eq!(seen, BTreeSet::from([racks.rack("r2")]));
+    env.cleanup().await;
+    racks.remove().await;
+}
+
+#[tokio::test]
+async fn spark_executors_all_run_in_one_rack() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-spark").await else {
+        return;
+    };
+    let racks = Racks::create(&env).await;
+    let queue = env.queue("q", json!({"cpu": "20"}), "BestEffortFIFO").await;
+    env.create_service_account("spark").await;
+    // The racks are tainted: the executors tolerate it through a pod template (Spark has no
+    // toleration conf).
+    let template = std::env::temp_dir().join(format!("{}-executor.yaml", env.namespace));
+    let tolerate = format!(
+        "apiVersion: v1\nkind: Pod\nspec:\n  tolerations:\n  - {{key: {TAINT}, operator: Exists, effect: NoSchedule}}\n"
+    );
+    std::fs::write(&template, tolerate).expect("pod template");
+    // Up to 4 executors of 1 cpu, requested as dynamic allocation goes: either rack holds them.
+    let confs = [
+        format!("spark.kubernetes.executor.label.sluice.dev/queue={queue}"),
+        format!(
+            "spark.kubernetes.executor.annotation.sluice.dev/topology-required={}",
+            racks.key
+        ),
+        format!(
+            "spark.kubernetes.executor.podTemplateFile={}",
+            template.display()
+        ),
+    ];
+    let spark = submit_dynamic_spark(&env, "racked", 4, &confs).await;
+    let seen = racks_selected(
+        &env,
+        &racks,
+        "spark-role=executor",
+        4,
+        Duration::from_secs(240),
+    )
+    .await;
+    assert_eq!(seen.len(), 1, "Spark's executors all in one rack: {seen:?}");
+    drop(spark);
     env.cleanup().await;
     racks.remove().await;
 }

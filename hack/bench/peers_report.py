@@ -70,19 +70,33 @@ def rng(v, fmt="{:.1f}"):
 
 results = {}   # this report's keys only; merged into bench/results.json at the end
 
-def peer_part():
-    runs = {m: sorted(glob.glob(os.path.join(out, f"peer-{m}-*.json"))) for m in ("sluice", "kueue")}
+PEER_SHAPES = {
+    "baseline": ("baseline (`configs/baseline/generator.yaml`)", "per queue 350 small (1 cpu, 200 ms, priority 50) created every 100 ms, "
+                 "100 medium (5 cpu, 500 ms, priority 100) every 500 ms, 50 large (20 cpu, 1 s, priority 200) every 1.2 s, the three sets at once"),
+    "tas": ("topology-aware shape (`configs/tas/generator.yaml`)", "per queue the baseline's sizes as 2-pod small (500m each), 4-pod medium "
+            "(1250m) and 8-pod large (2500m) workloads, each size in three sets asking for one rack (`cloud.provider.com/topology-rack`) "
+            "required, preferred or balanced (Kueue: slices of 1, 2, 4 pods per rack; sluice has no slices, so balanced runs as "
+            "preferred there), all nine sets at once, on 10 racks of 64 kwok nodes of 96 cpu"),
+}
+PEER_KINDS = {"pods": "each one plain pod here, ended its runtime after its admission; a preempted pod is created again",
+              "jobs": "each one batch/v1 Job here (parallelism = completions = its pods; Kueue's created suspended), admitted "
+                      "when all its pods are ungated, its pods ended its runtime after that; a preempted Job is brought back by "
+                      "the Job controller (sluice) or resumed by Kueue"}
+
+def peer_part(part):
+    runs = {m: sorted(glob.glob(os.path.join(out, f"{part}-{m}-*.json"))) for m in ("sluice", "kueue")}
     data = {m: [(os.path.basename(p)[:-5], load(os.path.basename(p))) for p in ps] for m, ps in runs.items()}
     if not any(data.values()):
         return None
     first = next(d for ds in data.values() for _, d in ds if d)
-    md = [f"Kueue v0.19.2's `test/performance/scheduler` baseline (`configs/baseline/generator.yaml`): {first['cohorts']} cohorts × "
+    shape, kind = first.get("shape", "baseline"), first.get("as", "pods")
+    what, mix = PEER_SHAPES[shape]
+    md = [f"Kueue v0.19.2's `test/performance/scheduler` {what}: {first['cohorts']} cohorts × "
           f"{first['queues'] // max(first['cohorts'], 1)} queues (nominal 20 cpu, borrowing limit 100, reclaimWithinCohort Any, "
-          "withinClusterQueue LowerPriority), per queue 350 small (1 cpu, 200 ms, priority 50) created every 100 ms, 100 medium "
-          "(5 cpu, 500 ms, priority 100) every 500 ms, 50 large (20 cpu, 1 s, priority 200) every 1.2 s, the three sets at once: "
-          f"{first['workloads']:,} workloads (scale {first['scale']}), each one plain pod here (`tools/src/bin/peer_suite.rs`), ended its "
-          "runtime after its admission; a preempted pod is created again and its time to admit runs to its last admission "
-          f"(as Kueue's recorder counts). One local cluster ({os.environ.get('E2E_NODES', '100')} kwok nodes); sluice's runs first, Kueue started for its own.", "",
+          f"withinClusterQueue LowerPriority), {mix}: {first['workloads']:,} workloads of {first.get('pods', first['workloads']):,} pods "
+          f"(scale {first['scale']}), {PEER_KINDS[kind]} (`tools/src/bin/peer_suite/`); its time to admit runs to its last admission "
+          f"(as Kueue's recorder counts). One local cluster ({os.environ.get('E2E_NODES', '100')} plain kwok nodes"
+          f"{' and the 640 racked ones' if shape == 'tas' else ''}); sluice's runs first, Kueue started for its own.", "",
           "| run | complete | wall: all admitted | wall: all finished | admissions/s | time to admit p50 / p99 | avg small / medium / large | preempted | API requests / workload | API server CPU s | gate CPU s | load avg before → after |",
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     walls = {}
@@ -108,18 +122,20 @@ def peer_part():
     ws, wk = med(walls.get("sluice", [])), med(walls.get("kueue", []))
     md += ["", f"Median wall time to admit all: sluice {rng(walls.get('sluice', []))} s, Kueue {rng(walls.get('kueue', []))} s"
            + (f"; ratio Kueue / sluice {wk / ws:.2f}." if ws and wk else "."), ""]
-    results["peer_suite_wall_s"] = {"sluice": round(ws, 1) if ws else None, "kueue": round(wk, 1) if wk else None}
+    key = "peer_suite" if part == "peer" else f"{part}_suite"
+    results[f"{key}_wall_s"] = {"sluice": round(ws, 1) if ws else None, "kueue": round(wk, 1) if wk else None}
     def tta(mode, q):
         return med([d["time_to_admit"][q] for _, d in data.get(mode, []) if d and d["complete"]])
-    results["peer_suite_time_to_admit_s"] = {m: {"p50": tta(m, "p50_s"), "p99": tta(m, "p99_s")} for m in ("sluice", "kueue")}
-    results["peer_suite_admissions_per_s"] = {m: med([d["admissions_per_s"] for _, d in data.get(m, []) if d and d["complete"]])
-                                              for m in ("sluice", "kueue")}
+    results[f"{key}_time_to_admit_s"] = {m: {"p50": tta(m, "p50_s"), "p99": tta(m, "p99_s")} for m in ("sluice", "kueue")}
+    results[f"{key}_admissions_per_s"] = {m: med([d["admissions_per_s"] for _, d in data.get(m, []) if d and d["complete"]])
+                                          for m in ("sluice", "kueue")}
     # Runs stopped by --timeout or --stall-timeout: how far each got in the same time box (the side-by-side figure then).
-    results["peer_suite_incomplete"] = {m: [{"elapsed_s": round(d["elapsed_s"]), "admitted": d["admitted"], "finished": d["finished"],
-                                             "workloads": d["workloads"], "preempted": d["preempted"],
-                                             "stopped": d.get("stopped"), "left_sample": d.get("left_sample", [])[:5]}
-                                            for _, d in data.get(m, []) if d and not d["complete"]] for m in ("sluice", "kueue")}
-    return "### Kueue's scheduler performance suite, as plain pods", md
+    results[f"{key}_incomplete"] = {m: [{"elapsed_s": round(d["elapsed_s"]), "admitted": d["admitted"], "finished": d["finished"],
+                                         "workloads": d["workloads"], "preempted": d["preempted"],
+                                         "stopped": d.get("stopped"), "left_sample": d.get("left_sample", [])[:5]}
+                                        for _, d in data.get(m, []) if d and not d["complete"]] for m in ("sluice", "kueue")}
+    heading = {"peer": "as plain pods", "peer_jobs": "as batch/v1 Jobs", "peer_tas": "topology-aware (TAS) shape as batch/v1 Jobs"}[part]
+    return f"### Kueue's scheduler performance suite, {heading}", md
 
 def shapes_part():
     names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "shapes-*.json")))
@@ -177,9 +193,12 @@ def large_part():
     return f"### End to end at {text('large-pods')} pods on {text('large-nodes')} nodes", md
 
 titles = {"peer": "A peer's own benchmark: latest `hack/bench.sh --only peer` run",
+          "peer_jobs": "A peer's own benchmark as Jobs: latest `hack/bench.sh --only peer_jobs` run",
+          "peer_tas": "A peer's topology-aware benchmark: latest `hack/bench.sh --only peer_tas` run",
           "shapes": "Shapes people run: latest `hack/bench.sh --only shapes` run",
           "large": "Larger: latest `hack/bench.sh --only large` run"}
-build = {"peer": peer_part, "shapes": shapes_part, "large": large_part}
+build = {"peer": lambda: peer_part("peer"), "peer_jobs": lambda: peer_part("peer_jobs"),
+         "peer_tas": lambda: peer_part("peer_tas"), "shapes": shapes_part, "large": large_part}
 sections, stamps = build_sections(parts, build, out, "bench")
 
 def header(part):

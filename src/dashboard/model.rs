@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::api::{CapacityQueue, DynamicWorkload};
 use crate::kubectl_plugin::report::{duration, estimate};
 use crate::queue::snapshot::selector_matches;
+use crate::queue::status::summary_quota;
 use crate::resources::{ResourceList, format_quantity};
 
 /// The most waiting rows sent to a page: its memory stays bounded at any scale (the total is sent).
@@ -243,8 +244,9 @@ fn bar(resource: &str, quota: i64, used: i64, reserved: i64, borrowed: i64, lent
 
 fn queue_row(q: &CapacityQueue) -> QueueRow {
     let status = q.status.clone().unwrap_or_default();
+    // A queue with flavors: one bar per flavor and resource (`a100:nvidia.com/gpu`).
     let (quota, used, reserved) = (
-        milli(&q.spec.quota),
+        milli(&summary_quota(&q.spec)),
         milli(&status.usage),
         milli(&status.reserved),
     );
@@ -293,7 +295,7 @@ fn cohort_rows(all: &[Arc<CapacityQueue>], visible: &[&CapacityQueue]) -> Vec<Co
                 .filter(|q| q.spec.cohort.as_deref() == Some(cohort))
             {
                 let status = q.status.clone().unwrap_or_default();
-                quota.add_all(&milli(&q.spec.quota));
+                quota.add_all(&milli(&summary_quota(&q.spec)));
                 used.add_all(&milli(&status.usage));
                 reserved.add_all(&milli(&status.reserved));
             }

@@ -356,3 +356,36 @@ fn the_tracker_tells_preemptions_reclaims_and_requeues_apart() {
     let requeue = preemption_row(&t.evictions("a", "wa")[2], &Scope::All);
     assert_eq!(requeue.by, "its own pods not running in time");
 }
+
+#[test]
+fn a_queue_with_flavors_shows_a_bar_per_flavor_and_resource() {
+    let spec: CapacityQueueSpec = serde_json::from_value(serde_json::json!({
+        "flavors": [{"name": "a100", "quota": {"nvidia.com/gpu": "8"}},
+                    {"name": "h100", "quota": {"nvidia.com/gpu": "4"}}]
+    }))
+    .expect("spec");
+    let mut cq = CapacityQueue::new("gpus", spec);
+    cq.status = Some(CapacityQueueStatus {
+        usage: [
+            ("a100:nvidia.com/gpu".to_string(), Quantity("8".into())),
+            ("h100:nvidia.com/gpu".to_string(), Quantity("2".into())),
+        ]
+        .into(),
+        ..Default::default()
+    });
+    let mut f = fixture();
+    f.queues = vec![Arc::new(cq)];
+    let v = view(&f, &Scope::All);
+    let bars: Vec<_> = v.queues[0]
+        .bars
+        .iter()
+        .map(|b| (b.resource.as_str(), b.used, b.quota))
+        .collect();
+    assert_eq!(
+        bars,
+        [
+            ("a100:nvidia.com/gpu", 8000, 8000),
+            ("h100:nvidia.com/gpu", 2000, 4000)
+        ]
+    );
+}

@@ -42,6 +42,24 @@ pub(crate) mod testing {
         .expect("an application object")
     }
 
+    /// `app` as JSON with the JSON patch operations `ops` applied (what the application webhook's
+    /// patch makes of it).
+    pub fn patched(app: &DynamicObject, ops: Vec<serde_json::Value>) -> serde_json::Value {
+        let mut doc = serde_json::to_value(app).expect("json");
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::Value::Array(ops)).expect("patch");
+        json_patch::patch(&mut doc, &patch).expect("applies");
+        doc
+    }
+
+    /// Asserts that `doc` holds, at each JSON pointer of `expected`, its value.
+    #[track_caller]
+    pub fn assert_holds(doc: &serde_json::Value, expected: &[(&str, serde_json::Value)]) {
+        for (pointer, value) in expected {
+            assert_eq!(doc.pointer(pointer), Some(value), "at {pointer}");
+        }
+    }
+
     /// A pod named `name` (when given) with `labels` and, when there are any, `annotations`.
     pub fn labelled_pod(
         name: Option<&str>,

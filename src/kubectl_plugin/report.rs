@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::api::{CapacityQueue, DynamicWorkload};
+use crate::queue::status::summary_quota;
 use crate::resources::quantities_text;
 use crate::resources::{ResourceList, format_quantity};
 
@@ -213,8 +214,9 @@ pub fn top_from_queues(queues: &[CapacityQueue]) -> Vec<TopRow> {
         .map(|q| {
             let s = q.status.clone().unwrap_or_default();
             let parse = |m| ResourceList::from_quantities(m).unwrap_or_default();
+            // A queue with flavors: a row per flavor and resource (`a100:nvidia.com/gpu`).
             let (quota, used, reserved, borrowed, lent) = (
-                parse(&q.spec.quota),
+                parse(&summary_quota(&q.spec)),
                 parse(&s.usage),
                 parse(&s.reserved),
                 parse(&s.borrowed),
@@ -427,6 +429,34 @@ mod tests {
         assert!(text.contains("3/4"), "{text}");
         assert!(text.contains("75%"), "{text}");
         assert!(text.contains("5/6"), "{text}");
+    }
+
+    #[test]
+    fn top_shows_a_queue_with_flavors_per_flavor_and_resource() {
+        let qs = vec![queue(
+            json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": "gpus"},
+            "spec": {"flavors": [{"name": "a100", "quota": {"nvidia.com/gpu": "8"}},
+                                 {"name": "h100", "quota": {"nvidia.com/gpu": "4"}}]},
+            "status": {"usage": {"a100:nvidia.com/gpu": "8", "h100:nvidia.com/gpu": "1"}}}),
+        )];
+        let text = render_top(&(top_from_queues(&qs), None));
+        let row = |flavor: &str| {
+            text.lines()
+                .find(|l| l.contains(flavor))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            row("a100:")[2..5],
+            ["a100:nvidia.com/gpu", "8/8", "100%"],
+            "{text}"
+        );
+        assert_eq!(
+            row("h100:")[2..5],
+            ["h100:nvidia.com/gpu", "1/4", "25%"],
+            "{text}"
+        );
     }
 
     #[test]

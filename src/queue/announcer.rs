@@ -409,7 +409,6 @@ mod tests {
 
 #[cfg(test)]
 mod built_tests {
-    use std::collections::HashSet;
 
     use super::*;
     use crate::api::CapacityQueue;
@@ -442,7 +441,7 @@ mod built_tests {
             pod("a", "2026-01-01T00:00:01Z", "burst"),
             pod("c", "2026-01-01T00:00:03Z", "burst"),
         ];
-        build(&[Arc::new(queue)], &[], &pods, &[], &HashSet::new())
+        build(&[Arc::new(queue)], &[], &pods, &[], &Default::default())
     }
 
     #[test]

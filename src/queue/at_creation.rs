@@ -43,7 +43,7 @@ use crate::queue::snapshot::Built;
 use crate::resources::{ResourceList, describe_quantity, pod_requests};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use sluice_webhooks::{Classified, RequestFacts};
+use sluice_webhooks::{Classified, CreatedPod, RequestFacts};
 
 /// How long room held for a pod that has not appeared in the controller's cache is held before the
 /// API server is asked whether the pod exists. Short: a forged review (or a creation that failed

@@ -254,7 +254,7 @@ impl World {
                 {
                     self.in_flight.insert(uid);
                 }
-                inc.set_in_flight(self.in_flight.clone());
+                inc.set_in_flight(self.in_flight.iter().cloned().collect());
             }
             Op::Block(_) | Op::Hold(..) | Op::Requeue(..) => self.apply_pass_input(op, inc),
             Op::Pass => {}
@@ -328,8 +328,8 @@ impl World {
         let facts: Vec<_> = pods.iter().map(|p| p.facts.clone()).collect();
         let dwls: Vec<_> = self.dwls.values().cloned().collect();
         let queues = self.queues();
-        let mut built =
-            snapshot::build_from_facts(&queues, &dwls, &pods, &facts, &[], &self.in_flight);
+        let in_flight = self.in_flight.iter().cloned().collect();
+        let mut built = snapshot::build_from_facts(&queues, &dwls, &pods, &facts, &[], &in_flight);
         snapshot::subtract_holds(&mut built.snapshot, &self.holds);
         snapshot::mark_eviction_blocked(&mut built, &self.blocked);
         ready::apply_pending_requeues(&mut built, &ready::rules(&queues), &self.requeues);

@@ -3,6 +3,7 @@
 pub mod admission;
 mod announcer;
 pub mod at_creation;
+pub mod bound_pods;
 pub mod ceiling;
 pub mod cli;
 pub mod clock;
@@ -31,6 +32,8 @@ mod writer;
 pub mod admission_reference;
 #[cfg(test)]
 mod admission_tests;
+#[cfg(test)]
+mod in_flight_tests;
 #[cfg(test)]
 mod incremental_tests;
 #[cfg(test)]

@@ -10,12 +10,12 @@
 //!
 //! After every step: per queue, the requests of admitted pods (stored and ungated, answered
 //! admitted at creation but not stored yet, or decided by a pass and not ungated yet) stay within
-//! the queue's quota (a cohort's queue: within its quota plus its borrowing limit), per cohort
-//! within the sum of its quotas; after every pass, per queue, usage + reserved + holds ≤ quota and
+//! the queue's quota (a cohort's queue: within its quota plus its borrowing limit; a queue with
+//! flavors: each flavor within its own), per cohort within the sum of its quotas; after every pass, per queue, usage + reserved + holds ≤ quota and
 //! the pass's usage is exactly the pods the cluster shows admitted (no pod counted twice, none
 //! admitted twice).
 //!
-//! What the model leaves out, on purpose: time. A hold whose pod never appears stays held (the
+//! What the model leaves out, on purpose: nodes (no topology or data locality) and time. A hold whose pod never appears stays held (the
 //! real one is given back once, after `HOLD_FOR`, the API server says no such pod exists:
 //! `controller/holds.rs`), a pod gated by the webhook keeps its queue
 //! waiting until the next pass (`WAITING_GUARD`), the pod cache is the API server's state (no
@@ -39,9 +39,11 @@ use sluice_webhooks::{GateSettings, mutate_pod, validate_identity, validate_pod}
 
 use crate::api::{
     ADMISSION_ANNOTATIONS, ADMISSION_GATE, AT_CREATION_ANNOTATION, CapacityQueue,
-    MIN_COUNT_ANNOTATION, PROTECTED_LABEL_PREFIX, QUEUE_LABEL, WORKLOAD_LABEL,
+    FLAVOR_ANNOTATION, MIN_COUNT_ANNOTATION, PROTECTED_LABEL_PREFIX, QUEUE_LABEL, ResourceFlavor,
+    WORKLOAD_LABEL,
 };
 use crate::integrations::Adapters;
+use crate::queue::admission::FlavorSnapshot;
 use crate::queue::at_creation::{AdmitAtCreation, Classifier};
 use crate::queue::controller::{
     PassInputs, PassPlan, PassWay, decide_all, eviction_orders, open_queues, plan_pass,
@@ -69,24 +71,36 @@ const QUEUES: [QueueDef; 3] = [
     ("a", 3000, Some("c"), Some(2000), "AtCreation"),
     ("b", 2000, Some("c"), None, "InPass"),
 ];
+/// A queue with flavors (tried in this order), each with its cpu quota in millicores: a creation
+/// whose `queue` is `QUEUES.len()` names it.
+const FLAVORED: (&str, [(&str, i64); 2]) = ("f", [("x", 1500), ("y", 3000)]);
+
+/// The name of queue `i` of a creation.
+fn queue_name(i: usize) -> &'static str {
+    QUEUES.get(i).map_or(FLAVORED.0, |q| q.0)
+}
 
 /// One step of the world.
+/// A pod created through the webhook of replica `replica` (the leader or not).
+#[derive(Clone, Debug)]
+struct Creation {
+    replica: bool,
+    ns: usize,
+    queue: usize,
+    /// cpu in half cores; negative values are hostile input.
+    half_cpus: i64,
+    /// (workload, min count): a pod of a gang.
+    gang: Option<(u8, u32)>,
+    high_priority: bool,
+    /// Carries the token of an earlier pod (a copied annotation), if any.
+    replay: Option<prop::sample::Index>,
+    then: Then,
+}
+
 #[derive(Clone, Debug)]
 enum Op {
-    /// A pod is created through the webhook of replica `replica` (the leader or not).
-    Create {
-        replica: bool,
-        ns: usize,
-        queue: usize,
-        /// cpu in half cores; negative values are hostile input.
-        half_cpus: i64,
-        /// (workload, min count): a pod of a gang.
-        gang: Option<(u8, u32)>,
-        high_priority: bool,
-        /// Carries the token of an earlier pod (a copied annotation), if any.
-        replay: Option<prop::sample::Index>,
-        then: Then,
-    },
+    /// A pod is created through a webhook.
+    Create(Creation),
     /// The webhook is called again for an answered creation not stored yet, `grow` half cores
     /// larger (a sidecar injected after sluice's webhook).
     Reinvoke {
@@ -141,7 +155,7 @@ fn create_strategy(to_leader: BoxedStrategy<bool>) -> impl Strategy<Value = Op> 
     (
         to_leader,
         0..NAMESPACES.len(),
-        0..QUEUES.len(),
+        0..=QUEUES.len(),
         prop_oneof![8 => 1i64..=6, 1 => -2i64..=0],
         // A gang's minimum; now and then an absurd one (a pod joining a started workload with
         // a minimum far above what fits must not grow its gang: issue 31, hole 4).
@@ -151,15 +165,17 @@ fn create_strategy(to_leader: BoxedStrategy<bool>) -> impl Strategy<Value = Op> 
         then,
     )
         .prop_map(
-            |(replica, ns, queue, half_cpus, gang, high_priority, replay, then)| Op::Create {
-                replica,
-                ns,
-                queue,
-                half_cpus,
-                gang,
-                high_priority,
-                replay,
-                then,
+            |(replica, ns, queue, half_cpus, gang, high_priority, replay, then)| {
+                Op::Create(Creation {
+                    replica,
+                    ns,
+                    queue,
+                    half_cpus,
+                    gang,
+                    high_priority,
+                    replay,
+                    then,
+                })
             },
         )
 }
@@ -249,6 +265,7 @@ struct Answered {
 
 struct World {
     queues: Vec<Arc<CapacityQueue>>,
+    flavors: Vec<Arc<ResourceFlavor>>,
     namespaces: Vec<Arc<PartialObjectMeta<Namespace>>>,
     gate: GateSettings,
     replicas: [Replica; 2],
@@ -256,8 +273,9 @@ struct World {
     /// What the API server stored, by uid.
     stored: BTreeMap<String, Pod>,
     answered: Vec<Answered>,
-    /// Ungate patches decided and not sent yet (pods as the pass saw them), oldest first.
-    ungates: Vec<Arc<CachedPod>>,
+    /// Ungate patches decided and not sent yet (pods as the pass saw them, and the flavor each
+    /// was admitted in), oldest first.
+    ungates: Vec<(Arc<CachedPod>, Option<Arc<FlavorSnapshot>>)>,
     /// Victims of the last pass's evictions, by uid.
     evictions: Vec<String>,
     /// Tokens handed out so far, for replays.
@@ -281,6 +299,8 @@ struct Stats {
     over_reserved: u32,
     /// Updates of a pod that the webhook let through and that changed it (an unchanged identity).
     relabelled: u32,
+    /// Pods a pass admitted in a flavor other than the flavored queue's first.
+    admitted_in_later_flavor: u32,
 }
 
 fn queue(
@@ -348,6 +368,16 @@ impl World {
             queues: QUEUES
                 .iter()
                 .map(|(n, c, co, b, a)| queue(n, *c, *co, *b, a))
+                .chain([flavored_queue()])
+                .collect(),
+            flavors: FLAVORED
+                .1
+                .iter()
+                .map(|(name, _)| {
+                    let flavor = json!({"apiVersion": "sluice.dev/v1alpha1", "kind": "ResourceFlavor",
+                        "metadata": {"name": name}, "spec": {"nodeLabels": {"pool": name}}});
+                    Arc::new(serde_json::from_value(flavor).expect("flavor"))
+                })
                 .collect(),
             namespaces: NAMESPACES
                 .iter()
@@ -428,44 +458,32 @@ impl World {
         self.stored.insert(uid, pod);
     }
 
-    fn new_pod(&mut self, op: &Op) -> (String, Pod) {
-        let Op::Create {
-            ns,
-            queue,
-            half_cpus,
-            gang,
-            high_priority,
-            replay,
-            ..
-        } = op
-        else {
-            unreachable!("a creation");
-        };
+    fn new_pod(&mut self, creation: &Creation) -> (String, Pod) {
         self.next += 1;
-        let mut labels = json!({QUEUE_LABEL: QUEUES[*queue].0});
+        let mut labels = json!({QUEUE_LABEL: queue_name(creation.queue)});
         let mut annotations = json!({});
-        if let Some((workload, min)) = gang {
+        if let Some((workload, min)) = creation.gang {
             // Workloads are shared across queues: a pod may name a workload another queue's pods
             // started (issue 31, hole 1). Every pod must count in the queue its own label names.
             labels[WORKLOAD_LABEL] = json!(format!("w{workload}"));
             annotations[MIN_COUNT_ANNOTATION] = json!(min.to_string());
         }
-        if let Some(replay) = replay.filter(|_| !self.tokens.is_empty()) {
+        if let Some(replay) = (creation.replay).filter(|_| !self.tokens.is_empty()) {
             annotations[AT_CREATION_ANNOTATION] = json!(replay.get(&self.tokens));
         }
         let pod = serde_json::from_value(json!({
             "metadata": {"name": format!("p{}", self.next), "labels": labels, "annotations": annotations},
-            "spec": {"priority": if *high_priority { 10 } else { 0 },
+            "spec": {"priority": if creation.high_priority { 10 } else { 0 },
                 "containers": [{"name": "c", "image": "i",
-                "resources": {"requests": {"cpu": format!("{}m", half_cpus * 500)}}}]},
+                "resources": {"requests": {"cpu": format!("{}m", creation.half_cpus * 500)}}}]},
         }))
         .expect("pod");
-        (NAMESPACES[*ns].to_string(), pod)
+        (NAMESPACES[creation.ns].to_string(), pod)
     }
 
     /// A creation through the webhook of the leader (`to_leader`) or the other replica.
-    fn create(&mut self, op: &Op, to_leader: bool, then: Then) {
-        let (namespace, pod) = self.new_pod(op);
+    fn create(&mut self, creation: &Creation, to_leader: bool) {
+        let (namespace, pod) = self.new_pod(creation);
         let replica = if to_leader {
             self.leader
         } else {
@@ -474,7 +492,7 @@ impl World {
         let Some(pod) = self.webhooks(replica, &namespace, &pod) else {
             return;
         };
-        match then {
+        match creation.then {
             Then::Store => self.store(&namespace, pod),
             Then::Later => self.answered.push(Answered {
                 namespace,
@@ -512,7 +530,7 @@ impl World {
 
     fn step(&mut self, op: &Op) {
         match op {
-            Op::Create { replica, then, .. } => self.create(op, *replica, *then),
+            Op::Create(creation) => self.create(creation, creation.replica),
             Op::Reinvoke { pending, grow } => self.reinvoke(pending, *grow),
             Op::Land { pending, fail } => {
                 if self.answered.is_empty() {
@@ -615,14 +633,19 @@ impl World {
     }
 
     /// An ungate patch reaches the API server: applied only to the very pod it was decided for.
-    fn ungate(&mut self, decided: &CachedPod) {
+    fn ungate(&mut self, (decided, flavor): &(Arc<CachedPod>, Option<Arc<FlavorSnapshot>>)) {
         let Some(uid) = decided.metadata.uid.as_deref() else {
             return;
         };
         let Some(current) = self.stored.get_mut(uid) else {
             return;
         };
-        let Ok(patch) = ungate_patch(decided, "2026-01-01T00:00:00Z", "model@1", None) else {
+        let Ok(patch) = ungate_patch(
+            decided,
+            "2026-01-01T00:00:00Z",
+            "model@1",
+            flavor.as_deref(),
+        ) else {
             return;
         };
         let mut value = serde_json::to_value(&*current).expect("pod");
@@ -652,26 +675,21 @@ impl World {
             .cloned()
             .map(|p| Arc::new(CachedPod::from_pod(p)))
             .collect();
+        let in_flight = self.in_flight();
         let leader = &mut self.replicas[self.leader];
         let facts = leader.memo.refresh(&leader.classifier.adapters, &pods);
         leader.tell(&full, &pods);
-        // In flight: ungates decided and not applied, of pods the cache still shows gated.
-        let in_flight: HashSet<String> = self
-            .ungates
-            .iter()
-            .filter_map(|p| p.metadata.uid.clone())
-            .filter(|uid| self.stored.get(uid).is_some_and(gated))
-            .collect();
         let blocked = HashSet::new();
         let no_data = std::collections::HashMap::new();
         let inputs = || PassInputs {
             queues: &self.queues,
-            flavors: &[],
+            flavors: &self.flavors,
             workloads: &[],
             pods: &pods,
             facts: &facts,
             namespaces: &self.namespaces,
             nodes: &[],
+            bound_elsewhere: &[],
             data: &no_data,
             in_flight: &in_flight,
             eviction_blocked: &blocked,
@@ -697,8 +715,8 @@ impl World {
             outcome(&full_built, &full_decisions),
             "the incremental pass decided otherwise than the full pass"
         );
-        if let Some(Op::Create { then, .. }) = during {
-            self.create(during.expect("a creation"), true, *then);
+        if let Some(Op::Create(creation)) = during {
+            self.create(creation, true);
         }
         let leader = &mut self.replicas[self.leader];
         if let Some(mark) = mark {
@@ -708,6 +726,7 @@ impl World {
             (leader.at_creation).publish(mark, &built, &decisions, &open, closed, Some(until));
         }
         self.check_pass(&full, &built, &decisions, &holds, &in_flight);
+        self.check_pass_flavors(&full, &built, &decisions, &in_flight);
         self.evictions = eviction_orders(&built, &decisions)
             .into_iter()
             .flat_map(|o| o.victims.into_iter().map(|v| v.uid))
@@ -718,6 +737,26 @@ impl World {
             .give_back(built, decisions);
     }
 
+    /// In flight: ungates decided and not applied, of pods the cache still shows gated, where
+    /// their pass pinned them.
+    fn in_flight(&self) -> snapshot::InFlight {
+        let mut in_flight = snapshot::InFlight::default();
+        for (pod, flavor) in &self.ungates {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if self.stored.get(&uid).is_some_and(gated) {
+                let flavor = flavor.as_ref().map(|f| Arc::from(f.name.as_str()));
+                let pins = snapshot::Pins {
+                    flavor,
+                    ..snapshot::Pins::default()
+                };
+                in_flight.insert(uid, pins);
+            }
+        }
+        in_flight
+    }
+
     /// Checks a pass's decisions and figures: no pod admitted twice, its usage exactly the pods the
     /// pass read admitted, a queue that admits within its limit; queues its ungates.
     fn check_pass(
@@ -726,7 +765,7 @@ impl World {
         built: &snapshot::Built,
         decisions: &crate::queue::admission::Decisions,
         holds: &HashMap<String, crate::resources::ResourceList>,
-        in_flight: &HashSet<String>,
+        in_flight: &snapshot::InFlight,
     ) {
         // No pod admitted twice: each once, gated, not in flight already.
         let mut seen = HashSet::new();
@@ -748,7 +787,11 @@ impl World {
                 "pass {} admits {uid} twice",
                 self.passes
             );
-            self.ungates.push(pod.clone());
+            let flavor = decisions.flavors.get(r).cloned();
+            if flavor.as_ref().is_some_and(|f| f.name != FLAVORED.1[0].0) {
+                self.stats.admitted_in_later_flavor += 1;
+            }
+            self.ungates.push((pod.clone(), flavor));
             self.stats.admitted_by_passes += 1;
         }
         // The pass's usage is exactly what the cluster shows admitted, each pod once.
@@ -768,13 +811,13 @@ impl World {
                 .map(requests_cpu)
                 .sum();
             assert_eq!(
-                tally.usage.get("cpu"),
+                cpu_of(&tally.usage, q),
                 admitted + decided,
                 "pass {}: queue {q}'s usage is not the pods the cluster shows admitted",
                 self.passes
             );
-            let held = holds.get(q).map(|h| h.get("cpu")).unwrap_or(0);
-            let (usage, reserved) = (tally.usage.get("cpu"), tally.reserved.get("cpu"));
+            let held = holds.get(q).map(|h| cpu_of(h, q)).unwrap_or(0);
+            let (usage, reserved) = (cpu_of(&tally.usage, q), cpu_of(&tally.reserved, q));
             // What the pass counts may exceed the limit without anything running over it (the
             // independent check in World::check judges that): a started gang's missing members
             // are reserved whatever the room (its minimum raised by a later pod, or admitted
@@ -797,17 +840,67 @@ impl World {
         }
     }
 
+    /// A flavored queue's usage per flavor is exactly the pods the cluster shows admitted in it
+    /// (ungated with its `sluice.dev/flavor`, or in flight where their pass pinned them).
+    fn check_pass_flavors(
+        &self,
+        pods: &[Pod],
+        built: &snapshot::Built,
+        decisions: &crate::queue::admission::Decisions,
+        in_flight: &snapshot::InFlight,
+    ) {
+        let Some(tally) = decisions.queues.get(FLAVORED.0) else {
+            return;
+        };
+        let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+        for pod in pods.iter().filter(|p| queue_of(p) == Some(FLAVORED.0)) {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            let pinned = in_flight.pins(uid).and_then(|p| p.flavor.as_deref());
+            if !gated(pod) || in_flight.contains(uid) {
+                *expected.entry(charged_flavor(pod, pinned)).or_default() += requests_cpu(pod);
+            }
+        }
+        for r in &decisions.admit {
+            let Some(flavor) = decisions.flavors.get(r) else {
+                continue;
+            };
+            let pod = &built.pods[r.workload][r.pod_set][r.pod];
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            let cpu = self.stored.get(uid).map(requests_cpu).unwrap_or(0);
+            *expected.entry(flavor.name.clone()).or_default() += cpu;
+        }
+        for (flavor, _) in FLAVORED.1 {
+            assert_eq!(
+                tally.usage.get(&format!("{flavor}:cpu")),
+                expected.get(flavor).copied().unwrap_or(0),
+                "pass {}: flavor {flavor}'s usage is not the pods admitted in it",
+                self.passes
+            );
+        }
+    }
+
     /// The quota promise, from the cluster alone: what runs or may run without another decision.
     fn check(&self) -> Result<(), String> {
         let mut per_queue: BTreeMap<&str, i64> = BTreeMap::new();
-        let ungating: HashSet<&str> = self
+        let mut per_flavor: BTreeMap<String, i64> = BTreeMap::new();
+        let ungating: HashMap<&str, Option<&str>> = self
             .ungates
             .iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
+            .filter_map(|(p, f)| {
+                Some((
+                    p.metadata.uid.as_deref()?,
+                    f.as_ref().map(|f| f.name.as_str()),
+                ))
+            })
             .collect();
         for (uid, pod) in &self.stored {
-            if !gated(pod) || ungating.contains(uid.as_str()) {
+            let pinned = ungating.get(uid.as_str()).copied();
+            if !gated(pod) || pinned.is_some() {
                 *per_queue.entry(queue_of(pod).unwrap_or("")).or_default() += requests_cpu(pod);
+                if queue_of(pod) == Some(FLAVORED.0) {
+                    let flavor = charged_flavor(pod, pinned.flatten());
+                    *per_flavor.entry(flavor).or_default() += requests_cpu(pod);
+                }
             }
         }
         for answered in self.answered.iter().filter(|a| !gated(&a.pod)) {
@@ -820,6 +913,15 @@ impl World {
                 return Err(format!(
                     "queue {q} holds {used}m cpu, more than its limit {}m",
                     limit(q)
+                ));
+            }
+        }
+        for (flavor, quota) in FLAVORED.1 {
+            let used = per_flavor.get(flavor).copied().unwrap_or(0);
+            if used > quota {
+                return Err(format!(
+                    "flavor {flavor} of queue {} holds {used}m cpu, more than its quota {quota}m",
+                    FLAVORED.0
                 ));
             }
         }
@@ -839,7 +941,7 @@ impl World {
 }
 
 /// The cpu of the pods of queue `q` a pass read as admitted: ungated, or their ungate in flight.
-fn admitted_cpu(pods: &[Pod], q: &str, in_flight: &HashSet<String>) -> i64 {
+fn admitted_cpu(pods: &[Pod], q: &str, in_flight: &snapshot::InFlight) -> i64 {
     pods.iter()
         .filter(|p| queue_of(p) == Some(q))
         .filter(|p| !gated(p) || (p.metadata.uid.as_ref()).is_some_and(|u| in_flight.contains(u)))
@@ -847,8 +949,48 @@ fn admitted_cpu(pods: &[Pod], q: &str, in_flight: &HashSet<String>) -> i64 {
         .sum()
 }
 
+/// The flavored queue: its flavors' quotas, as the CRD has them.
+fn flavored_queue() -> Arc<CapacityQueue> {
+    let flavors: Vec<serde_json::Value> = (FLAVORED.1.iter())
+        .map(|(name, cpu)| json!({"name": name, "quota": {"cpu": format!("{cpu}m")}}))
+        .collect();
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "CapacityQueue",
+            "metadata": {"name": FLAVORED.0, "uid": format!("q-{}", FLAVORED.0)},
+            "spec": {"flavors": flavors},
+        }))
+        .expect("queue"),
+    )
+}
+
+/// The flavor an admitted pod of the flavored queue is charged in: the one its pass pinned it to
+/// while in flight, else its `sluice.dev/flavor` when the queue lists it, else the first (as the
+/// pass charges it).
+fn charged_flavor(pod: &Pod, in_flight: Option<&str>) -> String {
+    let annotated = (pod.metadata.annotations.as_ref())
+        .and_then(|a| a.get(FLAVOR_ANNOTATION))
+        .map(String::as_str);
+    let listed = |f: &&str| FLAVORED.1.iter().any(|(name, _)| name == f);
+    let flavor = in_flight.or(annotated).filter(listed);
+    flavor.unwrap_or(FLAVORED.1[0].0).to_string()
+}
+
+/// A list's cpu for queue `q`: a flavored queue's summed over its flavors.
+fn cpu_of(list: &crate::resources::ResourceList, q: &str) -> i64 {
+    if q != FLAVORED.0 {
+        return list.get("cpu");
+    }
+    (FLAVORED.1.iter())
+        .map(|(flavor, _)| list.get(&format!("{flavor}:cpu")))
+        .sum()
+}
+
 /// The most queue `q` may hold: its quota, plus its borrowing limit (or the rest of its cohort).
 fn limit(q: &str) -> i64 {
+    if q == FLAVORED.0 {
+        return FLAVORED.1.iter().map(|(_, cpu)| cpu).sum();
+    }
     let Some((_, quota, cohort, borrow, _)) = QUEUES.iter().find(|x| x.0 == q) else {
         return 0; // no such queue: nothing of it may run
     };
@@ -912,6 +1054,7 @@ fn the_model_reaches_admission_at_creation_replays_passes_evictions_and_leader_c
         total.ungated += stats.ungated;
         total.leader_changes += stats.leader_changes;
         total.over_reserved += stats.over_reserved;
+        total.admitted_in_later_flavor += stats.admitted_in_later_flavor;
     }
     eprintln!("model coverage over 200 sequences: {total:?}");
     let Stats {
@@ -922,6 +1065,7 @@ fn the_model_reaches_admission_at_creation_replays_passes_evictions_and_leader_c
         evicted,
         ungated,
         leader_changes,
+        admitted_in_later_flavor,
         ..
     } = total;
     for (what, count) in [
@@ -935,6 +1079,7 @@ fn the_model_reaches_admission_at_creation_replays_passes_evictions_and_leader_c
         ("evicted", evicted),
         ("ungated", ungated),
         ("leader changes", leader_changes),
+        ("admitted in a later flavor", admitted_in_later_flavor),
     ] {
         assert!(count > 0, "no pod {what} in 200 sequences");
     }
@@ -947,15 +1092,17 @@ fn the_model_reaches_admission_at_creation_replays_passes_evictions_and_leader_c
 /// nothing is reserved for them.
 #[test]
 fn a_later_pod_raising_a_started_gangs_minimum_reserves_nothing() {
-    let create = |half_cpus: i64, gang: Option<(u8, u32)>| Op::Create {
-        replica: false,
-        ns: 0,
-        queue: 1,
-        half_cpus,
-        gang,
-        high_priority: false,
-        replay: None,
-        then: Then::Store,
+    let create = |half_cpus: i64, gang: Option<(u8, u32)>| {
+        Op::Create(Creation {
+            replica: false,
+            ns: 0,
+            queue: 1,
+            half_cpus,
+            gang,
+            high_priority: false,
+            replay: None,
+            then: Then::Store,
+        })
     };
     let ops = vec![
         create(3, Some((1, 1))), // 1.5 cpu, a gang of one: admitted
@@ -983,15 +1130,17 @@ fn a_later_pod_raising_a_started_gangs_minimum_reserves_nothing() {
 /// in usage and in the first pod's hold: counted twice, which only lowers the queue's room.
 #[test]
 fn a_gang_place_taken_at_creation_counts_twice_until_the_first_pod_appears() {
-    let create = |half_cpus: i64, min: u32, then: Then| Op::Create {
-        replica: true,
-        ns: 1,
-        queue: 0,
-        half_cpus,
-        gang: Some((2, min)),
-        high_priority: false,
-        replay: None,
-        then,
+    let create = |half_cpus: i64, min: u32, then: Then| {
+        Op::Create(Creation {
+            replica: true,
+            ns: 1,
+            queue: 0,
+            half_cpus,
+            gang: Some((2, min)),
+            high_priority: false,
+            replay: None,
+            then,
+        })
     };
     let ops = vec![
         Op::Pass,
@@ -1029,15 +1178,17 @@ fn only_one() -> prop::sample::Index {
 /// it may admit gated pods (`AdmitAtCreation::pause`) until it publishes.
 #[test]
 fn a_pass_and_admission_at_creation_never_give_the_same_room_twice() {
-    let create = |to_leader: bool, half_cpus: i64| Op::Create {
-        replica: to_leader,
-        ns: 0,
-        queue: 0,
-        half_cpus,
-        gang: None,
-        high_priority: false,
-        replay: None,
-        then: Then::Store,
+    let create = |to_leader: bool, half_cpus: i64| {
+        Op::Create(Creation {
+            replica: to_leader,
+            ns: 0,
+            queue: 0,
+            half_cpus,
+            gang: None,
+            high_priority: false,
+            replay: None,
+            then: Then::Store,
+        })
     };
     let ops = vec![
         create(false, 1),

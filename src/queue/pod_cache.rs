@@ -45,6 +45,27 @@ static ADAPTERS: LazyLock<Adapters> = LazyLock::new(Adapters::default);
 /// The prefix of every annotation sluice reads from a pod.
 const SLUICE_ANNOTATIONS: &str = "sluice.dev/";
 
+/// The `ObjectMeta` of the metadata `$meta` (an `ObjectMeta` or a [`WireMeta`]: the same field
+/// names) keeping only what identifies the pod and its lifetime (name, namespace, uid,
+/// resourceVersion, creation and deletion timestamps), and the fields `$kept` besides: the cache
+/// keeps these of every pod, and the decoder reads no other. One list for both, so that what is
+/// decoded and what is kept cannot drift apart.
+macro_rules! pod_identity {
+    ($meta:expr $(, $kept:ident)*) => {{
+        let meta = $meta;
+        ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            $($kept: meta.$kept,)*
+            ..ObjectMeta::default()
+        }
+    }};
+}
+
 /// A governed pod as the controller caches it.
 #[derive(Clone, Debug, Default)]
 pub struct CachedPod {
@@ -215,21 +236,14 @@ impl CachedPod {
             .spec
             .as_ref()
             .and_then(|s| s.termination_grace_period_seconds);
+        let has_annotations = meta.annotations.is_some();
         CachedPod {
-            metadata: ObjectMeta {
-                name: meta.name,
-                namespace: meta.namespace,
-                uid: meta.uid,
-                resource_version: meta.resource_version,
-                creation_timestamp: meta.creation_timestamp,
-                deletion_timestamp: meta.deletion_timestamp,
-                ..ObjectMeta::default()
-            },
+            metadata: pod_identity!(meta),
             status: pod.status.map(|s| CachedPodStatus {
                 phase: s.phase.map(shared_phase),
             }),
             admission_gate,
-            has_annotations: meta.annotations.is_some(),
+            has_annotations,
             admitted_at,
             grace_seconds,
             facts,
@@ -474,19 +488,8 @@ impl WireContainer {
 impl WirePod {
     /// A `Pod` holding only the decoded fields: what [`PodFacts`] and [`CachedPod::from_pod`] read.
     fn into_pod(self) -> Pod {
-        let meta = self.metadata;
         Pod {
-            metadata: ObjectMeta {
-                name: meta.name,
-                namespace: meta.namespace,
-                uid: meta.uid,
-                resource_version: meta.resource_version,
-                creation_timestamp: meta.creation_timestamp,
-                deletion_timestamp: meta.deletion_timestamp,
-                labels: meta.labels,
-                annotations: meta.annotations,
-                ..ObjectMeta::default()
-            },
+            metadata: pod_identity!(self.metadata, labels, annotations),
             spec: self.spec.map(|s| PodSpec {
                 containers: s
                     .containers
@@ -587,7 +590,6 @@ impl<'de> Deserialize<'de> for SluiceKey {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
 
     use serde_json::json;
 
@@ -652,7 +654,7 @@ mod tests {
             .expect("time");
         assert_eq!(cached.admitted_at, Some(at.as_millisecond()));
         assert_eq!(cached.phase(), Some("Pending"));
-        assert_eq!(pod_state(&cached, &HashSet::new()), PodState::Gated);
+        assert_eq!(pod_state(&cached, &Default::default()), PodState::Gated);
         assert_eq!(cached.metadata.name.as_deref(), Some("p"));
         assert_eq!(cached.metadata.namespace.as_deref(), Some("ns"));
         assert_eq!(cached.metadata.uid.as_deref(), Some("u"));

@@ -107,7 +107,7 @@ fn a_ghost_queue_ledger_does_not_hide_a_pod_admitted_in_a_real_queue() {
         &[ledger("w1", "ghost")],
         &pods,
         &[],
-        &HashSet::new(),
+        &Default::default(),
     );
     let decisions = decide(&built.snapshot);
     assert_eq!(
@@ -147,7 +147,7 @@ fn a_ledger_moved_to_another_queue_does_not_move_its_admitted_pods() {
         &[ledger("w1", "theirs")],
         &pods,
         &[],
-        &HashSet::new(),
+        &Default::default(),
     );
     let decisions = decide(&built.snapshot);
     assert_eq!(decisions.queues["q"].usage.get("cpu"), 2000);
@@ -164,7 +164,7 @@ fn a_gated_pod_labelled_for_another_queue_than_its_workload_is_never_admitted() 
         pod("first", "q", "w1", "1", false, 0, None),
         pod("stray", "other", "w1", "1", true, 1, None),
     ];
-    let built = snapshot::build(&queues, &[], &pods, &[], &HashSet::new());
+    let built = snapshot::build(&queues, &[], &pods, &[], &Default::default());
     let decisions = decide(&built.snapshot);
     assert!(admitted_uids(&built, &decisions).is_empty());
     assert_eq!(built.left_behind, vec![1]);
@@ -182,7 +182,7 @@ fn a_later_pod_cannot_grow_a_started_gang() {
         pod("greedy", "q", "w1", "1", true, 1, Some("100000")),
         pod("other", "q", "w2", "1", true, 2, None),
     ];
-    let built = snapshot::build(&queues, &[], &pods, &[], &HashSet::new());
+    let built = snapshot::build(&queues, &[], &pods, &[], &Default::default());
     let w1 = &built.snapshot.workloads[built.snapshot.position_of("w1")];
     assert_eq!(w1.pod_sets[0].min_count, 1, "the earliest pod's minimum");
     let decisions = decide(&built.snapshot);
@@ -202,7 +202,7 @@ fn a_pod_whose_ungate_is_in_flight_is_not_late_for_pods_ready_timeout() {
     q.spec.pods_ready_timeout = Some("1s".into());
     let queues = [Arc::new(q)];
     let old = pod("waited", "q", "w1", "1", true, 0, None);
-    let in_flight: HashSet<String> = ["waited".to_string()].into();
+    let in_flight: snapshot::InFlight = ["waited".to_string()].into_iter().collect();
     let built = snapshot::build(&queues, &[], &[old], &[], &in_flight);
     let rules = ready::rules(&queues);
     let now = jiff::Timestamp::now().as_millisecond();
@@ -236,7 +236,13 @@ fn a_workload_failed_by_requeue_limit_or_losing_pods_is_closed() {
         pod("b", "q", "w2", "1", false, 1, None),
         pod("c", "q", "w3", "1", false, 2, None),
     ];
-    let built = snapshot::build(&queues, &[Arc::new(failed)], &pods, &[], &HashSet::new());
+    let built = snapshot::build(
+        &queues,
+        &[Arc::new(failed)],
+        &pods,
+        &[],
+        &Default::default(),
+    );
     let mut decisions = decide(&built.snapshot);
     let w3 = built.snapshot.position_of("w3");
     decisions.evict.push(Eviction {
@@ -271,7 +277,7 @@ fn admitted_pods_of_one_workload_in_two_queues_each_count_in_their_own() {
         pod("racer", "solo", "w1", "2", false, 1, None),
         pod("waiting", "solo", "w2", "3", true, 2, None),
     ];
-    let built = snapshot::build(&queues, &[], &pods, &[], &HashSet::new());
+    let built = snapshot::build(&queues, &[], &pods, &[], &Default::default());
     let decisions = decide(&built.snapshot);
     assert_eq!(decisions.queues["a"].usage.get("cpu"), 1000);
     assert_eq!(decisions.queues["solo"].usage.get("cpu"), 2000);

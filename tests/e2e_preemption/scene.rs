@@ -229,9 +229,10 @@ impl Scene {
         self.env.create_pod(self.pod(name, cpu, class)).await
     }
 
-    /// No workload was preempted twice; the PriorityClasses and the namespace go.
+    /// No workload was preempted twice by one preemptor; the PriorityClasses and the namespace go.
     pub(crate) async fn end(self) {
-        self.history.assert_no_workload_preempted_twice();
+        self.history
+            .assert_no_workload_preempted_twice_by_one_preemptor();
         drop(self.classes);
         self.env.cleanup().await;
     }

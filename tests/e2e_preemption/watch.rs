@@ -250,8 +250,11 @@ impl WorkloadHistory {
         }
     }
 
-    /// Fails if any workload was ever shown preempted more than once (a preemption storm).
-    pub(crate) fn assert_no_workload_preempted_twice(&self) {
+    /// Fails if any workload was interrupted more often than distinct preemptors took its pods (a
+    /// preemption storm: the same need planned again while its victims terminate, or a victim
+    /// taken back and forth). Preemptors that arrive in different passes may each take one surplus
+    /// pod of the same elastic workload: two interruptions, two preemptors, no storm.
+    pub(crate) fn assert_no_workload_preempted_twice_by_one_preemptor(&self) {
         let seen = self.seen.lock().expect("history");
         for (name, statuses) in seen.iter() {
             let most = statuses
@@ -259,9 +262,13 @@ impl WorkloadHistory {
                 .map(|s| s.interrupted_count)
                 .max()
                 .unwrap_or(0);
+            let preemptors: std::collections::BTreeSet<&str> = statuses
+                .iter()
+                .filter_map(|s| s.last_preempted_by.as_deref())
+                .collect();
             assert!(
-                most <= 1,
-                "DynamicWorkload {name} was preempted {most} times in one run"
+                most <= 1 || most as usize <= preemptors.len(),
+                "DynamicWorkload {name} was preempted {most} times in one run, by {preemptors:?}"
             );
         }
     }

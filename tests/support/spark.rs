@@ -94,3 +94,49 @@ impl Submission<'_> {
         SparkSubmit(child)
     }
 }
+
+/// A client-mode spark-submit in `env`'s namespace: a job of 20 one-core tasks with dynamic
+/// allocation (1 executor at first, up to `max_executors` of 1 cpu and 512m), with `extra` confs
+/// (the executors' queue label, annotations, a pod template); the driver runs on the host. Needs the `spark`
+/// ServiceAccount (`TestEnv::create_service_account`) and hack/cluster.sh's pyspark.
+pub async fn submit_dynamic_spark(
+    env: &super::TestEnv,
+    name: &str,
+    max_executors: u32,
+    extra: &[String],
+) -> SparkSubmit {
+    let home = spark_home(
+        "pyspark-",
+        "run the tests with hack/test.sh (it starts the cluster with --with-spark-operator)",
+    );
+    let job = std::env::temp_dir().join(format!("{}-{name}.py", env.namespace));
+    std::fs::write(&job, "from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\nprint(spark.sparkContext.parallelize(range(100), 20).count())\n").expect("job");
+    let config = kube::Config::infer().await.expect("config");
+    let server = config.cluster_url.to_string();
+    let log = std::env::temp_dir().join(format!("{}-{name}-spark.log", env.namespace));
+    eprintln!("spark-submit log: {}", log.display());
+    let mut confs: Vec<String> = vec![
+        format!("spark.kubernetes.namespace={}", env.namespace),
+        "spark.kubernetes.container.image=apache/spark:4.0.0".into(),
+        "spark.kubernetes.authenticate.driver.serviceAccountName=spark".into(),
+        "spark.dynamicAllocation.enabled=true".into(),
+        "spark.dynamicAllocation.shuffleTracking.enabled=true".into(),
+        "spark.dynamicAllocation.minExecutors=1".into(),
+        "spark.dynamicAllocation.initialExecutors=1".into(),
+        format!("spark.dynamicAllocation.maxExecutors={max_executors}"),
+        "spark.executor.cores=1".into(),
+        "spark.executor.memory=512m".into(),
+        "spark.driver.host=127.0.0.1".into(),
+    ];
+    confs.extend_from_slice(extra);
+    Submission {
+        server: server.trim_end_matches('/'),
+        name,
+        confs: &confs,
+        job: &job,
+        args: &[],
+        local_ip: "127.0.0.1",
+        log: &log,
+    }
+    .start(&home)
+}

@@ -14,7 +14,7 @@ mod server;
 pub use handler::{AdmissionHandler, ApplicationHandler, judged, written_object};
 pub use metrics::{OperationLabels, Outcome, OutcomeLabels, WebhookMetrics};
 pub use pods::{
-    Classified, GateSettings, PodClassifier, RequestFacts, mutate_pod, mutation_patch,
+    Classified, CreatedPod, GateSettings, PodClassifier, RequestFacts, mutate_pod, mutation_patch,
     validate_identity, validate_pod,
 };
 pub use server::{

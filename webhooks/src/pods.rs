@@ -42,32 +42,19 @@ pub trait PodClassifier: Send + Sync + 'static {
         }))
     }
 
-    /// Whether the governed `pod` (to be labelled `labels`; `facts` from
-    /// [`PodClassifier::classify_request`]) is admitted as it is created, without the gate: the
+    /// Whether the governed pod being created is admitted as it is created, without the gate: the
     /// annotations to add when it is, None when it waits behind the gate. Called once per creation
     /// of a governed pod; by default every pod waits.
-    fn admit_at_creation(
-        &self,
-        namespace: &str,
-        pod: &Pod,
-        labels: &BTreeMap<String, String>,
-        facts: &RequestFacts,
-    ) -> Option<BTreeMap<String, String>> {
-        let _ = (namespace, pod, labels, facts);
+    fn admit_at_creation(&self, created: &CreatedPod<'_>) -> Option<BTreeMap<String, String>> {
+        let _ = created;
         None
     }
 
-    /// What `kubectl` prints when the governed `pod` (labelled `labels`; `facts` from
-    /// [`PodClassifier::classify_request`]) is created behind the gate: why it will wait (its queue
-    /// full, unknown, or not admitting the namespace). Never refuses; by default nothing is said.
-    fn gated_warnings(
-        &self,
-        namespace: &str,
-        pod: &Pod,
-        labels: &BTreeMap<String, String>,
-        facts: &RequestFacts,
-    ) -> Vec<String> {
-        let _ = (namespace, pod, labels, facts);
+    /// What `kubectl` prints when the governed pod is created behind the gate: why it will wait
+    /// (its queue full, unknown, or not admitting the namespace). Never refuses; by default
+    /// nothing is said.
+    fn gated_warnings(&self, created: &CreatedPod<'_>) -> Vec<String> {
+        let _ = created;
         Vec::new()
     }
 
@@ -85,6 +72,18 @@ pub trait PodClassifier: Send + Sync + 'static {
         let _ = (namespace, old, new);
         Ok(())
     }
+}
+
+/// A governed pod in the request that creates it, as [`PodClassifier::admit_at_creation`] and
+/// [`PodClassifier::gated_warnings`] are asked about it.
+pub struct CreatedPod<'a> {
+    /// The namespace it is created in.
+    pub namespace: &'a str,
+    pub pod: &'a Pod,
+    /// The labels sluice gives it.
+    pub labels: &'a BTreeMap<String, String>,
+    /// What [`PodClassifier::classify_request`] worked out about it in this request.
+    pub facts: &'a RequestFacts,
 }
 
 /// A governed pod as [`PodClassifier::classify_request`] classified it for one request.
@@ -310,11 +309,17 @@ pub fn mutate_pod(
         Ok(None) => return allowed,
         Err(message) => return allowed.deny(message),
     };
+    let created = CreatedPod {
+        namespace,
+        pod,
+        labels: &labels,
+        facts: &facts,
+    };
     // A dry run holds no quota, so it is shown gated.
     let at_creation = if request.dry_run {
         None
     } else {
-        classifier.admit_at_creation(namespace, pod, &labels, &facts)
+        classifier.admit_at_creation(&created)
     };
     let mut warnings = Vec::new();
     let patch = match at_creation {
@@ -330,7 +335,7 @@ pub fn mutate_pod(
             patch
         }
         None => {
-            warnings = classifier.gated_warnings(namespace, pod, &labels, &facts);
+            warnings = classifier.gated_warnings(&created);
             let mut patch = mutation_patch(pod, &labels, &gate.gate_name);
             patch
                 .0

@@ -1,4 +1,5 @@
 use super::*;
+use crate::integrations::testing::{assert_holds, patched};
 use serde_json::{Value, json};
 
 fn job(spec: Value) -> DynamicObject {
@@ -7,13 +8,6 @@ fn job(spec: Value) -> DynamicObject {
 
 fn template(cpu: &str) -> Value {
     json!({"spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}})
-}
-
-fn patched(app: &DynamicObject, ops: Vec<Value>) -> Value {
-    let mut doc = serde_json::to_value(app).expect("json");
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch");
-    json_patch::patch(&mut doc, &patch).expect("applies");
-    doc
 }
 
 fn submitted(spec: Value) -> DynamicObject {
@@ -75,13 +69,18 @@ fn the_gang_is_parallelism_or_completions_if_fewer_and_never_more_than_is_left()
 fn submission_writes_the_queue_and_the_gang_into_the_template_once() {
     let app = submitted(json!({"parallelism": 3, "completions": 2, "template": template("1")}));
     let doc = serde_json::to_value(&app).expect("json");
-    assert_eq!(
-        doc.pointer("/spec/template/metadata/labels/sluice.dev~1queue"),
-        Some(&json!("q"))
-    );
-    assert_eq!(
-        doc.pointer("/spec/template/metadata/annotations/sluice.dev~1job-gang"),
-        Some(&json!("2"))
+    assert_holds(
+        &doc,
+        &[
+            (
+                "/spec/template/metadata/labels/sluice.dev~1queue",
+                json!("q"),
+            ),
+            (
+                "/spec/template/metadata/annotations/sluice.dev~1job-gang",
+                json!("2"),
+            ),
+        ],
     );
     let sets = Jobs.demand(&app).expect("demand");
     assert_eq!(sets.len(), 1);

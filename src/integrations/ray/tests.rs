@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::integrations::testing::{assert_holds, patched};
 use crate::integrations::{TargetLabels, queue_label_patch};
 
 fn raycluster(autoscaling: bool) -> DynamicObject {
@@ -193,19 +194,19 @@ fn copies_the_queue_label_into_every_template() {
         let app = labelled_rc(with_metadata);
         let ops = queue_label_patch(&RayClusters.label_targets(&app), "q");
         assert_eq!(ops.len(), 2);
-        let mut doc = serde_json::to_value(&app).expect("json");
-        json_patch::patch(
-            &mut doc,
-            &serde_json::from_value::<json_patch::Patch>(Value::Array(ops)).expect("patch"),
-        )
-        .expect("applies");
-        assert_eq!(
-            doc.pointer("/spec/headGroupSpec/template/metadata/labels/sluice.dev~1queue"),
-            Some(&json!("q"))
-        );
-        assert_eq!(
-            doc.pointer("/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue"),
-            Some(&json!("q"))
+        let doc = patched(&app, ops);
+        assert_holds(
+            &doc,
+            &[
+                (
+                    "/spec/headGroupSpec/template/metadata/labels/sluice.dev~1queue",
+                    json!("q"),
+                ),
+                (
+                    "/spec/workerGroupSpecs/0/template/metadata/labels/sluice.dev~1queue",
+                    json!("q"),
+                ),
+            ],
         );
         let patched: DynamicObject = serde_json::from_value(doc).expect("obj");
         assert!(

@@ -3,6 +3,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::integrations::RayClusters;
 use crate::integrations::framework::escape;
+use crate::integrations::testing::{assert_holds, patched};
 
 fn container(name: &str, cpu: &str) -> Value {
     json!({"name": name, "image": "rayproject/ray:2.41.0", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}})
@@ -18,13 +19,6 @@ fn cluster_spec() -> Value {
         "workerGroupSpecs": [{"groupName": "workers", "replicas": 3, "minReplicas": 2, "maxReplicas": 4,
                               "template": {"spec": {"containers": [container("ray-worker", "1")]}}}],
     })
-}
-
-fn patched(app: &DynamicObject, ops: Vec<Value>) -> Value {
-    let mut doc = serde_json::to_value(app).expect("json");
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch");
-    json_patch::patch(&mut doc, &patch).expect("applies");
-    doc
 }
 
 #[test]
@@ -92,21 +86,14 @@ fn the_webhook_labels_every_template_and_makes_the_default_submitter_explicit() 
         "/spec/rayClusterSpec/workerGroupSpecs/0/template/metadata",
         "/spec/submitterPodTemplate/metadata",
     ] {
-        assert_eq!(
-            doc.pointer(&format!("{template}{queue}")),
-            Some(&json!("q")),
-            "{template}"
-        );
-        assert_eq!(
-            doc.pointer(&format!("{template}{job}")),
-            Some(&json!("rj")),
-            "{template}"
+        let (queue, job) = (format!("{template}{queue}"), format!("{template}{job}"));
+        assert_holds(
+            &doc,
+            &[(queue.as_str(), json!("q")), (job.as_str(), json!("rj"))],
         );
     }
-    assert_eq!(
-        doc.pointer("/spec/submitterPodTemplate/spec/containers/0/image"),
-        Some(&json!("rayproject/ray:2.41.0"))
-    );
+    let image = "/spec/submitterPodTemplate/spec/containers/0/image";
+    assert_holds(&doc, &[(image, json!("rayproject/ray:2.41.0"))]);
     // What the patch made is what the demand reads: the same submitter size as KubeRay's default.
     let app: DynamicObject = serde_json::from_value(doc).expect("rayjob");
     assert_eq!(

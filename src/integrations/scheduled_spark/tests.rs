@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::integrations::testing::{assert_holds, patched};
 
 fn scheduled(template: Value) -> DynamicObject {
     crate::integrations::testing::application(
@@ -35,20 +36,14 @@ fn one_runs_demand_is_a_spark_applications_and_records_no_ledger() {
 #[test]
 fn the_queue_label_goes_into_the_templates_driver_and_executor() {
     let app = scheduled(template());
-    let ops = ScheduledSparkApplications.pods_patch(&app, "q");
-    let mut doc = serde_json::to_value(&app).expect("json");
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch");
-    json_patch::patch(&mut doc, &patch).expect("applies");
+    let doc = patched(&app, ScheduledSparkApplications.pods_patch(&app, "q"));
     for role in ["driver", "executor"] {
-        assert_eq!(
-            doc.pointer(&format!("/spec/template/{role}/labels/sluice.dev~1queue")),
-            Some(&json!("q")),
-            "{role}"
-        );
+        let queue = format!("/spec/template/{role}/labels/sluice.dev~1queue");
+        assert_holds(&doc, &[(queue.as_str(), json!("q"))]);
     }
-    assert_eq!(
-        doc.pointer("/spec/template/executor/labels/team"),
-        Some(&json!("data"))
+    assert_holds(
+        &doc,
+        &[("/spec/template/executor/labels/team", json!("data"))],
     );
     // No template: nothing to label (and the validator refuses it).
     let bare: DynamicObject = serde_json::from_value(json!({

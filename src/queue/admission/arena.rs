@@ -70,6 +70,7 @@ impl Item {
 }
 
 /// Gang members reserved by a started workload and not admitted yet, per pod set.
+#[derive(Clone, Copy)]
 pub(super) struct Slot {
     pub(super) left: u32,
     /// Size of one member: `arena.values[per_pod..per_pod + width]`.
@@ -227,6 +228,20 @@ impl Dimensions {
                 break;
             }
         }
+    }
+
+    /// Whether `list` is [`Self::to_list`] of `values`, without making it.
+    pub(super) fn is_list_of(&self, values: &[i64], list: &ResourceList) -> bool {
+        let mut nonzero = 0;
+        for (name, value) in self.names.iter().zip(values) {
+            if *value != 0 {
+                nonzero += 1;
+                if list.0.get(name) != Some(value) {
+                    return false;
+                }
+            }
+        }
+        nonzero == list.0.len()
     }
 
     pub(super) fn to_list(&self, values: &[i64]) -> ResourceList {

@@ -517,22 +517,16 @@ fn reclaim(
 /// module documentation.
 pub(super) fn decide_cohort(
     (snapshot, rooms): (&Snapshot, &topology::SharedRooms),
-    queues: &[usize],
-    members: &[Vec<usize>],
-    decisions: &mut Decisions,
+    (queues, members): (&[usize], &[Vec<usize>]),
+    (decisions, previous): (&mut Decisions, &mut [WorkloadTally]),
+    scratches: Vec<(&mut Scratch, memo::Gather)>,
 ) {
-    let mut scratches: Vec<Scratch> = queues.iter().map(|_| Scratch::default()).collect();
-    let mut passes: Vec<QueuePass> = (queues.iter().zip(scratches.iter_mut()))
-        .map(|(&q, scratch)| {
-            QueuePass::new((snapshot, rooms), &snapshot.queues[q], &members[q], scratch)
+    let mut passes: Vec<QueuePass> = (queues.iter().zip(scratches))
+        .map(|(&q, (scratch, gather))| {
+            let queue = &snapshot.queues[q];
+            QueuePass::prepared((snapshot, rooms), queue, &members[q], scratch, gather)
         })
         .collect();
-    for pass in &mut passes {
-        for m in 0..pass.members.len() {
-            pass.gather_member(m);
-        }
-        pass.order_demand();
-    }
     let mut pool = Pool::new(&passes);
     let first_admit = decisions.admit.len();
     let mut progress: Vec<Progress> = passes.iter().map(|p| p.start(first_admit)).collect();
@@ -543,7 +537,7 @@ pub(super) fn decide_cohort(
         let waiting = pass.finish(progress);
         pass.record_flavors(&mut decisions.flavors);
         pass.record_domains(&mut decisions.domains, &mut decisions.data_nodes);
-        tallies.push(pass.tally(&mut decisions.workloads, waiting));
+        tallies.push(pass.tally((&mut decisions.workloads, &mut *previous), waiting));
         loads.push(pass.load());
     }
     let lent = lent(&pool, &loads);
@@ -557,7 +551,7 @@ pub(super) fn decide_cohort(
                 ceiling.add(&pass.dims.names[d], l.guaranteed);
             }
         }
-        pass.charge_borrowed(&borrowed, &mut decisions.workloads);
+        pass.charge_borrowed(&borrowed, (&mut decisions.workloads, &mut *previous));
         tally.borrowed = pass.dims.to_list(&borrowed);
         tally.lent = pass.dims.to_list(&lent[k]);
         tally.ceiling = Some(ceiling);
@@ -679,7 +673,11 @@ fn lent(pool: &Pool, loads: &[Vec<i64>]) -> Vec<Vec<i64>> {
 impl QueuePass<'_> {
     /// Charges the queue's borrowing (per dimension) to its members: those admission would take
     /// back first (lowest priority, newest) carry it first.
-    fn charge_borrowed(&self, borrowed: &[i64], workloads: &mut [WorkloadTally]) {
+    fn charge_borrowed(
+        &self,
+        borrowed: &[i64],
+        (workloads, previous): (&mut [WorkloadTally], &mut [WorkloadTally]),
+    ) {
         if borrowed.iter().all(|b| *b == 0) {
             return;
         }
@@ -702,7 +700,9 @@ impl QueuePass<'_> {
                 charge[d] = held.clamp(0, left[d].max(0));
                 left[d] -= charge[d];
             }
-            workloads[self.members[m]].borrowed = self.dims.to_list(&charge);
+            let w = self.members[m];
+            let old = previous.get_mut(w).map(|t| &mut t.borrowed);
+            workloads[w].borrowed = reasons::reuse_list(old, &self.dims, &charge);
             if left.iter().all(|l| *l <= 0) {
                 break;
             }

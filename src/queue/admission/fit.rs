@@ -82,10 +82,11 @@ impl<'a> QueuePass<'a> {
     }
 
     /// The queue's tally and each member's, after the decisions.
+    /// `previous`: the tallies of a pass before (or none), whose equal lists and reasons are taken.
     pub(super) fn tally(
         &self,
-        workloads: &mut [WorkloadTally],
-        mut waiting: Vec<Option<WaitReason>>,
+        (workloads, previous): (&mut [WorkloadTally], &mut [WorkloadTally]),
+        mut waiting: Vec<Option<Waiting>>,
     ) -> QueueTally {
         let width = self.width;
         let mut tally = QueueTally {
@@ -108,17 +109,19 @@ impl<'a> QueuePass<'a> {
             let workload = &self.snapshot.workloads[w];
             let state = self.states[m];
             let wt = &mut workloads[w];
+            let mut old = previous.get_mut(w);
             wt.admitted_pods += state.admitted_before + state.admitted_now;
             wt.pending_pods += state.gated - state.admitted_now;
-            wt.used = self
-                .dims
-                .to_list(&self.member_used[m * width..(m + 1) * width]);
-            wt.reserved = self
-                .dims
-                .to_list(&self.member_reserved[m * width..(m + 1) * width]);
+            let used = &self.member_used[m * width..(m + 1) * width];
+            wt.used = reasons::reuse_list(old.as_mut().map(|o| &mut o.used), &self.dims, used);
+            let held = &self.member_reserved[m * width..(m + 1) * width];
+            let old_held = old.as_mut().map(|o| &mut o.reserved);
+            wt.reserved = reasons::reuse_list(old_held, &self.dims, held);
             wt.position = (position[m] > 0).then_some(position[m]);
             if wt.pending_pods > 0 {
-                wt.waiting = waiting[m].take().or_else(|| {
+                let old = old.and_then(|o| o.waiting.take());
+                let now = waiting[m].take().map(|now| self.reason(now, old));
+                wt.waiting = now.or_else(|| {
                     (!workload.namespace_allowed).then(|| WaitReason::NamespaceNotAllowed {
                         queue: self.queue.name.clone(),
                     })

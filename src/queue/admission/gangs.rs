@@ -6,29 +6,60 @@ use super::arena::{Item, ItemKind, NO_FLAVOR, NONE, add_into, flavor_index, to_u
 use super::fit::{add_scaled, split_two};
 use super::*;
 
+/// A pass's buffers: the queue's dimensions, the arena, the items, the reserved places and the
+/// gated pods of the set being gathered.
+pub(super) type Buffers<'a> = (
+    Dimensions,
+    &'a mut Arena,
+    &'a mut Vec<Item>,
+    &'a mut Vec<Slot>,
+    &'a mut Vec<usize>,
+);
+
 impl<'a> QueuePass<'a> {
+    /// A queue's pass before its gather, its buffers emptied.
     pub(super) fn new(
+        ctx: (&'a Snapshot, &'a topology::SharedRooms<'a>),
+        queue: &'a QueueSnapshot,
+        members: &'a [usize],
+        buffers: Buffers<'a>,
+    ) -> Self {
+        buffers.1.values.clear();
+        buffers.1.pods.clear();
+        buffers.2.clear();
+        buffers.3.clear();
+        let width = buffers.0.width();
+        let n = members.len();
+        QueuePass::resumed(
+            ctx,
+            queue,
+            members,
+            buffers,
+            (
+                vec![MemberState::default(); n],
+                vec![0i64; n * width],
+                vec![0i64; n * width],
+            ),
+        )
+    }
+
+    /// A queue's pass over buffers as a gather left them (`memo.rs`), with the members' counts
+    /// and holdings: the arena starts with the three scratch vectors, zeroed on an empty arena.
+    pub(super) fn resumed(
         (snapshot, rooms): (&'a Snapshot, &'a topology::SharedRooms<'a>),
         queue: &'a QueueSnapshot,
         members: &'a [usize],
-        scratch: &'a mut Scratch,
+        (dims, arena, items, slots, gated): Buffers<'a>,
+        (states, member_used, member_reserved): (Vec<MemberState>, Vec<i64>, Vec<i64>),
     ) -> Self {
-        let dims = Dimensions::for_queue(queue);
         let width = dims.width();
         let item_width = width * dims.flavors;
-        let Scratch {
-            arena,
-            items,
-            slots,
-            gated,
-        } = scratch;
-        arena.values.clear();
-        arena.pods.clear();
-        items.clear();
-        slots.clear();
-        let usage_at = arena.push_zeroed(width);
-        let reserved_at = arena.push_zeroed(width);
-        let reserve_at = arena.push_zeroed(width);
+        if arena.values.is_empty() {
+            for _ in 0..3 {
+                arena.push_zeroed(width);
+            }
+        }
+        let (usage_at, reserved_at, reserve_at) = (0, to_u32(width), to_u32(2 * width));
         QueuePass {
             snapshot,
             queue,
@@ -40,9 +71,9 @@ impl<'a> QueuePass<'a> {
             items,
             slots,
             gated,
-            states: vec![MemberState::default(); members.len()],
-            member_used: vec![0i64; members.len() * width],
-            member_reserved: vec![0i64; members.len() * width],
+            states,
+            member_used,
+            member_reserved,
             usage_at,
             reserved_at,
             reserve_at,

@@ -43,15 +43,19 @@ mod cohort;
 mod fit;
 mod flavor;
 mod gangs;
+mod memo;
 mod order;
 mod preempt;
 mod reasons;
 mod topology;
 
+pub use memo::{Memo, decide_again};
 pub use reasons::WaitReason;
+use reasons::Waiting;
 
 use arena::{Arena, Dimensions, Item, Slot};
 use fit::Misfit;
+use memo::Gather;
 
 /// Identifies a workload: its namespace and DynamicWorkload name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -399,6 +403,52 @@ pub fn decide_with(
     snapshot: &Snapshot,
     nodes: Option<&crate::queue::topology::Topology>,
 ) -> Decisions {
+    // Group workloads by queue; those whose queue is missing or closed to them just wait.
+    let queue_index: std::collections::HashMap<&str, usize> = snapshot
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.name.as_str(), i))
+        .collect();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); snapshot.queues.len()];
+    let mut orphans = Vec::new();
+    for (w, workload) in snapshot.workloads.iter().enumerate() {
+        match queue_index.get(workload.queue.as_str()) {
+            Some(&q) => members[q].push(w),
+            None => orphans.push(w),
+        }
+    }
+    decide_gathered(
+        snapshot,
+        nodes,
+        &members,
+        orphans.into_iter(),
+        Gathering::Afresh,
+        Vec::new(),
+    )
+}
+
+/// How a pass's queues gather their demand.
+enum Gathering<'m> {
+    /// From scratch, in buffers shared from queue to queue: nothing is kept.
+    Afresh,
+    /// In a memo's buffers, one set per queue, kept for the next pass: per queue, every member
+    /// (None) or only the members that changed (see `memo.rs`).
+    Kept(&'m mut [Scratch], &'m [Option<Vec<usize>>]),
+}
+
+/// The pass over the queues' `members` (indexes into the workloads, per queue); `orphans`: the
+/// workloads whose queue does not exist. `previous`: tallies of a pass before over the same
+/// workloads (or none), whose lists and reasons are taken where the new ones are equal, rather
+/// than made again (see [`reasons::reuse_list`]).
+fn decide_gathered(
+    snapshot: &Snapshot,
+    nodes: Option<&crate::queue::topology::Topology>,
+    members: &[Vec<usize>],
+    orphans: impl Iterator<Item = usize>,
+    gathering: Gathering,
+    mut previous: Vec<WorkloadTally>,
+) -> Decisions {
     let rooms = topology::SharedRooms::new(snapshot, nodes);
     let mut decisions = Decisions {
         admit: Vec::new(),
@@ -409,48 +459,60 @@ pub fn decide_with(
         workloads: vec![WorkloadTally::default(); snapshot.workloads.len()],
         queues: BTreeMap::new(),
     };
-
-    // Group workloads by queue; those whose queue is missing or closed to them just wait.
-    let queue_index: std::collections::HashMap<&str, usize> = snapshot
-        .queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.name.as_str(), i))
-        .collect();
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); snapshot.queues.len()];
-    for (w, workload) in snapshot.workloads.iter().enumerate() {
-        match queue_index.get(workload.queue.as_str()) {
-            Some(&q) => members[q].push(w),
-            None => {
-                let tally = &mut decisions.workloads[w];
-                tally_pods_only(workload, tally);
-                if tally.pending_pods > 0 {
-                    tally.waiting = Some(WaitReason::QueueNotFound {
-                        queue: workload.queue.clone(),
-                    });
-                }
-            }
+    for w in orphans {
+        let workload = &snapshot.workloads[w];
+        let tally = &mut decisions.workloads[w];
+        tally_pods_only(workload, tally);
+        if tally.pending_pods > 0 {
+            tally.waiting = Some(WaitReason::QueueNotFound {
+                queue: workload.queue.clone(),
+            });
         }
     }
 
-    let mut scratch = Scratch::default();
+    let (scratches, changed): (&mut [Scratch], &[Option<Vec<usize>>]) = match gathering {
+        Gathering::Afresh => (&mut [], &[]),
+        Gathering::Kept(scratches, changed) => (scratches, changed),
+    };
+    let kept = !scratches.is_empty();
+    let gather_of = |q: usize| match changed.get(q) {
+        None => Gather::All,
+        Some(None) => Gather::Keep,
+        Some(Some(members)) => Gather::Changed(members),
+    };
+    let mut shared = Scratch::default();
     let mut cohorts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (q, queue) in snapshot.queues.iter().enumerate() {
         if let Some(cohort) = &queue.cohort {
             cohorts.entry(cohort.name.as_str()).or_default().push(q);
             continue;
         }
+        let scratch = if kept { &mut scratches[q] } else { &mut shared };
         let tally = decide_queue(
             (snapshot, &rooms),
             queue,
             &members[q],
             &mut decisions,
-            &mut scratch,
+            (scratch, gather_of(q)),
+            &mut previous,
         );
         decisions.queues.insert(queue.name.clone(), tally);
     }
     for queues in cohorts.values() {
-        cohort::decide_cohort((snapshot, &rooms), queues, &members, &mut decisions);
+        let mut fresh: Vec<Scratch> = Vec::new();
+        let theirs: Vec<(&mut Scratch, Gather)> = if kept {
+            // In the order of `queues` (ascending, as they were pushed).
+            (scratches.iter_mut().enumerate())
+                .filter(|(q, _)| queues.contains(q))
+                .map(|(q, scratch)| (scratch, gather_of(q)))
+                .collect()
+        } else {
+            fresh.resize_with(queues.len(), Scratch::default);
+            fresh.iter_mut().map(|s| (s, Gather::All)).collect()
+        };
+        let (queues, members) = (queues.as_slice(), members);
+        let decided = (&mut decisions, previous.as_mut_slice());
+        cohort::decide_cohort((snapshot, &rooms), (queues, members), decided, theirs);
     }
     decisions
 }
@@ -462,6 +524,8 @@ struct Scratch {
     items: Vec<Item>,
     slots: Vec<Slot>,
     gated: Vec<usize>,
+    /// A memo's: what the last pass gathered (see `memo.rs`).
+    kept: memo::Kept,
 }
 
 /// Counts pods and usage of a workload that takes no part in any queue's pass.
@@ -500,17 +564,14 @@ fn decide_queue(
     queue: &QueueSnapshot,
     members: &[usize],
     decisions: &mut Decisions,
-    scratch: &mut Scratch,
+    (scratch, gather): (&mut Scratch, Gather),
+    previous: &mut [WorkloadTally],
 ) -> QueueTally {
-    let mut pass = QueuePass::new((snapshot, rooms), queue, members, scratch);
-    for m in 0..members.len() {
-        pass.gather_member(m);
-    }
-    pass.order_demand();
+    let mut pass = QueuePass::prepared((snapshot, rooms), queue, members, scratch, gather);
     let waiting = pass.admit_in_order(&mut decisions.admit, &mut decisions.evict);
     pass.record_flavors(&mut decisions.flavors);
     pass.record_domains(&mut decisions.domains, &mut decisions.data_nodes);
-    pass.tally(&mut decisions.workloads, waiting)
+    pass.tally((&mut decisions.workloads, previous), waiting)
 }
 
 /// The state of one queue's pass: the scratch buffers (taken apart, so that the phases borrow
@@ -577,7 +638,7 @@ struct Progress {
     /// `Decisions::admit` before the queue's first admission of the pass.
     first_admit: usize,
     /// Per member, the first reason it was kept waiting.
-    waiting: Vec<Option<WaitReason>>,
+    waiting: Vec<Option<Waiting>>,
     /// StrictFIFO: the workload of the first item that did not fit.
     blocker: Option<usize>,
     in_force: Option<InForce>,

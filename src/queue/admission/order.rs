@@ -23,7 +23,7 @@ impl<'a> QueuePass<'a> {
         &mut self,
         admit: &mut Vec<PodRef>,
         evict: &mut Vec<Eviction>,
-    ) -> Vec<Option<WaitReason>> {
+    ) -> Vec<Option<Waiting>> {
         let mut progress = self.start(admit.len());
         while self.step(&mut progress, admit, evict, None) != Step::Done {}
         self.finish(progress)
@@ -61,10 +61,7 @@ impl<'a> QueuePass<'a> {
         let m = item.member as usize;
         if let Some(first) = p.blocker {
             if p.waiting[m].is_none() {
-                p.waiting[m] = Some(WaitReason::BehindInStrictFifo {
-                    queue: self.queue.name.clone(),
-                    blocker: self.snapshot.workloads[first].key.clone(),
-                });
+                p.waiting[m] = Some(Waiting::Behind(first));
             }
             p.next += 1;
             return Step::Went;
@@ -139,14 +136,13 @@ impl<'a> QueuePass<'a> {
     ) {
         let m = item.member as usize;
         if p.waiting[m].is_none() {
-            p.waiting[m] =
-                Some(reason.unwrap_or_else(|| misfit.reason(&self.queue.name, &self.dims)));
+            p.waiting[m] = Some(reason.map_or(Waiting::Misfit(*misfit), Waiting::Reason));
         }
         if p.in_force.is_none() && self.may_preempt(item, misfit, p.attempts, p.floor) {
             p.attempts += 1;
             p.in_force = self.try_preemption(item, &admit[p.first_admit..], evict);
             if let Some(reason) = p.in_force.as_mut().and_then(|f| f.reason.take()) {
-                p.waiting[m] = Some(reason);
+                p.waiting[m] = Some(Waiting::Reason(reason));
             }
         }
         if self.queue.strategy == QueueingStrategy::StrictFIFO {
@@ -159,7 +155,7 @@ impl<'a> QueuePass<'a> {
     pub(super) fn waits(&self, p: &mut Progress, item: &Item, reason: WaitReason) {
         let m = item.member as usize;
         if p.waiting[m].is_none() {
-            p.waiting[m] = Some(reason);
+            p.waiting[m] = Some(Waiting::Reason(reason));
         }
         if self.queue.strategy == QueueingStrategy::StrictFIFO {
             p.blocker = Some(self.members[m]);
@@ -168,7 +164,7 @@ impl<'a> QueuePass<'a> {
 
     /// Ends the admission in order: the room held for a preemptor is released. Returns, per
     /// member, the first reason it was kept waiting.
-    pub(super) fn finish(&mut self, progress: Progress) -> Vec<Option<WaitReason>> {
+    pub(super) fn finish(&mut self, progress: Progress) -> Vec<Option<Waiting>> {
         if let Some(in_force) = progress.in_force {
             let reserved_at = self.reserved_at;
             sub_from(
@@ -178,6 +174,28 @@ impl<'a> QueuePass<'a> {
         }
         progress.waiting
     }
+}
+
+/// The admission order [`sort_items`] sorts into, as one comparison: rank, then (between
+/// workloads) the workload key, then the position ([`Item::within`]). A strict total order: no two
+/// items of a pass compare equal (member, pod set and pod rank tell them apart).
+pub(super) fn item_order(
+    a: &Item,
+    b: &Item,
+    snapshot: &Snapshot,
+    members: &[usize],
+) -> std::cmp::Ordering {
+    let key = |item: &Item| &snapshot.workloads[members[item.member as usize]].key;
+    a.rank()
+        .cmp(&b.rank())
+        .then_with(|| {
+            if a.member == b.member {
+                std::cmp::Ordering::Equal
+            } else {
+                key(a).cmp(key(b))
+            }
+        })
+        .then_with(|| a.within().cmp(&b.within()))
 }
 
 /// Sorts the items into admission order: rank, then workload key, then position. Integers first

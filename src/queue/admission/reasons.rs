@@ -1,6 +1,8 @@
 //! Why a workload still has pods behind the gate after a pass: the reasons the pass records, and
 //! the messages users read in the ledger's status, its events and `kubectl sluice why`.
 
+use super::arena::Dimensions;
+use super::fit::Misfit;
 use super::*;
 
 /// Why a workload still has pods behind the gate after the pass.
@@ -190,5 +192,89 @@ impl WaitReason {
             ),
             _ => Ok(()),
         }
+    }
+}
+
+/// A reason to wait as the pass records it, made a [`WaitReason`] only in the tally, where an
+/// equal reason of the pass before is taken instead: a StrictFIFO queue's thousands of waiting
+/// workloads do not each copy the queue's name and the blocker's key again, pass after pass.
+#[derive(Clone)]
+pub(super) enum Waiting {
+    Reason(WaitReason),
+    /// StrictFIFO: behind the first item that did not fit, of this workload (an index).
+    Behind(usize),
+    /// Over the queue's quota ([`WaitReason::Quota`] or [`WaitReason::NeverFits`]).
+    Misfit(Misfit),
+}
+
+impl QueuePass<'_> {
+    /// The reason `now` says: `old` when it says the same, else a new one.
+    pub(super) fn reason(&self, now: Waiting, old: Option<WaitReason>) -> WaitReason {
+        let same = match (&now, &old) {
+            (Waiting::Behind(b), Some(WaitReason::BehindInStrictFifo { queue, blocker })) => {
+                *queue == self.queue.name && *blocker == self.snapshot.workloads[*b].key
+            }
+            (Waiting::Misfit(misfit), Some(old)) => misfit.is(old, &self.queue.name, &self.dims),
+            _ => false,
+        };
+        match (now, old) {
+            (_, Some(old)) if same => old,
+            (Waiting::Reason(reason), _) => reason,
+            (Waiting::Behind(b), _) => WaitReason::BehindInStrictFifo {
+                queue: self.queue.name.clone(),
+                blocker: self.snapshot.workloads[b].key.clone(),
+            },
+            (Waiting::Misfit(misfit), _) => misfit.reason(&self.queue.name, &self.dims),
+        }
+    }
+}
+
+impl Misfit {
+    /// Whether [`Misfit::reason`] would be `reason`, without making it.
+    fn is(&self, reason: &WaitReason, queue_name: &str, dims: &Dimensions) -> bool {
+        let resource_name = dims.base_name(self.dimension);
+        match reason {
+            WaitReason::NeverFits {
+                queue,
+                resource,
+                needed,
+                quota,
+            } => {
+                self.needed > self.limit
+                    && (queue.as_str(), resource.as_str()) == (queue_name, resource_name)
+                    && (*needed, *quota) == (self.needed, self.limit)
+            }
+            WaitReason::Quota {
+                queue,
+                resource,
+                missing,
+                used,
+                reserved,
+                quota,
+            } => {
+                self.needed <= self.limit
+                    && (queue.as_str(), resource.as_str()) == (queue_name, resource_name)
+                    && (*missing, *used, *reserved, *quota)
+                        == (
+                            self.after - self.limit,
+                            self.used,
+                            self.reserved,
+                            self.limit,
+                        )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `values` as a list ([`Dimensions::to_list`]), or `old` taken when it is that list already.
+pub(super) fn reuse_list(
+    old: Option<&mut ResourceList>,
+    dims: &Dimensions,
+    values: &[i64],
+) -> ResourceList {
+    match old {
+        Some(old) if dims.is_list_of(values, old) => std::mem::take(old),
+        _ => dims.to_list(values),
     }
 }

@@ -228,7 +228,7 @@ fn fair_sharing_alternates_borrowers_by_weight() {
 
 /// Random cohort settings for the queues of a random snapshot: a cohort of two names or none,
 /// lending and borrowing limits or none, a weight, a reclaim policy.
-fn arb_cohort_snapshot() -> impl Strategy<Value = Snapshot> {
+pub(super) fn arb_cohort_snapshot() -> impl Strategy<Value = Snapshot> {
     let settings = prop::collection::vec(
         (
             0u8..3,

@@ -282,7 +282,7 @@ fn as_one_flavor(s: &Snapshot) -> Snapshot {
 
 /// Random gangs and started workloads over two or three flavors, some pods pinned by their own
 /// nodeSelector, some admitted already in a flavor.
-fn arb_flavored() -> impl Strategy<Value = Snapshot> {
+pub(super) fn arb_flavored() -> impl Strategy<Value = Snapshot> {
     let quotas = prop::collection::vec(0i64..10, 2..4);
     let workloads = prop::collection::vec(
         (

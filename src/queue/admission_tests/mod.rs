@@ -7,6 +7,7 @@ use super::admission::*;
 use crate::api::QueueingStrategy;
 use crate::resources::ResourceList;
 
+mod again;
 mod cohorts;
 mod data;
 mod flavors;

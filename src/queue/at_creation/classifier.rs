@@ -70,15 +70,10 @@ impl Classifier {
 
     /// The identity [`Classifier::classify_request`] worked out for this request, or (called
     /// without it) [`Classifier::identity_with`] now.
-    fn identity_of<'f>(
-        &self,
-        facts: &'f RequestFacts,
-        pod: &Pod,
-        labels: &BTreeMap<String, String>,
-    ) -> Option<Cow<'f, PodIdentity>> {
-        match facts.get::<PodIdentity>() {
+    fn identity_of<'f>(&self, created: &CreatedPod<'f>) -> Option<Cow<'f, PodIdentity>> {
+        match created.facts.get::<PodIdentity>() {
             Some(identity) => Some(Cow::Borrowed(identity)),
-            None => self.identity_with(pod, labels).map(Cow::Owned),
+            None => (self.identity_with(created.pod, created.labels)).map(Cow::Owned),
         }
     }
 
@@ -239,15 +234,9 @@ impl sluice_webhooks::PodClassifier for Classifier {
         self.adapters.judge_identity_change(namespace, old, new)
     }
 
-    fn gated_warnings(
-        &self,
-        namespace: &str,
-        pod: &Pod,
-        labels: &BTreeMap<String, String>,
-        facts: &RequestFacts,
-    ) -> Vec<String> {
-        let (Some(queues), Some(identity)) = (&self.queues, self.identity_of(facts, pod, labels))
-        else {
+    fn gated_warnings(&self, created: &CreatedPod<'_>) -> Vec<String> {
+        let (namespace, pod) = (created.namespace, created.pod);
+        let (Some(queues), Some(identity)) = (&self.queues, self.identity_of(created)) else {
             return Vec::new();
         };
         let queue = queues.get(&ObjectRef::new(&identity.queue));
@@ -272,15 +261,10 @@ impl sluice_webhooks::PodClassifier for Classifier {
         )
     }
 
-    fn admit_at_creation(
-        &self,
-        namespace: &str,
-        pod: &Pod,
-        labels: &BTreeMap<String, String>,
-        facts: &RequestFacts,
-    ) -> Option<BTreeMap<String, String>> {
+    fn admit_at_creation(&self, created: &CreatedPod<'_>) -> Option<BTreeMap<String, String>> {
+        let (namespace, pod) = (created.namespace, created.pod);
         let at_creation = self.at_creation.as_ref().filter(|a| a.is_active())?;
-        let identity = self.identity_of(facts, pod, labels);
+        let identity = self.identity_of(created);
         let requests = pod.spec.as_ref().map(pod_requests);
         let (Some(identity), Some(Ok(requests))) = (identity, requests) else {
             return None; // the controller will say what is wrong

@@ -260,10 +260,19 @@ mod token_replay {
         BTreeMap::from([(QUEUE_LABEL.to_string(), "q".to_string())])
     }
 
+    /// The annotations `pod` is admitted with as it is created in `namespace`, or None (gated).
+    fn created_in(c: &Classifier, namespace: &str, pod: &Pod) -> Option<BTreeMap<String, String>> {
+        c.admit_at_creation(&CreatedPod {
+            namespace,
+            pod,
+            labels: &labels(),
+            facts: &RequestFacts::default(),
+        })
+    }
+
     /// Admits `pod` at creation in "ns": the token it was given, or None (gated).
     fn admit(c: &Classifier, pod: &Pod) -> Option<String> {
-        c.admit_at_creation("ns", pod, &labels(), &RequestFacts::default())
-            .map(|a| a[AT_CREATION_ANNOTATION].clone())
+        created_in(c, "ns", pod).map(|a| a[AT_CREATION_ANNOTATION].clone())
     }
 
     fn room_left(c: &Classifier) -> i64 {
@@ -321,7 +330,7 @@ mod token_replay {
         let token = admit(&c, &pod("a", "1", None)).expect("admitted");
         let copied = pod("a", "1", Some(&token));
         assert_eq!(
-            c.admit_at_creation("other-ns", &copied, &labels(), &RequestFacts::default()),
+            created_in(&c, "other-ns", &copied),
             None,
             "same name in another namespace: no room left, gated"
         );

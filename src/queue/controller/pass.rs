@@ -22,6 +22,13 @@ use crate::queue::ready;
 use crate::queue::snapshot::{self, Built};
 use crate::watch_store;
 
+/// The nodes and the ungoverned pods bound to them (both empty when no gated pod asks for a
+/// topology domain).
+type NodesView = (
+    Vec<Arc<k8s_openapi::api::core::v1::Node>>,
+    Vec<Arc<crate::queue::bound_pods::BoundPod>>,
+);
+
 impl Controller {
     /// One admission pass; true when a pod still waits behind the gate afterwards (the next pass
     /// should follow the next change closely).
@@ -36,7 +43,8 @@ impl Controller {
         self.evictor.prune(&pods, started);
         let queues = self.stores.queues.state();
         let flavors = self.stores.flavors.state();
-        let (full, workloads, nodes) = self.pass_way(&pods, &facts, pod_changes, started);
+        let (full, workloads, (nodes, bound_elsewhere)) =
+            self.pass_way(&pods, &facts, pod_changes, started);
         let way = if full {
             PassWay::Full
         } else {
@@ -59,6 +67,7 @@ impl Controller {
                 facts: &facts,
                 namespaces: &self.stores.namespaces.state(),
                 nodes: &nodes,
+                bound_elsewhere: &bound_elsewhere,
                 data: &self.data,
                 in_flight: &in_flight,
                 eviction_blocked: &self.evictor.blocked_uids(),
@@ -94,20 +103,17 @@ impl Controller {
         waiting
     }
 
-    /// Whether the pass is a full one, with the workloads it reads then, and the nodes it reads
-    /// (only when a gated pod asks for a topology domain: every queue is then decided in one
-    /// pass over the nodes' shared room; the incremental state is still fed, for the passes after).
+    /// Whether the pass is a full one, with the workloads it reads then, and the nodes and the
+    /// ungoverned pods bound to them it reads (only when a gated pod asks for a topology domain:
+    /// every queue is then decided in one pass over the nodes' shared room; the incremental state
+    /// is still fed, for the passes after).
     fn pass_way(
         &mut self,
         pods: &[Arc<CachedPod>],
         facts: &[Option<Arc<snapshot::PodFacts>>],
         pod_changes: watch_store::Changes<CachedPod>,
         now: Instant,
-    ) -> (
-        bool,
-        Vec<Arc<DynamicWorkload>>,
-        Vec<Arc<k8s_openapi::api::core::v1::Node>>,
-    ) {
+    ) -> (bool, Vec<Arc<DynamicWorkload>>, NodesView) {
         let topology = plan::wants_topology(pods, facts);
         let full = self.settings.full_passes || topology;
         if !self.settings.full_passes {
@@ -119,9 +125,12 @@ impl Controller {
             Vec::new()
         };
         let nodes = if topology {
-            self.stores.nodes.state()
+            (
+                self.stores.nodes.state(),
+                self.stores.bound_elsewhere.state(),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         (full, workloads, nodes)
     }
@@ -181,7 +190,7 @@ impl Controller {
 
     /// The uids of pods whose ungate is in flight, once those the cache shows ungated or gone, and
     /// those whose outcome stayed unknown too long, are forgotten.
-    fn in_flight_now(&self, pods: &[Arc<CachedPod>], now: Instant) -> HashSet<String> {
+    fn in_flight_now(&self, pods: &[Arc<CachedPod>], now: Instant) -> snapshot::InFlight {
         let mut guard = self.ungater.lock_in_flight();
         let gated: HashSet<&str> = pods
             .iter()
@@ -189,7 +198,11 @@ impl Controller {
             .filter_map(|p| p.metadata.uid.as_deref())
             .collect();
         prune_in_flight(&mut guard.pods, &gated, now);
-        guard.pods.keys().cloned().collect()
+        let mut in_flight = snapshot::InFlight::default();
+        for (uid, entry) in &guard.pods {
+            in_flight.insert(uid.clone(), entry.pins.clone());
+        }
+        in_flight
     }
 
     /// Tells the webhook in this process the room each queue has left after this pass, for

@@ -34,10 +34,12 @@ pub(crate) struct PassInputs<'a> {
     pub namespaces: &'a [Arc<PartialObjectMeta<Namespace>>],
     /// The nodes (trimmed: labels, allocatable, cordon), for gangs that ask for a topology domain.
     pub nodes: &'a [Arc<k8s_openapi::api::core::v1::Node>],
+    /// Pods sluice does not govern, bound to a node (read with `nodes` only).
+    pub bound_elsewhere: &'a [Arc<crate::queue::bound_pods::BoundPod>],
     /// Where the data of the gated pods' data asks is (`controller/data.rs`).
     pub data: &'a HashMap<(String, DataSource), DataNodes>,
     /// Uids of pods whose ungate is in flight.
-    pub in_flight: &'a HashSet<String>,
+    pub in_flight: &'a snapshot::InFlight,
     /// Uids of pods a PodDisruptionBudget protects from eviction.
     pub eviction_blocked: &'a HashSet<String>,
 }
@@ -180,8 +182,8 @@ pub(crate) fn wants_topology(
     })
 }
 
-/// Each node's room: its allocatable less the requests of the governed pods bound to it that
-/// have not ended.
+/// Each node's room: its allocatable less the requests of the pods bound to it that have not
+/// ended, governed or not.
 fn nodes_room(inputs: &PassInputs<'_>) -> Topology {
     let bound = (inputs.pods.iter().zip(inputs.facts)).filter_map(|(pod, facts)| {
         let facts = facts.as_deref()?;
@@ -189,7 +191,8 @@ fn nodes_room(inputs: &PassInputs<'_>) -> Topology {
         let requests = facts.requests.as_ref().ok()?;
         (!ended).then_some((facts.node_name.as_deref()?, &**requests))
     });
-    let mut topology = Topology::from_nodes(inputs.nodes, bound);
+    let elsewhere = inputs.bound_elsewhere.iter().filter_map(|p| p.holds());
+    let mut topology = Topology::from_nodes(inputs.nodes, bound.chain(elsewhere));
     topology.data = inputs.data.clone();
     topology
 }
@@ -305,7 +308,7 @@ pub(crate) fn open_queues(queues: &[Arc<CapacityQueue>]) -> HashMap<String, bool
 /// now, or ungates still in flight from earlier passes. (The same per-queue test admission at
 /// creation uses; a gated pod of a queue that does not exist yet waits for the queue, whose
 /// creation starts a pass within the idle interval.)
-pub(super) fn still_waiting(in_flight: &HashSet<String>, decisions: &Decisions) -> bool {
+pub(super) fn still_waiting(in_flight: &snapshot::InFlight, decisions: &Decisions) -> bool {
     !in_flight.is_empty()
         || !decisions.admit.is_empty()
         || decisions.queues.values().any(QueueTally::has_waiting)
@@ -318,8 +321,8 @@ mod tests {
     use crate::api::{ADMISSION_GATE, QUEUE_LABEL};
     use crate::integrations::Adapters;
     use crate::queue::admission::{QueueSnapshot, Snapshot};
+    use crate::queue::bound_pods::BoundPod;
     use serde_json::json;
-    use std::collections::HashSet;
     #[test]
     fn room_held_at_creation_comes_off_its_queues_quota_only() {
         let quota = |cpu: i64| {
@@ -395,11 +398,70 @@ mod tests {
         assert_eq!(paused, ["a", "b", "solo"]);
     }
 
+    /// A node's room: allocatable less every pod bound there that has not ended, sluice's own and
+    /// the ones it does not govern.
+    #[test]
+    fn a_nodes_room_is_less_every_bound_pod_governed_or_not() {
+        let node = |name: &str| -> Arc<k8s_openapi::api::core::v1::Node> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": name},
+                    "status": {"allocatable": {"cpu": "8"}}}))
+                .expect("node"),
+            )
+        };
+        let spec = |node: &str, cpu: &str| {
+            json!({"nodeName": node, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": cpu}}}]})
+        };
+        let governed = |name: &str, node: &str, cpu: &str, phase: &str| -> Arc<CachedPod> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "ns", "labels": {QUEUE_LABEL: "q"}},
+                    "spec": spec(node, cpu), "status": {"phase": phase}}))
+                .expect("pod"),
+            )
+        };
+        let other = |name: &str, node: &str, cpu: &str| {
+            let pod = json!({"metadata": {"name": name, "namespace": "kube-system"},
+                "spec": spec(node, cpu)});
+            Arc::new(serde_json::from_value::<BoundPod>(pod).expect("bound pod"))
+        };
+        let nodes = [node("n1"), node("n2")];
+        let pods = [
+            governed("a", "n1", "2", "Running"),
+            governed("done", "n1", "3", "Succeeded"),
+        ];
+        let facts = snapshot::PodMemo.refresh(&Adapters::default(), &pods);
+        let bound_elsewhere = [other("ds", "n1", "1"), other("svc", "n2", "500m")];
+        let (data, in_flight, blocked) = (HashMap::new(), Default::default(), HashSet::new());
+        let inputs = PassInputs {
+            queues: &[],
+            flavors: &[],
+            workloads: &[],
+            pods: &pods,
+            facts: &facts,
+            namespaces: &[],
+            nodes: &nodes,
+            bound_elsewhere: &bound_elsewhere,
+            data: &data,
+            in_flight: &in_flight,
+            eviction_blocked: &blocked,
+        };
+        let room = nodes_room(&inputs);
+        let free: Vec<(&str, i64)> = (room.nodes.iter())
+            .map(|n| (n.name.as_str(), n.free.get("cpu")))
+            .collect();
+        assert_eq!(free, [("n1", 5000), ("n2", 7500)]);
+    }
+
     #[test]
     fn a_pass_still_waits_while_anything_is_gated_admitted_now_or_in_flight() {
         let mut decisions = Decisions::default();
-        assert!(!still_waiting(&HashSet::new(), &decisions));
-        assert!(still_waiting(&HashSet::from(["uid".into()]), &decisions));
+        assert!(!still_waiting(&Default::default(), &decisions));
+        assert!(still_waiting(
+            &["uid".to_string()].into_iter().collect(),
+            &decisions
+        ));
         decisions.queues.insert(
             "q".into(),
             QueueTally {
@@ -407,6 +469,6 @@ mod tests {
                 ..QueueTally::default()
             },
         );
-        assert!(still_waiting(&HashSet::new(), &decisions));
+        assert!(still_waiting(&Default::default(), &decisions));
     }
 }

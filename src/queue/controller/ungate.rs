@@ -27,7 +27,7 @@ use crate::metrics::{ControllerMetrics, QueueLabels};
 use crate::queue::admission::{Decisions, FlavorSnapshot, WorkloadKey};
 use crate::queue::clock::now_rfc3339;
 use crate::queue::pod_cache::CachedPod;
-use crate::queue::snapshot::{self, Built};
+use crate::queue::snapshot::{self, Built, Pins};
 
 /// Why no ungate patch could be built for a pod.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub(super) struct InFlightPods {
 impl InFlightPods {
     /// Changes the pod's entry (None: forgets it) only if it is still this ungate's (`ticket`).
     fn update(&mut self, uid: &str, ticket: u64, change: impl FnOnce(&mut Option<InFlight>)) {
-        let mut entry = self.pods.get(uid).copied().filter(|e| e.ticket == ticket);
+        let mut entry = self.pods.get(uid).cloned().filter(|e| e.ticket == ticket);
         if entry.is_none() {
             return;
         }
@@ -80,13 +80,16 @@ impl InFlightPods {
 }
 
 /// One pod in flight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct InFlight {
     /// Which ungate counts it: an older ungate of the same pod never touches a newer entry.
     pub(super) ticket: u64,
     /// When it stops counting unless confirmed: set when its patch is sent; none while it waits
     /// for a write slot (the calls ahead of it are bounded) or once the patch is known applied.
     pub(super) expires: Option<Instant>,
+    /// Where the pass pinned it (its flavor, domain and data nodes): the passes before the watch
+    /// shows it ungated count it there.
+    pub(super) pins: Pins,
 }
 
 /// Forgets pods the cache shows ungated or gone, and those whose ungate's outcome stayed unknown
@@ -226,11 +229,20 @@ impl Controller {
                 };
                 let ticket = in_flight.next_ticket;
                 in_flight.next_ticket += 1;
+                let flavor = decisions.flavors.get(r).cloned();
+                let domain = decisions.domains.get(r).cloned();
+                let data_nodes = decisions.data_nodes.get(r).cloned();
+                let pins = Pins {
+                    flavor: flavor.as_ref().map(|f| Arc::from(f.name.as_str())),
+                    domain: domain.clone(),
+                    data_nodes: data_nodes.clone(),
+                };
                 in_flight.pods.insert(
                     uid,
                     InFlight {
                         ticket,
                         expires: None,
+                        pins,
                     },
                 );
                 let workload = &built.snapshot.workloads[r.workload];
@@ -243,9 +255,9 @@ impl Controller {
                     workload: built.workloads[r.workload]
                         .as_ref()
                         .map(|d| d.object_ref(&())),
-                    flavor: decisions.flavors.get(r).cloned(),
-                    domain: decisions.domains.get(r).cloned(),
-                    data_nodes: decisions.data_nodes.get(r).cloned(),
+                    flavor,
+                    domain,
+                    data_nodes,
                 });
             }
         }
@@ -637,7 +649,11 @@ mod tests {
     }
 
     fn entry(ticket: u64, expires: Option<Instant>) -> InFlight {
-        InFlight { ticket, expires }
+        InFlight {
+            ticket,
+            expires,
+            pins: Pins::default(),
+        }
     }
 
     #[test]
@@ -716,7 +732,7 @@ mod tests {
             .ungate_pod(&gated_pod(false), 7, "t", Pin::default())
             .await;
         assert_eq!(outcome, UngateOutcome::Unknown);
-        let kept = ungater.lock_in_flight().pods.get("uid-a").copied();
+        let kept = ungater.lock_in_flight().pods.get("uid-a").cloned();
         let expires = kept
             .and_then(|e| e.expires)
             .expect("an unknown ungate expires");

@@ -1,4 +1,5 @@
-//! Watch intake: the queue controller's watches of pods, DynamicWorkloads, queues and namespaces, the
+//! Watch intake: the queue controller's watches of pods (its own and, for the nodes' room, the
+//! ungoverned ones bound to a node), DynamicWorkloads, queues, flavors, namespaces and nodes, the
 //! stores they fill, which changes wake the pass at once, and which DynamicWorkloads changed since
 //! the last pass (for the incremental snapshot).
 
@@ -20,6 +21,7 @@ use tracing::warn;
 use super::{ControllerError, lock};
 use crate::api::{CapacityQueue, DynamicWorkload, QUEUE_LABEL, ResourceFlavor};
 use crate::queue::admission::WorkloadKey;
+use crate::queue::bound_pods::{BOUND_NOT_ENDED, BoundPod, UNGOVERNED};
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::snapshot::{self};
 use crate::watch_store;
@@ -36,6 +38,9 @@ pub(super) struct Stores {
     /// The nodes' labels, allocatable and cordons (the rest trimmed): the room of topology
     /// domains ([`trim_node`]).
     pub(super) nodes: Store<Node>,
+    /// Pods sluice does not govern, bound to a node and not ended: their requests are taken off
+    /// their nodes' room too ([`BoundPod`]).
+    pub(super) bound_elsewhere: Store<BoundPod>,
     /// The DynamicWorkloads changed since the last pass, as the watch noted them.
     pub(super) workload_changes: Arc<Mutex<WorkloadChanges>>,
 }
@@ -72,7 +77,8 @@ impl Stores {
             self.flavors.wait_until_ready().await?;
             self.workloads.wait_until_ready().await?;
             self.namespaces.wait_until_ready().await?;
-            self.nodes.wait_until_ready().await
+            self.nodes.wait_until_ready().await?;
+            self.bound_elsewhere.wait_until_ready().await
         };
         ready
             .await
@@ -107,7 +113,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Starts the four watches the passes read, each feeding its store and waking the pass loop.
+/// Starts the watches the passes read, each feeding its store and waking the pass loop.
 pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<JoinHandle<()>>) {
     // Lists are consistent reads (not "any" version from an API server's cache, which may lag):
     // this term's first pass must see every pod a previous leader admitted.
@@ -158,16 +164,7 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
         changed,
         "namespaces",
     );
-    // Node status changes (heartbeats, conditions) are trimmed away before the store, but each
-    // event still wakes a pass: the pass is cheap when nothing changed.
-    let (nodes, nd) = watch(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        trim_node,
-        |_| {},
-        (changed, Vec::new()),
-        "nodes",
-    );
+    let ((nodes, nd), (bound_elsewhere, b)) = watch_nodes_room(client, changed);
     let stores = Stores {
         queues,
         flavors,
@@ -175,9 +172,41 @@ pub(super) fn start_watches(client: &Client, wakers: &Wakers) -> (Stores, Vec<Jo
         pods,
         namespaces,
         nodes,
+        bound_elsewhere,
         workload_changes,
     };
-    (stores, vec![q, f, w, p, n, nd])
+    (stores, vec![q, f, w, p, n, nd, b])
+}
+
+/// A store and the task of the watch that fills it.
+type Watched<K> = (Store<K>, JoinHandle<()>);
+
+/// The watches of what the nodes' room is made of: the nodes, and the pods sluice does not govern
+/// that are bound to them.
+fn watch_nodes_room(client: &Client, changed: &Arc<Notify>) -> (Watched<Node>, Watched<BoundPod>) {
+    // Node status changes (heartbeats, conditions) are trimmed away before the store, but each
+    // event still wakes a pass: the pass is cheap when nothing changed.
+    let nodes = watch(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        trim_node,
+        |_| {},
+        (changed, Vec::new()),
+        "nodes",
+    );
+    // Only their node and requests are kept; a pod bound or ended wakes a pass like a node does
+    // (room on a node changed).
+    let bound = watch(
+        Api::<BoundPod>::all(client.clone()),
+        watcher::Config::default()
+            .labels(UNGOVERNED)
+            .fields(BOUND_NOT_ENDED),
+        |_| {},
+        |_| {},
+        (changed, Vec::new()),
+        "ungoverned bound pods",
+    );
+    (nodes, bound)
 }
 
 /// Keeps of a node what topology-aware admission reads: its name, labels, whether it is

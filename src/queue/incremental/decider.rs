@@ -18,6 +18,19 @@ pub struct Decider {
     pub(super) decided: HashSet<Group>,
     /// While the workloads are lent ([`Decider::lend`]): each group's share of them, in order.
     pub(super) lent: Option<Vec<(Group, usize)>>,
+    /// The whole's vectors as [`Decider::give_back`] emptied them, for the next lend to fill:
+    /// at 100k workloads they are tens of MB, which allocated afresh each pass cost page faults
+    /// and growth copies.
+    spare: Option<Spare>,
+}
+
+/// Empty vectors of a whole given back (see `Decider::spare`).
+struct Spare {
+    workloads: Vec<WorkloadSnapshot>,
+    pods: Vec<Vec<Vec<Arc<CachedPod>>>>,
+    dwls: Vec<Option<Arc<DynamicWorkload>>>,
+    left_behind: Vec<u32>,
+    tallies: Vec<crate::queue::admission::WorkloadTally>,
 }
 
 /// What one [`Decider::pass`] did.
@@ -141,7 +154,7 @@ impl Decider {
         self.decided.clear();
         for group in self.dirty.drain() {
             if let Some(part) = self.parts.get_mut(&group) {
-                part.decisions = decide(&part.built.snapshot);
+                part.decide();
                 stats.decided += 1;
                 self.decided.insert(group);
             }
@@ -197,8 +210,23 @@ impl Decider {
         let order: Vec<Group> = (self.ordered_groups().into_iter())
             .map(|(group, _)| group)
             .collect();
+        let total: usize = (self.parts.values())
+            .map(|p| p.built.snapshot.workloads.len())
+            .sum();
         let mut built = empty_built(&self.queues, 0);
         let mut decisions = Decisions::default();
+        if let Some(spare) = self.spare.take() {
+            built.snapshot.workloads = spare.workloads;
+            built.pods = spare.pods;
+            built.workloads = spare.dwls;
+            built.left_behind = spare.left_behind;
+            decisions.workloads = spare.tallies;
+        }
+        built.snapshot.workloads.reserve(total);
+        built.pods.reserve(total);
+        built.workloads.reserve(total);
+        built.left_behind.reserve(total);
+        decisions.workloads.reserve(total);
         let mut shares = Vec::with_capacity(order.len());
         for group in order {
             let Some(part) = self.parts.get_mut(&group) else {
@@ -243,14 +271,22 @@ impl Decider {
             let Some(part) = self.parts.get_mut(&group) else {
                 return false;
             };
+            // Moved into the group's own vectors, which kept their room when lent.
             let at = built.snapshot.workloads.len() - count;
             let b = &mut part.built;
-            b.snapshot.workloads = built.snapshot.workloads.split_off(at);
-            b.pods = built.pods.split_off(at);
-            b.workloads = built.workloads.split_off(at);
-            b.left_behind = built.left_behind.split_off(at);
-            part.decisions.workloads = decisions.workloads.split_off(at);
+            refill(&mut b.snapshot.workloads, &mut built.snapshot.workloads, at);
+            refill(&mut b.pods, &mut built.pods, at);
+            refill(&mut b.workloads, &mut built.workloads, at);
+            refill(&mut b.left_behind, &mut built.left_behind, at);
+            refill(&mut part.decisions.workloads, &mut decisions.workloads, at);
         }
+        self.spare = Some(Spare {
+            workloads: built.snapshot.workloads,
+            pods: built.pods,
+            dwls: built.workloads,
+            left_behind: built.left_behind,
+            tallies: decisions.workloads,
+        });
         true
     }
 
@@ -331,11 +367,26 @@ pub(super) fn dirty_pods_between(
     old: &HashSet<String>,
     new: &HashSet<String>,
 ) {
-    for uid in old.symmetric_difference(new) {
+    dirty_pods(by_uid, dirty, old.symmetric_difference(new));
+}
+
+/// Marks dirty the workloads of the pods `uids` names.
+pub(super) fn dirty_pods<'u>(
+    by_uid: &HashMap<String, (WorkloadKey, String)>,
+    dirty: &mut BTreeSet<WorkloadKey>,
+    uids: impl Iterator<Item = &'u String>,
+) {
+    for uid in uids {
         if let Some((key, _)) = by_uid.get(uid) {
             dirty.insert(key.clone());
         }
     }
+}
+
+/// `to` holds `from[at..]` (moved), in their order.
+fn refill<T>(to: &mut Vec<T>, from: &mut Vec<T>, at: usize) {
+    to.clear();
+    to.extend(from.drain(at..));
 }
 
 /// An empty whole for the groups' parts, room for `capacity` workloads.

@@ -28,11 +28,12 @@ use kube::core::PartialObjectMeta;
 
 use crate::api::{CapacityQueue, DynamicWorkload};
 use crate::queue::admission::{
-    Decisions, Eviction, PodRef, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot, decide,
+    Decisions, Eviction, Memo, PodRef, QueueSnapshot, Snapshot, WorkloadKey, WorkloadSnapshot,
+    decide_again,
 };
 use crate::queue::pod_cache::CachedPod;
 use crate::queue::ready;
-use crate::queue::snapshot::{self, Built, PodFacts};
+use crate::queue::snapshot::{self, Built, InFlight, PodFacts};
 use crate::queue::status::Preemption;
 use crate::resources::ResourceList;
 
@@ -64,23 +65,46 @@ pub struct Entry {
 struct Part {
     built: Built,
     decisions: Decisions,
+    /// What its last pass kept for the next ([`decide_again`]), the workloads replaced in place
+    /// since (by index), and whether any was added or removed since (then every index may have
+    /// moved).
+    memo: Memo,
+    replaced: Vec<usize>,
+    reshaped: bool,
 }
 
 impl Part {
     fn new(queues: Vec<QueueSnapshot>) -> Part {
-        Part {
-            built: Built {
-                snapshot: Snapshot {
-                    queues,
-                    workloads: Vec::new(),
-                },
-                pods: Vec::new(),
+        Part::of(Built {
+            snapshot: Snapshot {
+                queues,
                 workloads: Vec::new(),
-                problems: Vec::new(),
-                left_behind: Vec::new(),
             },
+            pods: Vec::new(),
+            workloads: Vec::new(),
+            problems: Vec::new(),
+            left_behind: Vec::new(),
+        })
+    }
+
+    fn of(built: Built) -> Part {
+        Part {
+            built,
             decisions: Decisions::default(),
+            memo: Memo::default(),
+            replaced: Vec::new(),
+            reshaped: true,
         }
+    }
+
+    /// Decides the group again, over what its last pass kept.
+    fn decide(&mut self) {
+        let replaced = (!self.reshaped).then_some(self.replaced.as_slice());
+        let previous = std::mem::take(&mut self.decisions.workloads);
+        let snapshot = &self.built.snapshot;
+        self.decisions = decide_again(snapshot, &mut self.memo, replaced, previous);
+        self.replaced.clear();
+        self.reshaped = false;
     }
 
     fn position(&self, key: &WorkloadKey) -> Result<usize, usize> {
@@ -92,12 +116,14 @@ impl Part {
         let built = &mut self.built;
         match at {
             Ok(i) => {
+                self.replaced.push(i);
                 built.snapshot.workloads[i] = entry.snapshot;
                 built.pods[i] = entry.pods;
                 built.workloads[i] = entry.dwl;
                 built.left_behind[i] = entry.left_behind;
             }
             Err(i) => {
+                self.reshaped = true;
                 built.snapshot.workloads.insert(i, entry.snapshot);
                 built.pods.insert(i, entry.pods);
                 built.workloads.insert(i, entry.dwl);
@@ -108,6 +134,7 @@ impl Part {
 
     fn take(&mut self, key: &WorkloadKey) -> Option<Entry> {
         let i = self.position(key).ok()?;
+        self.reshaped = true;
         let built = &mut self.built;
         Some(Entry {
             snapshot: built.snapshot.workloads.remove(i),
@@ -118,6 +145,7 @@ impl Part {
     }
 
     fn drain(&mut self) -> impl Iterator<Item = Entry> + '_ {
+        self.reshaped = true;
         let built = &mut self.built;
         let snapshots = std::mem::take(&mut built.snapshot.workloads);
         let pods = std::mem::take(&mut built.pods);

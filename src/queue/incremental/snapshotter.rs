@@ -2,7 +2,7 @@
 //! workloads whose pods, DynamicWorkload or in-flight pods changed, and assembled in the order
 //! the full pass decides in.
 
-use super::decider::dirty_pods_between;
+use super::decider::{dirty_pods, dirty_pods_between};
 use super::*;
 
 /// A governed pod as kept between passes.
@@ -17,7 +17,7 @@ pub struct Snapshotter {
     pub(super) queues: Vec<Arc<CapacityQueue>>,
     pub(super) flavors: Vec<Arc<crate::api::ResourceFlavor>>,
     pub(super) namespaces: Vec<Arc<PartialObjectMeta<Namespace>>>,
-    pub(super) in_flight: HashSet<String>,
+    pub(super) in_flight: InFlight,
     /// Per workload, its pods by (name, uid).
     pub(super) pods: HashMap<WorkloadKey, BTreeMap<(String, String), Kept>>,
     /// Per pod uid, where it is kept.
@@ -128,10 +128,14 @@ impl Snapshotter {
         self.namespaces = namespaces;
     }
 
-    /// The uids of pods whose ungate is in flight (they count as admitted): the workloads of the
-    /// pods that entered or left the set are built again.
-    pub fn set_in_flight(&mut self, in_flight: HashSet<String>) {
-        dirty_pods_between(&self.by_uid, &mut self.dirty, &self.in_flight, &in_flight);
+    /// The pods whose ungate is in flight (they count as admitted, where the pass pinned them):
+    /// the workloads of the pods that entered, left or changed are built again.
+    pub fn set_in_flight(&mut self, in_flight: InFlight) {
+        dirty_pods(
+            &self.by_uid,
+            &mut self.dirty,
+            self.in_flight.changed(&in_flight),
+        );
         self.in_flight = in_flight;
     }
 
@@ -311,10 +315,7 @@ impl Snapshotter {
         self.decider.set_queues(queues);
         let mut seen: HashSet<WorkloadKey> = HashSet::with_capacity(keys.len());
         let count = built.snapshot.workloads.len();
-        let mut part = Part {
-            built,
-            decisions: Decisions::default(),
-        };
+        let mut part = Part::of(built);
         let entries: Vec<Entry> = part.drain().collect();
         for entry in entries {
             seen.insert(entry.snapshot.key.clone());

@@ -33,7 +33,7 @@ mod strays;
 
 use adjust::{drop_gated_if, requeued};
 pub use adjust::{exhausted, leave_gated_behind, mark_eviction_blocked, subtract_holds};
-pub use pods::{is_gated, is_terminating, millis, pod_is_gated, pod_state};
+pub use pods::{InFlight, Pins, is_gated, is_terminating, millis, pod_is_gated, pod_state};
 use queues::{admits_namespace, queue_snapshots};
 pub use queues::{
     cohort_membership, flavor_snapshots, preemption_policy, resolve_flavors, selector_matches,
@@ -98,7 +98,7 @@ pub fn build(
     workloads: &[Arc<DynamicWorkload>],
     pods: &[Arc<CachedPod>],
     namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
 ) -> Built {
     let facts = facts_of(pods);
     build_from_facts(queues, workloads, pods, &facts, namespaces, in_flight)
@@ -111,7 +111,7 @@ pub fn build_from_facts(
     pods: &[Arc<CachedPod>],
     facts: &[Option<Arc<PodFacts>>],
     namespaces: &[Arc<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>],
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
 ) -> Built {
     let mut problems = Vec::new();
     let (queue_snapshots, rules) = queue_snapshots(queues, &mut problems);
@@ -242,7 +242,7 @@ fn add_workload(
     namespace_allowed: bool,
     dwl: Option<&Arc<DynamicWorkload>>,
     group: Group,
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
 ) {
     // The pods' own priority (from their priorityClassName) counts for recorded applications
     // too: the ledger's priority is a floor, since operators copy priority classes into pods.
@@ -292,7 +292,7 @@ fn pod_sets(
     key: &WorkloadKey,
     dwl: Option<&Arc<DynamicWorkload>>,
     mut remaining: BTreeMap<String, (Option<u32>, Vec<FactfulPod>)>,
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
     problems: &mut Vec<String>,
 ) -> PodSets {
     let ended = dwl.is_some_and(|d| d.spec.application_ended.is_some());
@@ -345,7 +345,7 @@ fn pod_sets(
 
 fn snapshot_pods(
     pods: &[FactfulPod],
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
     problems: &mut Vec<String>,
 ) -> (Vec<PodSnapshot>, Vec<Arc<CachedPod>>) {
     let mut snaps = Vec::with_capacity(pods.len());
@@ -361,6 +361,20 @@ fn snapshot_pods(
             }
         };
         let state = pod_state(pod, in_flight);
+        // A pod in flight is still gated and unpinned in the cache: its pins are the pass's.
+        let pins = (is_gated(pod) && state == PodState::Admitted)
+            .then(|| in_flight.pins(pod.metadata.uid.as_deref().unwrap_or_default()))
+            .flatten();
+        let flavor = match pins {
+            Some(pins) => pins.flavor.clone(),
+            None => (state == PodState::Admitted)
+                .then(|| fact.flavor.clone())
+                .flatten(),
+        };
+        let topology = match pins {
+            Some(pins) => in_flight_topology(fact, pins),
+            None => pod_topology(fact, state),
+        };
         snaps.push(PodSnapshot {
             name: fact.name.clone(),
             requests,
@@ -368,15 +382,33 @@ fn snapshot_pods(
             created_at: fact.created_at,
             terminating: is_terminating(pod, state),
             eviction_blocked: false,
-            flavor: (state == PodState::Admitted)
-                .then(|| fact.flavor.clone())
-                .flatten(),
+            flavor,
             placement: fact.placement.clone(),
-            topology: pod_topology(fact, state),
+            topology,
         });
         kept.push(pod.clone());
     }
     (snaps, kept)
+}
+
+/// The topology part of a pod in flight: its asks, and the domain and data nodes the pass pinned
+/// it to (not bound yet: its room is held on its domain's nodes).
+fn in_flight_topology(
+    fact: &PodFacts,
+    pins: &Pins,
+) -> Option<Arc<crate::queue::admission::PodTopology>> {
+    let asked = fact.topology.as_deref();
+    let pinned = pins.domain.is_some() || pins.data_nodes.is_some();
+    if asked.is_none() && !pinned {
+        return None;
+    }
+    Some(Arc::new(crate::queue::admission::PodTopology {
+        ask: asked.and_then(|t| t.ask.clone()),
+        domain: pins.domain.as_deref().map(String::from),
+        bound: false,
+        data: asked.and_then(|t| t.data.clone()),
+        data_nodes: pins.data_nodes.clone(),
+    }))
 }
 
 /// A pod's topology part for the pass: the domain and data nodes only of an admitted pod (as its

@@ -13,7 +13,7 @@ use super::*;
 pub(super) fn owning_queue(
     dwl: Option<&Arc<DynamicWorkload>>,
     group: &Group,
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
 ) -> String {
     // Ended pods hold nothing: an orphaned, finished pod of another queue decides nothing.
     let pods = || {
@@ -53,7 +53,7 @@ pub(super) fn leave_strays_behind(
     key: &WorkloadKey,
     queue: &str,
     group: &mut Group,
-    in_flight: &HashSet<String>,
+    in_flight: &InFlight,
     problems: &mut Vec<String>,
 ) -> (u32, BTreeMap<String, Group>) {
     let mut left = 0u32;

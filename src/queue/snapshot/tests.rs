@@ -61,7 +61,13 @@ fn an_ended_application_reserves_nothing_and_its_gated_pods_stay_gated() {
         pod("driver", "driver", false, "Running"),
         pod("exec-1", "executor", true, "Pending"),
     ];
-    let running = build(&[queue()], &[workload(None)], &pods, &[], &HashSet::new());
+    let running = build(
+        &[queue()],
+        &[workload(None)],
+        &pods,
+        &[],
+        &Default::default(),
+    );
     let decisions = decide(&running.snapshot);
     assert_eq!(
         decisions.admit.len(),
@@ -79,7 +85,7 @@ fn an_ended_application_reserves_nothing_and_its_gated_pods_stay_gated() {
         &[workload(Some("Succeeded"))],
         &pods,
         &[],
-        &HashSet::new(),
+        &Default::default(),
     );
     assert_eq!(ended.left_behind, vec![1]);
     let decisions = decide(&ended.snapshot);
@@ -108,10 +114,10 @@ fn a_recorded_workload_takes_its_pods_priority_when_higher() {
         &[workload(None)],
         &[decoded(driver)],
         &[],
-        &HashSet::new(),
+        &Default::default(),
     );
     assert_eq!(built.snapshot.workloads[0].priority, 100);
-    let built = build(&[queue()], &[workload(None)], &[], &[], &HashSet::new());
+    let built = build(&[queue()], &[workload(None)], &[], &[], &Default::default());
     assert_eq!(
         built.snapshot.workloads[0].priority, 0,
         "no pods yet: the ledger's own"
@@ -182,7 +188,7 @@ fn a_queue_snapshot_carries_its_cohort_and_refuses_unreadable_limits_by_field() 
 #[test]
 fn a_queue_snapshot_carries_its_preemption_policy_lower_priority_by_default() {
     let within = |queue: Arc<CapacityQueue>| {
-        build(&[queue], &[], &[], &[], &HashSet::new())
+        build(&[queue], &[], &[], &[], &Default::default())
             .snapshot
             .queues[0]
             .preemption
@@ -214,7 +220,13 @@ fn an_admitted_pod_being_deleted_still_counts_and_is_marked_terminating() {
         deleting(pod_json("exec-1", "executor", false, "Running")),
         deleting(pod_json("exec-2", "executor", true, "Pending")),
     ];
-    let built = build(&[queue()], &[workload(None)], &pods, &[], &HashSet::new());
+    let built = build(
+        &[queue()],
+        &[workload(None)],
+        &pods,
+        &[],
+        &Default::default(),
+    );
     let seen: Vec<(&str, PodState, bool)> = built.snapshot.workloads[0]
         .pod_sets
         .iter()
@@ -240,7 +252,7 @@ fn no_workload_counts_above_its_queues_max_priority() {
     driver["spec"]["priority"] = json!(1_000_000);
     let pods = [decoded(driver)];
     let priority = |queue: Arc<CapacityQueue>| {
-        build(&[queue], &[workload(None)], &pods, &[], &HashSet::new())
+        build(&[queue], &[workload(None)], &pods, &[], &Default::default())
             .snapshot
             .workloads[0]
             .priority
@@ -292,9 +304,9 @@ fn a_snapshot_from_remembered_facts_is_the_snapshot_from_the_pods() {
     ];
     let queues = vec![queue()];
     let workloads = vec![workload(None)];
-    let fresh = build(&queues, &workloads, &pods, &[], &HashSet::new());
+    let fresh = build(&queues, &workloads, &pods, &[], &Default::default());
     let facts = PodMemo.refresh(&adapters, &pods);
-    let remembered = build_from_facts(&queues, &workloads, &pods, &facts, &[], &HashSet::new());
+    let remembered = build_from_facts(&queues, &workloads, &pods, &facts, &[], &Default::default());
     assert_eq!(
         format!("{:?}", fresh.snapshot),
         format!("{:?}", remembered.snapshot)

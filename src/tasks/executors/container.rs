@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use super::owned::{Target, delete_until_gone};
 use super::pod::task_env;
 use super::{
-    ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress, bounded_name, parse_result,
+    ExecContext, ExecError, ExecResult, ExecutorSteps, Outcome, Plan, Progress, bounded_name,
+    parse_result,
 };
 use crate::api::{
     ContainerExecutor, TASK_CLUSTER_LABEL, Task, TaskCluster, TaskClusterSpec, TaskExecutor,
@@ -173,17 +174,9 @@ impl ExecutorSteps for ContainerExecutorImpl {
     const KIND: &'static str = "container";
     type Spec = ContainerExecutor;
 
-    fn spec_of(executor: &TaskExecutor) -> Option<&ContainerExecutor> {
-        executor.container.as_ref()
-    }
-
     /// Reads the cluster's workers and the namespace's Tasks from the API server (not a cache):
     /// the controller serialises container planning, so two Tasks never take the same slot.
-    async fn plan(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &ContainerExecutor,
-    ) -> Result<Plan, ExecError> {
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &ContainerExecutor) -> ExecResult<Plan> {
         let clusters: Api<TaskCluster> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
         let Some(cluster) = clusters
             .get_opt(&spec.cluster)
@@ -219,12 +212,8 @@ impl ExecutorSteps for ContainerExecutorImpl {
         })
     }
 
-    async fn start(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &ContainerExecutor,
-        handle: &TaskHandle,
-    ) -> Result<String, ExecError> {
+    async fn start(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<String> {
+        let spec = Self::spec(ctx)?;
         let Some(pod) = ctx.get_pod("worker", &handle.name).await? else {
             return Err(ExecError::Invalid(format!(
                 "worker {} is gone",
@@ -257,11 +246,7 @@ impl ExecutorSteps for ContainerExecutorImpl {
         Ok(uid)
     }
 
-    async fn poll(
-        &self,
-        ctx: &ExecContext<'_>,
-        handle: &TaskHandle,
-    ) -> Result<Progress, ExecError> {
+    async fn poll(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<Progress> {
         let pod = ctx.get_pod("worker", &handle.name).await?;
         let container = handle.container.clone().unwrap_or_default();
         Ok(match pod {
@@ -275,7 +260,7 @@ impl ExecutorSteps for ContainerExecutorImpl {
         })
     }
 
-    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<bool> {
         let pod = ctx.get_pod("worker", &handle.name).await?;
         let Some(pod) = pod else { return Ok(true) };
         let container = handle.container.clone().unwrap_or_default();
@@ -289,6 +274,10 @@ impl ExecutorSteps for ContainerExecutorImpl {
         };
         let params = DeleteParams::default().grace_period(0);
         delete_until_gone(&ctx.pods(), &pod, worker, &params).await
+    }
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&ContainerExecutor> {
+        executor.container.as_ref()
     }
 }
 

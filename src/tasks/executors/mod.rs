@@ -137,33 +137,35 @@ pub enum Progress {
     Gone(String),
 }
 
+/// What an executor's step returns.
+pub type ExecResult<T> = Result<T, ExecError>;
+
+/// One step of an executor as it writes it (an `async fn` of [`ExecutorSteps`]): a future of its
+/// result that may move between threads.
+pub trait StepFuture<T>: Future<Output = ExecResult<T>> + Send {}
+
+impl<T, F: Future<Output = ExecResult<T>> + Send> StepFuture<T> for F {}
+
+/// One step of an executor as the controller awaits it: boxed, for the [`Executor`] trait object.
+pub type Step<'a, T> = BoxFuture<'a, ExecResult<T>>;
+
 /// How the controller drives an executor (a trait object: the Task names which one at run time).
 /// Every executor gets it from [`ExecutorSteps`]; nobody implements it by hand.
 pub trait Executor: Send + Sync {
     /// `container`, `pod`, `http`, `resource` or `workflow`.
     fn kind(&self) -> &'static str;
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>>;
+    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> Step<'a, Plan>;
     /// Returns an id of what it started (the object's uid), recorded as the handle's `uid`.
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>>;
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>>;
+    fn start<'a>(&'a self, ctx: &'a ExecContext<'a>, handle: &'a TaskHandle) -> Step<'a, String>;
+    fn poll<'a>(&'a self, ctx: &'a ExecContext<'a>, handle: &'a TaskHandle) -> Step<'a, Progress>;
     /// Stops the work; true once it is gone.
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>>;
+    fn kill<'a>(&'a self, ctx: &'a ExecContext<'a>, handle: &'a TaskHandle) -> Step<'a, bool>;
 }
 
 /// What each executor writes: its part of the Task's spec and its four steps, as plain async
-/// functions. The frame (the [`Executor`] impl below) reads the spec and drives the steps.
+/// functions. The frame (the [`Executor`] impl below) drives the steps: `plan` is given the spec
+/// (the frame refuses a Task that is not of this kind before anything is recorded); the later
+/// steps read what they need from the context ([`ExecutorSteps::spec`]) and the handle.
 pub trait ExecutorSteps: Send + Sync {
     /// `container`, `pod`, `http`, `resource` or `workflow`.
     const KIND: &'static str;
@@ -177,27 +179,10 @@ pub trait ExecutorSteps: Send + Sync {
             .ok_or_else(|| ExecError::Invalid(format!("not a {} Task", Self::KIND)))
     }
 
-    fn plan(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &Self::Spec,
-    ) -> impl Future<Output = Result<Plan, ExecError>> + Send;
-    fn start(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &Self::Spec,
-        handle: &TaskHandle,
-    ) -> impl Future<Output = Result<String, ExecError>> + Send;
-    fn poll(
-        &self,
-        ctx: &ExecContext<'_>,
-        handle: &TaskHandle,
-    ) -> impl Future<Output = Result<Progress, ExecError>> + Send;
-    fn kill(
-        &self,
-        ctx: &ExecContext<'_>,
-        handle: &TaskHandle,
-    ) -> impl Future<Output = Result<bool, ExecError>> + Send;
+    fn plan(&self, ctx: &ExecContext<'_>, spec: &Self::Spec) -> impl StepFuture<Plan>;
+    fn start(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> impl StepFuture<String>;
+    fn poll(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> impl StepFuture<Progress>;
+    fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> impl StepFuture<bool>;
 }
 
 impl<E: ExecutorSteps> Executor for E {
@@ -205,31 +190,19 @@ impl<E: ExecutorSteps> Executor for E {
         E::KIND
     }
 
-    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> BoxFuture<'a, Result<Plan, ExecError>> {
+    fn plan<'a>(&'a self, ctx: &'a ExecContext<'a>) -> Step<'a, Plan> {
         async move { ExecutorSteps::plan(self, ctx, E::spec(ctx)?).await }.boxed()
     }
 
-    fn start<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<String, ExecError>> {
-        async move { ExecutorSteps::start(self, ctx, E::spec(ctx)?, handle).await }.boxed()
+    fn start<'a>(&'a self, ctx: &'a ExecContext<'a>, handle: &'a TaskHandle) -> Step<'a, String> {
+        ExecutorSteps::start(self, ctx, handle).boxed()
     }
 
-    fn poll<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<Progress, ExecError>> {
+    fn poll<'a>(&'a self, ctx: &'a ExecContext<'a>, handle: &'a TaskHandle) -> Step<'a, Progress> {
         ExecutorSteps::poll(self, ctx, handle).boxed()
     }
 
-    fn kill<'a>(
-        &'a self,
-        ctx: &'a ExecContext<'a>,
-        handle: &'a TaskHandle,
-    ) -> BoxFuture<'a, Result<bool, ExecError>> {
+    fn kill<'a>(&'a self, ctx: &'a ExecContext<'a>, handle: &'a TaskHandle) -> Step<'a, bool> {
         ExecutorSteps::kill(self, ctx, handle).boxed()
     }
 }

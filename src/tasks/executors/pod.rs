@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::owned::{Target, create_or_adopt, get_owned, kill_owned};
 use super::{
-    ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress, bounded_name, parse_result,
-    unless_deleting,
+    ExecContext, ExecError, ExecResult, ExecutorSteps, Outcome, Plan, Progress, bounded_name,
+    parse_result, unless_deleting,
 };
 use crate::api::{ADMISSION_GATE, PodExecutor, QUEUE_LABEL, TASK_LABEL, TaskExecutor, TaskHandle};
 use crate::tasks::substitute::{Variables, substitute_json};
@@ -150,11 +150,7 @@ impl ExecutorSteps for PodExecutorImpl {
     const KIND: &'static str = "pod";
     type Spec = PodExecutor;
 
-    fn spec_of(executor: &TaskExecutor) -> Option<&PodExecutor> {
-        executor.pod.as_ref()
-    }
-
-    async fn plan(&self, ctx: &ExecContext<'_>, spec: &PodExecutor) -> Result<Plan, ExecError> {
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &PodExecutor) -> ExecResult<Plan> {
         // Fail now on a bad template, before anything is recorded.
         build(ctx, spec)?;
         let pod = pod_name(&ctx.task_name());
@@ -169,23 +165,15 @@ impl ExecutorSteps for PodExecutorImpl {
         })
     }
 
-    async fn start(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &PodExecutor,
-        handle: &TaskHandle,
-    ) -> Result<String, ExecError> {
+    async fn start(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<String> {
+        let spec = Self::spec(ctx)?;
         let pod: Pod = serde_json::from_value(build(ctx, spec)?)
             .map_err(|e| ExecError::Invalid(format!("pod.template: {e}")))?;
         // A pod the API server refuses is retried, as any API error.
         create_or_adopt(&ctx.pods(), &pod, target(handle), ctx.task, &[]).await
     }
 
-    async fn poll(
-        &self,
-        ctx: &ExecContext<'_>,
-        handle: &TaskHandle,
-    ) -> Result<Progress, ExecError> {
+    async fn poll(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<Progress> {
         let pod = get_owned(&ctx.pods(), target(handle), ctx.task).await?;
         let deleted = || Progress::Gone(format!("pod {} was deleted before it ended", handle.name));
         Ok(match pod {
@@ -198,9 +186,13 @@ impl ExecutorSteps for PodExecutorImpl {
         })
     }
 
-    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<bool> {
         let params = DeleteParams::default();
         kill_owned(&ctx.pods(), target(handle), ctx.task, &params).await
+    }
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&PodExecutor> {
+        executor.pod.as_ref()
     }
 }
 

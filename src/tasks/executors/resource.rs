@@ -14,7 +14,7 @@ use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
 use super::owned::{Target, create_or_adopt, get_owned, kill_owned};
-use super::{ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress};
+use super::{ExecContext, ExecError, ExecResult, ExecutorSteps, Outcome, Plan, Progress};
 use crate::api::{ResourceExecutor, TASK_LABEL, TaskExecutor, TaskHandle};
 use crate::tasks::jsonpath::{self, Condition};
 use crate::tasks::substitute::{Variables, substitute_json};
@@ -144,15 +144,7 @@ impl ExecutorSteps for ResourceExecutorImpl {
     const KIND: &'static str = "resource";
     type Spec = ResourceExecutor;
 
-    fn spec_of(executor: &TaskExecutor) -> Option<&ResourceExecutor> {
-        executor.resource.as_ref()
-    }
-
-    async fn plan(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &ResourceExecutor,
-    ) -> Result<Plan, ExecError> {
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &ResourceExecutor) -> ExecResult<Plan> {
         let manifest = build(ctx, spec)?;
         let text = |p: &str| {
             manifest
@@ -175,23 +167,15 @@ impl ExecutorSteps for ResourceExecutorImpl {
         })
     }
 
-    async fn start(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &ResourceExecutor,
-        handle: &TaskHandle,
-    ) -> Result<String, ExecError> {
+    async fn start(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<String> {
+        let spec = Self::spec(ctx)?;
         let object: DynamicObject = serde_json::from_value(build(ctx, spec)?)
             .map_err(|e| ExecError::Invalid(format!("resource.manifest: {e}")))?;
         let api = api_for(ctx.client, handle, &ctx.namespace).await?;
         create_or_adopt(&api, &object, target(handle), ctx.task, REFUSED).await
     }
 
-    async fn poll(
-        &self,
-        ctx: &ExecContext<'_>,
-        handle: &TaskHandle,
-    ) -> Result<Progress, ExecError> {
+    async fn poll(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<Progress> {
         let api = api_for(ctx.client, handle, &ctx.namespace).await?;
         match get_owned(&api, target(handle), ctx.task).await? {
             Some(o) => {
@@ -207,9 +191,13 @@ impl ExecutorSteps for ResourceExecutorImpl {
         }
     }
 
-    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<bool> {
         let api = api_for(ctx.client, handle, &ctx.namespace).await?;
         kill_owned(&api, target(handle), ctx.task, &DeleteParams::background()).await
+    }
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&ResourceExecutor> {
+        executor.resource.as_ref()
     }
 }
 

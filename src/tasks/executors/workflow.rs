@@ -19,7 +19,8 @@ use serde_json::{Map, Value, json};
 
 use super::owned::{Target, create_or_adopt, get_owned};
 use super::{
-    ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress, bounded_name, unless_deleting,
+    ExecContext, ExecError, ExecResult, ExecutorSteps, Outcome, Plan, Progress, bounded_name,
+    unless_deleting,
 };
 use crate::api::{
     QUEUE_LABEL, TASK_LABEL, TaskCluster, TaskExecutor, TaskHandle, WorkflowExecutor,
@@ -230,15 +231,7 @@ impl ExecutorSteps for WorkflowExecutorImpl {
     const KIND: &'static str = "workflow";
     type Spec = WorkflowExecutor;
 
-    fn spec_of(executor: &TaskExecutor) -> Option<&WorkflowExecutor> {
-        executor.workflow.as_ref()
-    }
-
-    async fn plan(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &WorkflowExecutor,
-    ) -> Result<Plan, ExecError> {
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &WorkflowExecutor) -> ExecResult<Plan> {
         let name = workflow_name(&ctx.task_name());
         // Validate now: a template that cannot be built fails the Task before it runs.
         build_workflow(
@@ -260,12 +253,8 @@ impl ExecutorSteps for WorkflowExecutorImpl {
         })
     }
 
-    async fn start(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &WorkflowExecutor,
-        handle: &TaskHandle,
-    ) -> Result<String, ExecError> {
+    async fn start(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<String> {
+        let spec = Self::spec(ctx)?;
         let queue = queue_of(ctx, spec).await?;
         let manifest = build_workflow(
             &spec.template,
@@ -290,11 +279,7 @@ impl ExecutorSteps for WorkflowExecutorImpl {
             })
     }
 
-    async fn poll(
-        &self,
-        ctx: &ExecContext<'_>,
-        handle: &TaskHandle,
-    ) -> Result<Progress, ExecError> {
+    async fn poll(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<Progress> {
         let api = workflows(ctx.client, &ctx.namespace);
         let deleted = || {
             Progress::Gone(format!(
@@ -313,7 +298,7 @@ impl ExecutorSteps for WorkflowExecutorImpl {
         })
     }
 
-    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> Result<bool, ExecError> {
+    async fn kill(&self, ctx: &ExecContext<'_>, handle: &TaskHandle) -> ExecResult<bool> {
         let api = workflows(ctx.client, &ctx.namespace);
         if let Some(wf) = get_owned(&api, target(handle), ctx.task).await? {
             if wf.metadata.deletion_timestamp.is_none() {
@@ -334,6 +319,10 @@ impl ExecutorSteps for WorkflowExecutorImpl {
         }
         // Killing until its pods are gone too.
         Ok(pods_left(ctx, &handle.name).await? == 0)
+    }
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&WorkflowExecutor> {
+        executor.workflow.as_ref()
     }
 }
 

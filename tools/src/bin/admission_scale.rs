@@ -246,7 +246,7 @@ fn passes(
 ) -> PassFigures {
     let adapters = Adapters::default();
     let workloads: Vec<Arc<DynamicWorkload>> = Vec::new();
-    let in_flight = HashSet::new();
+    let in_flight = snapshot::InFlight::default();
     let mut memo = snapshot::PodMemo;
     let (mut build_ms, mut decide_ms) = (Vec::new(), Vec::new());
     let mut figures = PassFigures::default();

@@ -461,22 +461,10 @@ impl PodClassifier for Warns {
     fn classify(&self, _: &Pod) -> Option<BTreeMap<String, String>> {
         Some(wanted())
     }
-    fn admit_at_creation(
-        &self,
-        _: &str,
-        _: &Pod,
-        _: &BTreeMap<String, String>,
-        _: &RequestFacts,
-    ) -> Option<BTreeMap<String, String>> {
+    fn admit_at_creation(&self, _: &CreatedPod<'_>) -> Option<BTreeMap<String, String>> {
         self.admit.then(BTreeMap::new)
     }
-    fn gated_warnings(
-        &self,
-        _: &str,
-        _: &Pod,
-        _: &BTreeMap<String, String>,
-        _: &RequestFacts,
-    ) -> Vec<String> {
+    fn gated_warnings(&self, _: &CreatedPod<'_>) -> Vec<String> {
         vec!["sluice: CapacityQueue research is full".into()]
     }
 }
@@ -529,24 +517,12 @@ impl PodClassifier for RemembersFacts {
             facts: RequestFacts::new(7u32),
         }))
     }
-    fn admit_at_creation(
-        &self,
-        _: &str,
-        _: &Pod,
-        _: &BTreeMap<String, String>,
-        facts: &RequestFacts,
-    ) -> Option<BTreeMap<String, String>> {
-        self.note(facts);
+    fn admit_at_creation(&self, created: &CreatedPod<'_>) -> Option<BTreeMap<String, String>> {
+        self.note(created.facts);
         None
     }
-    fn gated_warnings(
-        &self,
-        _: &str,
-        _: &Pod,
-        _: &BTreeMap<String, String>,
-        facts: &RequestFacts,
-    ) -> Vec<String> {
-        self.note(facts);
+    fn gated_warnings(&self, created: &CreatedPod<'_>) -> Vec<String> {
+        self.note(created.facts);
         Vec::new()
     }
 }

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::{ExecContext, ExecError, ExecutorSteps, Outcome, Plan, Progress};
+use super::{ExecContext, ExecError, ExecResult, ExecutorSteps, Outcome, Plan, Progress};
 use crate::api::{HttpExecutor, HttpTls, KeyReference, TaskExecutor, TaskHandle};
 pub use client::{Limits, TlsMaterial, send};
 pub use request::{build_request, outcome};
@@ -180,11 +180,7 @@ impl ExecutorSteps for HttpExecutorImpl {
     const KIND: &'static str = "http";
     type Spec = HttpExecutor;
 
-    fn spec_of(executor: &TaskExecutor) -> Option<&HttpExecutor> {
-        executor.http.as_ref()
-    }
-
-    async fn plan(&self, ctx: &ExecContext<'_>, spec: &HttpExecutor) -> Result<Plan, ExecError> {
+    async fn plan(&self, ctx: &ExecContext<'_>, spec: &HttpExecutor) -> ExecResult<Plan> {
         let request = build_request(spec, ctx.vars, &boundary(ctx))?;
         limits(spec)?;
         Ok(Plan::Start {
@@ -197,12 +193,8 @@ impl ExecutorSteps for HttpExecutorImpl {
         })
     }
 
-    async fn start(
-        &self,
-        ctx: &ExecContext<'_>,
-        spec: &HttpExecutor,
-        _handle: &TaskHandle,
-    ) -> Result<String, ExecError> {
+    async fn start(&self, ctx: &ExecContext<'_>, _handle: &TaskHandle) -> ExecResult<String> {
+        let spec = Self::spec(ctx)?;
         let request = build_request(spec, ctx.vars, &boundary(ctx))?;
         let limits = limits(spec)?;
         let uid = ctx.task.uid().unwrap_or_default();
@@ -242,11 +234,7 @@ impl ExecutorSteps for HttpExecutorImpl {
         Ok("in-flight".into())
     }
 
-    async fn poll(
-        &self,
-        ctx: &ExecContext<'_>,
-        _handle: &TaskHandle,
-    ) -> Result<Progress, ExecError> {
+    async fn poll(&self, ctx: &ExecContext<'_>, _handle: &TaskHandle) -> ExecResult<Progress> {
         let uid = ctx.task.uid().unwrap_or_default();
         let mut map = self.runtime.lock();
         Ok(match map.get(&uid) {
@@ -268,13 +256,17 @@ impl ExecutorSteps for HttpExecutorImpl {
         })
     }
 
-    async fn kill(&self, ctx: &ExecContext<'_>, _handle: &TaskHandle) -> Result<bool, ExecError> {
+    async fn kill(&self, ctx: &ExecContext<'_>, _handle: &TaskHandle) -> ExecResult<bool> {
         let uid = ctx.task.uid().unwrap_or_default();
         if let Some(entry) = self.runtime.lock().remove(&uid) {
             // Aborting drops the connection.
             entry.task.abort();
         }
         Ok(true)
+    }
+
+    fn spec_of(executor: &TaskExecutor) -> Option<&HttpExecutor> {
+        executor.http.as_ref()
     }
 }
 
