@@ -124,10 +124,6 @@ export SLUICE_REQUIRE_PROMTOOL=1
 ensure_deb chromium CHROMIUM_DEB_VERSION "the dashboard's browser tests" /usr/bin/chromium
 export SLUICE_REQUIRE_CHROMIUM=1
 
-# The cluster's programs (Go: the control plane and the add-ons; about 15 minutes on a cold machine)
-# are built beside the Rust builds below, at nice 10: the last crates of a cargo build keep one core
-# busy, not two. Its log is in the cache; it is waited for before the cluster comes up, and nothing
-# else builds into $SLUICE_CACHE/bin meanwhile.
 # join_background PID_VAR LOG WHAT: waits for the background build whose pid the variable PID_VAR
 # holds, then empties it (the cleanup no longer stops it); a failed build prints its log's tail.
 join_background() {
@@ -141,6 +137,10 @@ join_background() {
     exit 1
   fi
 }
+# The cluster's programs (Go: the control plane and the add-ons; about 15 minutes on a cold machine)
+# are built beside the Rust builds below, at nice 10: the last crates of a cargo build keep one core
+# busy, not two. Its log is in the cache; it is waited for before the cluster comes up, and nothing
+# else builds into $SLUICE_CACHE/bin meanwhile.
 cluster_build_log=${SLUICE_CACHE:-$HOME/.cache/sluice}/cluster-build.log
 mkdir -p "$(dirname "$cluster_build_log")"
 setsid nice -n 10 hack/cluster.sh build "${CLUSTER_FLAGS[@]}" >"$cluster_build_log" 2>&1 &

@@ -26,6 +26,13 @@ pub enum DefaultQueue {
     Unknown,
 }
 
+/// Whether the API server refused a write because its namespace is being deleted (403, cause
+/// `NamespaceTerminating`): nothing to retry or warn about, the namespace's objects go with it.
+pub fn is_namespace_terminating(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403
+        && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+}
+
 /// Why an object of `what` (a pod, an application) in `namespace` is refused while its default queue
 /// cannot be told yet: the user retries, nothing passes ungoverned.
 pub fn unseen_namespace_message(namespace: &str, what: &str) -> String {
@@ -128,6 +135,23 @@ pub mod testing {
 mod tests {
     use super::testing::namespaces;
     use super::*;
+
+    #[test]
+    fn a_write_refused_because_the_namespace_terminates_is_told_apart() {
+        let status = |reason: &str| {
+            let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": 403, "reason": "Forbidden",
+                "message": "unable to create new content in namespace x because it is being terminated",
+                "details": {"name": "a", "kind": "dynamicworkloads",
+                    "causes": [{"reason": reason, "message": "m", "field": "metadata.namespace"}]},
+            }))
+            .expect("a Status");
+            kube::Error::Api(Box::new(status))
+        };
+        assert!(is_namespace_terminating(&status("NamespaceTerminating")));
+        // Any other refusal (RBAC, a quota) is not.
+        assert!(!is_namespace_terminating(&status("FieldValueForbidden")));
+    }
 
     #[test]
     fn default_queue_is_read_from_the_namespace_label() {

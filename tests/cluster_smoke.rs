@@ -56,10 +56,7 @@ async fn a_deployment_runs_on_kwok_nodes() {
         },
     }))
     .expect("deployment");
-    deployments
-        .create(&PostParams::default(), &d)
-        .await
-        .expect("create deployment");
+    create(&deployments, &d).await;
     wait_for("3 ready replicas", Duration::from_secs(60), || async {
         let d = deployments.get("web").await.ok()?;
         (d.status?.ready_replicas? == 3).then_some(())
@@ -196,10 +193,7 @@ async fn kuberay_reconciles_a_raycluster_into_a_head_pod() {
         None,
         raycluster_spec([1, 1, 3], container, json!({})),
     );
-    clusters
-        .create(&PostParams::default(), &rc)
-        .await
-        .expect("create RayCluster");
+    create(&clusters, &rc).await;
     wait_for(
         "KubeRay to create a running head pod",
         Duration::from_secs(90),
@@ -236,9 +230,7 @@ async fn the_spark_operator_submits_a_driver_pod() {
             json!({"instances": 1}),
         ),
     );
-    apps.create(&PostParams::default(), &app)
-        .await
-        .expect("create SparkApplication");
+    create(&apps, &app).await;
     let driver = wait_for(
         "spark-submit to create a running driver pod",
         Duration::from_secs(120),
@@ -351,9 +343,7 @@ async fn kueue_admits_a_job() {
         }}},
     }))
     .expect("job");
-    jobs.create(&PostParams::default(), &job)
-        .await
-        .expect("create Job");
+    create(&jobs, &job).await;
     wait_for(
         "Kueue to admit the Job and the Job to complete",
         Duration::from_secs(120),

@@ -59,9 +59,7 @@ async fn token(env: &TestEnv, namespace: &str, name: &str) -> String {
     let api: Api<ServiceAccount> = Api::namespaced(env.client.clone(), namespace);
     let sa: ServiceAccount =
         serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
-    api.create(&PostParams::default(), &sa)
-        .await
-        .expect("create ServiceAccount");
+    create(&api, &sa).await;
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -87,10 +85,7 @@ async fn reader_role(env: &TestEnv) -> String {
         "rules": [{"apiGroups": ["sluice.dev"], "resources": ["dynamicworkloads"], "verbs": ["get", "list", "watch"]}],
     }))
     .expect("role");
-    Api::<ClusterRole>::all(env.client.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create ClusterRole");
+    create(&Api::<ClusterRole>::all(env.client.clone()), &role).await;
     name
 }
 
@@ -101,10 +96,11 @@ async fn bind_in(env: &TestEnv, namespace: &str, sa: &str, role: &str) {
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
     }))
     .expect("binding");
-    Api::<RoleBinding>::namespaced(env.client.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create RoleBinding");
+    create(
+        &Api::<RoleBinding>::namespaced(env.client.clone(), namespace),
+        &binding,
+    )
+    .await;
 }
 
 /// `role` everywhere: an operator. Deleted at the end.
@@ -116,10 +112,11 @@ async fn bind_everywhere(env: &TestEnv, namespace: &str, sa: &str, role: &str) -
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
     }))
     .expect("binding");
-    Api::<ClusterRoleBinding>::all(env.client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create ClusterRoleBinding");
+    create(
+        &Api::<ClusterRoleBinding>::all(env.client.clone()),
+        &binding,
+    )
+    .await;
     name
 }
 
@@ -128,10 +125,7 @@ async fn priority_class(env: &TestEnv, name: &str, value: i32) {
         "metadata": {"name": name, "labels": {"sluice-e2e": "true"}}, "value": value,
     }))
     .expect("class");
-    Api::<PriorityClass>::all(env.client.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .expect("create PriorityClass");
+    create(&Api::<PriorityClass>::all(env.client.clone()), &class).await;
 }
 
 fn prio_pod(name: &str, queue: &str, cpu: &str, class: &str) -> k8s_openapi::api::core::v1::Pod {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use support::*;
 
@@ -62,10 +62,7 @@ impl Nodes {
                 },
             }))
             .expect("node");
-            Api::<Node>::all(env.client.clone())
-                .create(&PostParams::default(), &node)
-                .await
-                .expect("create node");
+            create(&Api::<Node>::all(env.client.clone()), &node).await;
             names.push(name);
         }
         Nodes {
@@ -263,10 +260,7 @@ async fn local_volume(env: &TestEnv, name: &str, node: &str, (namespace, claim):
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
     }))
     .expect("pv");
-    Api::<PersistentVolume>::all(env.client.clone())
-        .create(&PostParams::default(), &pv)
-        .await
-        .expect("create pv");
+    create(&Api::<PersistentVolume>::all(env.client.clone()), &pv).await;
 }
 
 /// A claim of `env`'s namespace for the volume `volume`.
@@ -277,10 +271,11 @@ async fn claim(env: &TestEnv, name: &str, volume: &str) {
             "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}},
     }))
     .expect("pvc");
-    Api::<PersistentVolumeClaim>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &pvc)
-        .await
-        .expect("create pvc");
+    create(
+        &Api::<PersistentVolumeClaim>::namespaced(env.client.clone(), &env.namespace),
+        &pvc,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -402,10 +397,11 @@ async fn a_jobs_pods_asking_in_their_template_run_beside_the_cache() {
                     "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}}},
     }))
     .expect("job");
-    Api::<Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create job");
+    create(
+        &Api::<Job>::namespaced(env.client.clone(), &env.namespace),
+        &job,
+    )
+    .await;
     let selector = "batch.kubernetes.io/job-name=scan";
     let pods = wait_for(
         "the Job's 3 pods admitted and bound",

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use sluice::api::ResourceFlavor;
@@ -49,10 +49,7 @@ impl Gpus {
                 },
             }))
             .expect("node");
-            Api::<Node>::all(env.client.clone())
-                .create(&PostParams::default(), &node)
-                .await
-                .expect("create node");
+            create(&Api::<Node>::all(env.client.clone()), &node).await;
             let flavor: ResourceFlavor = serde_json::from_value(json!({
                 "apiVersion": "sluice.dev/v1alpha1", "kind": "ResourceFlavor",
                 "metadata": {"name": value},
@@ -60,10 +57,7 @@ impl Gpus {
                          "tolerations": [{"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}]},
             }))
             .expect("flavor");
-            Api::<ResourceFlavor>::all(env.client.clone())
-                .create(&PostParams::default(), &flavor)
-                .await
-                .expect("create flavor");
+            create(&Api::<ResourceFlavor>::all(env.client.clone()), &flavor).await;
             types.push((value.clone(), value, node_name));
         }
         Gpus {
@@ -191,10 +185,7 @@ async fn a_rayclusters_gpu_workers_fill_a100_then_go_to_h100_pinned_to_their_nod
     let queue = env.queue_with_spec("gpu", gpus.queue_spec("4")).await;
     // Head + 1 worker (the minimum gang) in a100, then 5 more workers: 3 fill a100 (its own
     // flavor first), the last 2 go to h100.
-    rayclusters(&env)
-        .create(&PostParams::default(), &gpu_raycluster("train", &queue, 6))
-        .await
-        .expect("create raycluster");
+    create(&rayclusters(&env), &gpu_raycluster("train", &queue, 6)).await;
     let pods = wait_scheduled(&env, 7).await;
     let mut per_flavor: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for pod in &pods {

@@ -414,10 +414,7 @@ async fn room_held_for_a_creation_refused_later_comes_back_once_the_api_server_h
         "metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}
     }))
     .expect("quota");
-    quotas
-        .create(&Default::default(), &one_pod)
-        .await
-        .expect("create the ResourceQuota");
+    create(&quotas, &one_pod).await;
     // The quota's admission refuses everything until the quota controller has counted.
     wait_for(
         "the ResourceQuota counted",

@@ -332,9 +332,7 @@ async fn blocking_pdb(env: &TestEnv, app: &str) -> String {
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
     }))
     .expect("pdb");
-    api.create(&PostParams::default(), &pdb)
-        .await
-        .expect("create PodDisruptionBudget");
+    create(&api, &pdb).await;
     wait_for(
         &format!("PodDisruptionBudget {name} to allow no disruption of its healthy pod"),
         Duration::from_secs(60),

@@ -213,10 +213,7 @@ async fn shrinking_or_unqueueing_a_scavenger_job_is_refused() {
                  "resources": {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}},
     }))
     .expect("scavengerjob");
-    scavengers(&env)
-        .create(&PostParams::default(), &sj)
-        .await
-        .expect("create the ScavengerJob");
+    create(&scavengers(&env), &sj).await;
     for (change, what) in [
         (json!({"spec": {"parallelism": 1}}), "parallelism"),
         (json!({"spec": {"queueName": null}}), "queueName"),

@@ -46,9 +46,7 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     let api = rayclusters(&env);
 
     // A: head + 2 minimum workers = 3 cpu: admitted together.
-    api.create(&PostParams::default(), &cluster("a", &queue, 2, 2))
-        .await
-        .expect("create a");
+    create(&api, &cluster("a", &queue, 2, 2)).await;
     env.wait_queue_counts(&queue, 0, 3).await;
     let dwl = env
         .wait_workload(
@@ -76,9 +74,7 @@ async fn rayclusters_are_admitted_as_gangs_grow_wait_and_give_quota_back() {
     );
 
     // B: head + 1 worker = 2 cpu, no room: nothing of it is admitted.
-    api.create(&PostParams::default(), &cluster("b", &queue, 1, 1))
-        .await
-        .expect("create b");
+    create(&api, &cluster("b", &queue, 1, 1)).await;
     env.wait_queue_counts(&queue, 2, 3).await;
     let pods = env.list_pods().await;
     let b_admitted = holding_of_cluster(&pods, "b");

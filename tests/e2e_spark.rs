@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 use sluice::api::{ApplicationEnd, WorkloadPhase};
 use support::*;
@@ -117,10 +117,7 @@ async fn a_spark_application_in_a_default_queue_namespace_is_governed_from_drive
     spec["dynamicAllocation"] =
         json!({"enabled": true, "minExecutors": 1, "initialExecutors": 1, "maxExecutors": 4});
     let app = spark_application("etl", None, spec);
-    let created = apps
-        .create(&PostParams::default(), &app)
-        .await
-        .expect("create the SparkApplication");
+    let created = create(&apps, &app).await;
     assert_eq!(
         created.labels().get("sluice.dev/queue"),
         Some(&queue),

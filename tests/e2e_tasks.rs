@@ -125,10 +125,7 @@ async fn resource_executor_waits_for_the_success_condition_and_reads_inputs() {
     })
     .await;
     let () = waiting;
-    objects
-        .create(&Default::default(), &input)
-        .await
-        .expect("create input");
+    create(&objects, &input).await;
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.namespace);
     let cm = wait_for("the ConfigMap the Task creates", T, || async {
         cms.get_opt("make-cm-out").await.ok().flatten()

@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     SanType,
@@ -154,10 +154,11 @@ async fn create_secret(env: &TestEnv, name: &str, labelled: bool, data: &[(&str,
         ),
         ..Default::default()
     };
-    Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create Secret");
+    create(
+        &Api::<Secret>::namespaced(env.client.clone(), &env.namespace),
+        &secret,
+    )
+    .await;
 }
 
 async fn create_configmap(env: &TestEnv, name: &str, key: &str, value: &str) {
@@ -169,10 +170,11 @@ async fn create_configmap(env: &TestEnv, name: &str, key: &str, value: &str) {
         data: Some([(key.to_string(), value.to_string())].into_iter().collect()),
         ..Default::default()
     };
-    Api::<ConfigMap>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &cm)
-        .await
-        .expect("create ConfigMap");
+    create(
+        &Api::<ConfigMap>::namespaced(env.client.clone(), &env.namespace),
+        &cm,
+    )
+    .await;
 }
 
 fn http_task(name: &str, http: Value) -> Value {

@@ -80,10 +80,11 @@ async fn a_restarted_controller_loses_no_task_and_runs_none_twice() {
                 "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}}},
     }))
     .expect("cluster");
-    kube::Api::<sluice::api::TaskCluster>::namespaced(env.client.clone(), &env.namespace)
-        .create(&Default::default(), &cluster)
-        .await
-        .expect("create TaskCluster");
+    create(
+        &kube::Api::<sluice::api::TaskCluster>::namespaced(env.client.clone(), &env.namespace),
+        &cluster,
+    )
+    .await;
     const C: usize = 4;
     for i in 0..C {
         create_task(

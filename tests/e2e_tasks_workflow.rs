@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use sluice::api::TaskPhase;
 use support::*;
@@ -72,10 +72,7 @@ async fn finish_step(env: &TestEnv, pod: &Pod, workflow: &str, out: &str) {
         "outputs": {"parameters": [{"name": "out", "value": out}]},
     }))
     .expect("task result");
-    results
-        .create(&PostParams::default(), &result)
-        .await
-        .expect("create the WorkflowTaskResult");
+    create(&results, &result).await;
     env.pods()
         .patch(
             &pod.name_any(),

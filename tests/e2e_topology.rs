@@ -20,7 +20,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use support::*;
 
@@ -53,10 +53,7 @@ impl Racks {
                 },
             }))
             .expect("node");
-            Api::<Node>::all(env.client.clone())
-                .create(&PostParams::default(), &node)
-                .await
-                .expect("create node");
+            create(&Api::<Node>::all(env.client.clone()), &node).await;
             nodes.push((name, value));
         }
         Racks {
@@ -310,10 +307,11 @@ async fn a_jobs_pods_asking_in_their_template_all_run_in_one_rack() {
                     "resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}]}}},
     }))
     .expect("job");
-    Api::<Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create job");
+    create(
+        &Api::<Job>::namespaced(env.client.clone(), &env.namespace),
+        &job,
+    )
+    .await;
     let job_pods = "batch.kubernetes.io/job-name=shuffle";
     let seen = racks_selected(&env, &racks, job_pods, 3, Duration::from_secs(90)).await;
     assert_eq!(seen, BTreeSet::from([racks.rack("r2")]));

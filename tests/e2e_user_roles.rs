@@ -81,10 +81,11 @@ async fn bind(env: &TestEnv, user: &str, cluster_role: &str) {
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }))
     .expect("binding");
-    Api::<RoleBinding>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create the RoleBinding");
+    create(
+        &Api::<RoleBinding>::namespaced(env.client.clone(), &env.namespace),
+        &binding,
+    )
+    .await;
 }
 
 fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> bool {

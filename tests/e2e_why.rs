@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 use support::*;
@@ -29,10 +29,11 @@ fn one_worker_raycluster(name: &str, queue: &str) -> DynamicObject {
 
 async fn create_job(env: &TestEnv, job: serde_json::Value) {
     let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(job).expect("job");
-    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &job)
-        .await
-        .expect("create the Job");
+    create(
+        &Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.client.clone(), &env.namespace),
+        &job,
+    )
+    .await;
 }
 
 /// sluice's events in the namespace (those its Recorder posted), as (kind, name, reason, note).
@@ -85,10 +86,7 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
     let queue = full_queue(&mut env).await;
     let ns = env.namespace.clone();
 
-    rayclusters(&env)
-        .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
-        .await
-        .expect("create the RayCluster");
+    create(&rayclusters(&env), &one_worker_raycluster("rc", &queue)).await;
     let note = wait_event(&env, "RayCluster", "rc", "Waiting").await;
     for part in [
         format!("DynamicWorkload {ns}/raycluster-rc"),
@@ -107,10 +105,7 @@ async fn a_waiting_raycluster_and_spark_application_are_told_their_workload_queu
         Some(&queue),
         spark_pi(json!({}), json!({"instances": 1})),
     );
-    spark_applications(&env)
-        .create(&PostParams::default(), &spark)
-        .await
-        .expect("create the SparkApplication");
+    create(&spark_applications(&env), &spark).await;
     let note = wait_event(&env, "SparkApplication", "etl", "Waiting").await;
     assert!(note.contains(&format!("queue {queue}")), "{note}");
     assert!(note.contains("position"), "{note}");
@@ -237,10 +232,7 @@ async fn grant_view(env: &TestEnv, user: &str) {
         "rules": [{"apiGroups": ["sluice.dev"], "resources": ["dynamicworkloads"], "verbs": ["get", "list", "watch"]}],
     }))
     .expect("role");
-    roles
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create role");
+    create(&roles, &role).await;
     for (name, kind, role) in [
         ("view", "ClusterRole", "view"),
         ("read-dwl", "Role", "read-dwl"),
@@ -251,10 +243,7 @@ async fn grant_view(env: &TestEnv, user: &str) {
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         }))
         .expect("binding");
-        bindings
-            .create(&PostParams::default(), &binding)
-            .await
-            .expect("create binding");
+        create(&bindings, &binding).await;
     }
 }
 
@@ -270,10 +259,7 @@ async fn kubectl_sluice_why_answers_for_a_pod_a_job_and_a_raycluster_with_view_r
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}},
     })).await;
-    rayclusters(&env)
-        .create(&PostParams::default(), &one_worker_raycluster("rc", &queue))
-        .await
-        .expect("create the RayCluster");
+    create(&rayclusters(&env), &one_worker_raycluster("rc", &queue)).await;
     env.wait_queue_counts(&queue, 1 + 1 + 2, 1).await;
 
     let alice = as_user(&user).await;

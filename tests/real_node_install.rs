@@ -445,10 +445,7 @@ async fn story(method: Method) {
     .expect("ScavengerJob");
     let scavengers: Api<sluice::api::ScavengerJob> =
         Api::namespaced(env.client.clone(), &env.namespace);
-    scavengers
-        .create(&PostParams::default(), &sj)
-        .await
-        .expect("create the ScavengerJob");
+    create(&scavengers, &sj).await;
     wait_for(
         "the ScavengerJob to say it needs the PriorityClass sluice-scavenger",
         Duration::from_secs(60),

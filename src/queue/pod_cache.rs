@@ -16,13 +16,14 @@ use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition,
+    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition,
     PodSchedulingGate, PodSpec, PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use sluice_webhooks::pods::wire::WireContainers;
 
 use crate::api::{
     ADMISSION_GATE, ADMITTED_AT_ANNOTATION, AT_CREATION_ANNOTATION, DATA_NODES_ANNOTATION,
@@ -380,8 +381,8 @@ struct WireMeta {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireSpec {
-    containers: Option<Vec<WireContainer>>,
-    init_containers: Option<Vec<WireContainer>>,
+    containers: Option<WireContainers>,
+    init_containers: Option<WireContainers>,
     overhead: Option<BTreeMap<String, Quantity>>,
     resources: Option<ResourceRequirements>,
     priority: Option<i32>,
@@ -399,14 +400,6 @@ struct WireSpec {
 #[serde(rename_all = "camelCase")]
 struct WireAffinity {
     node_affinity: Option<k8s_openapi::api::core::v1::NodeAffinity>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WireContainer {
-    name: Option<String>,
-    resources: Option<ResourceRequirements>,
-    restart_policy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -474,32 +467,14 @@ impl WireStatus {
     }
 }
 
-impl WireContainer {
-    fn into_container(self) -> Container {
-        Container {
-            name: self.name.unwrap_or_default(),
-            resources: self.resources,
-            restart_policy: self.restart_policy,
-            ..Container::default()
-        }
-    }
-}
-
 impl WirePod {
     /// A `Pod` holding only the decoded fields: what [`PodFacts`] and [`CachedPod::from_pod`] read.
     fn into_pod(self) -> Pod {
         Pod {
             metadata: pod_identity!(self.metadata, labels, annotations),
             spec: self.spec.map(|s| PodSpec {
-                containers: s
-                    .containers
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(WireContainer::into_container)
-                    .collect(),
-                init_containers: s
-                    .init_containers
-                    .map(|cs| cs.into_iter().map(WireContainer::into_container).collect()),
+                containers: (s.containers.unwrap_or_default()).into_containers(),
+                init_containers: s.init_containers.map(WireContainers::into_containers),
                 overhead: s.overhead,
                 resources: s.resources,
                 priority: s.priority,

@@ -23,7 +23,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::metrics::TaskMetrics;
 use super::task_controller::TASK_FIELD_MANAGER;
@@ -362,6 +362,13 @@ async fn reconcile_cluster(
 }
 
 fn error_policy(cluster: Arc<TaskCluster>, error: &ClusterError, _: Arc<Context>) -> Action {
+    // A namespace being deleted refuses new workers: the cluster goes with it, nothing to warn of.
+    if let ClusterError::Api { source, .. } = error
+        && crate::namespaces::is_namespace_terminating(source)
+    {
+        debug!(cluster = %cluster.name_any(), %error, "TaskCluster's namespace is being deleted");
+        return Action::requeue(Duration::from_secs(2));
+    }
     warn!(cluster = %cluster.name_any(), namespace = %cluster.namespace().unwrap_or_default(), %error, "TaskCluster reconcile failed; retrying");
     Action::requeue(Duration::from_secs(2))
 }

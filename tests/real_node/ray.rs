@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 use sluice::api::CapacityQueue;
 
@@ -131,9 +131,7 @@ async fn ray_autoscaler_workers_on_the_real_node_wait_for_quota_and_give_it_back
     env.create_pod(pod("other", &queue, "250m")).await;
     env.wait_queue_counts(&queue, 0, 1).await;
     let api = rayclusters(&env);
-    api.create(&PostParams::default(), &raycluster("sq", &queue))
-        .await
-        .expect("create the RayCluster");
+    create(&api, &raycluster("sq", &queue)).await;
     let head = wait_for(
         "the head (with the autoscaler) to run on the real node",
         NODE_TIMEOUT,

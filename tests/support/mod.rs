@@ -156,6 +156,24 @@ where
     }
 }
 
+/// Creates `object` through `api`; fails the test naming the object's kind and name and giving
+/// the API server's answer when it cannot.
+pub async fn create<K>(api: &Api<K>, object: &K) -> K
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(created) => created,
+        Err(e) => {
+            let kind = std::any::type_name::<K>()
+                .rsplit("::")
+                .next()
+                .unwrap_or("object");
+            panic!("create {kind} {}: {e}", object.name_any())
+        }
+    }
+}
+
 /// Waits until `api` has no object `name` any more (deleted, its finalizers done).
 pub async fn wait_absent<K>(api: &Api<K>, name: &str, timeout: Duration)
 where
@@ -265,10 +283,7 @@ impl TestEnv {
             json!({"metadata": {"name": namespace, "labels": {"sluice-e2e": "true"}}}),
         )
         .expect("namespace");
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .expect("create namespace");
+        create(&Api::<Namespace>::all(client.clone()), &ns).await;
         // Pods need the default ServiceAccount, which the controller-manager creates.
         let sa_api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
             Api::namespaced(client.clone(), &namespace);
@@ -316,10 +331,7 @@ impl TestEnv {
             "spec": spec,
         }))
         .expect("queue");
-        Api::<CapacityQueue>::all(self.client.clone())
-            .create(&PostParams::default(), &q)
-            .await
-            .expect("create queue");
+        create(&Api::<CapacityQueue>::all(self.client.clone()), &q).await;
         self.queues.push(name.clone());
         // A queue is in use once the controller says it is Active; until sluice's webhooks have
         // seen it, an application naming it is refused (said so, to be retried).
@@ -502,9 +514,7 @@ impl TestEnv {
             Api::namespaced(self.client.clone(), &self.namespace);
         let sa = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
             .expect("a ServiceAccount");
-        sas.create(&Default::default(), &sa)
-            .await
-            .expect("create the ServiceAccount");
+        create(&sas, &sa).await;
     }
 
     /// [`TestEnv::wait_workload_status`] until the DynamicWorkload `name` is in `phase`.

@@ -12,7 +12,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use serde_json::{Value, json};
 use sluice::api::{Task, TaskCluster, TaskPhase};
 
-use crate::support::{TestEnv, wait_for};
+use crate::support::{TestEnv, create, wait_for};
 
 pub fn tasks(env: &TestEnv) -> Api<Task> {
     Api::namespaced(env.client.clone(), &env.namespace)
@@ -38,10 +38,11 @@ pub async fn create_pool(env: &TestEnv, queue: &str, mut spec: Value) -> TaskClu
         "spec": spec,
     }))
     .expect("cluster");
-    Api::<TaskCluster>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &cluster)
-        .await
-        .expect("create TaskCluster")
+    create(
+        &Api::<TaskCluster>::namespaced(env.client.clone(), &env.namespace),
+        &cluster,
+    )
+    .await
 }
 
 pub fn phase(t: &Task) -> TaskPhase {

@@ -113,14 +113,11 @@ impl std::fmt::Display for WaitReason {
                 used,
                 reserved,
                 quota,
-            } => write!(
-                f,
-                "needs {} {resource} more in queue {queue}: {}/{} {resource} used, {} {resource} reserved",
-                describe_quantity(resource, *missing),
-                describe_quantity(resource, *used),
-                describe_quantity(resource, *quota),
-                describe_quantity(resource, *reserved),
-            ),
+            } => {
+                needs_more(f, queue, resource, [*missing, *used, *quota])?;
+                let reserved = describe_quantity(resource, *reserved);
+                write!(f, ", {reserved} {resource} reserved")
+            }
             WaitReason::NeverFits {
                 queue,
                 resource,
@@ -147,14 +144,14 @@ impl std::fmt::Display for WaitReason {
                 used,
                 quota,
                 lendable,
-            } => write!(
-                f,
-                "needs {} {resource} more in queue {queue}: {}/{} {resource} used, and cohort {cohort} can lend it {} {resource} more now",
-                describe_quantity(resource, *missing),
-                describe_quantity(resource, *used),
-                describe_quantity(resource, *quota),
-                describe_quantity(resource, *lendable),
-            ),
+            } => {
+                needs_more(f, queue, resource, [*missing, *used, *quota])?;
+                let lendable = describe_quantity(resource, *lendable);
+                write!(
+                    f,
+                    ", and cohort {cohort} can lend it {lendable} {resource} more now"
+                )
+            }
             WaitReason::Reclaiming {
                 queue,
                 cohort,
@@ -171,6 +168,21 @@ impl std::fmt::Display for WaitReason {
             }
         }
     }
+}
+
+/// The start of the quota and cohort messages, the same for both so they read alike:
+/// "needs 2 cpu more in queue q: 3/4 cpu used" (amounts: `[missing, used, quota]`).
+fn needs_more(
+    f: &mut std::fmt::Formatter<'_>,
+    queue: &str,
+    resource: &str,
+    [missing, used, quota]: [i64; 3],
+) -> std::fmt::Result {
+    let [missing, used, quota] = [missing, used, quota].map(|q| describe_quantity(resource, q));
+    write!(
+        f,
+        "needs {missing} {resource} more in queue {queue}: {used}/{quota} {resource} used"
+    )
 }
 
 impl WaitReason {

@@ -304,8 +304,14 @@ impl Writer {
                 let api: Api<DynamicWorkload> = Api::namespaced(client.clone(), &key.namespace);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 let result = bounded(api.patch(&key.name, &params, &Patch::Apply(&body))).await;
-                if let Err(e) = &result {
-                    warn!(%e, workload = %key, "could not record DynamicWorkload; the next pass retries");
+                match &result {
+                    Err(e) if crate::namespaces::is_namespace_terminating(e) => {
+                        debug!(workload = %key, "not recorded: its namespace is being deleted");
+                    }
+                    Err(e) => {
+                        warn!(%e, workload = %key, "could not record DynamicWorkload; the next pass retries");
+                    }
+                    Ok(_) => {}
                 }
                 self.state().records.sent(key, result.is_ok());
             })

@@ -81,9 +81,9 @@ struct WireSpec {
     #[serde(default)]
     scheduling_gates: Option<Vec<WireGate>>,
     #[serde(default)]
-    containers: Option<Vec<WireContainer>>,
+    containers: Option<WireContainers>,
     #[serde(default)]
-    init_containers: Option<Vec<WireContainer>>,
+    init_containers: Option<WireContainers>,
     #[serde(default)]
     overhead: Option<BTreeMap<String, Quantity>>,
     /// Pod-level requests and limits (PodLevelResources): they count instead of the containers'.
@@ -104,6 +104,23 @@ struct WireSpec {
 struct WireClaim {
     #[serde(default)]
     name: String,
+}
+
+/// A pod's containers (or init containers) as far as its requests go: what the webhooks'
+/// [`PartialPod`] and the controller's pod cache decode of them, so that both count a pod's
+/// requests from the same fields.
+#[derive(Default, Deserialize)]
+#[serde(transparent)]
+pub struct WireContainers(Vec<WireContainer>);
+
+impl WireContainers {
+    /// The containers, holding only their names, requests, limits and restart policies.
+    pub fn into_containers(self) -> Vec<Container> {
+        self.0
+            .into_iter()
+            .map(WireContainer::into_container)
+            .collect()
+    }
 }
 
 /// A container as far as its requests go.
@@ -186,15 +203,8 @@ impl<'de> Deserialize<'de> for PartialPod {
                     .map(|g| PodSchedulingGate { name: g.name })
                     .collect()
             }),
-            containers: s
-                .containers
-                .unwrap_or_default()
-                .into_iter()
-                .map(WireContainer::into_container)
-                .collect(),
-            init_containers: s
-                .init_containers
-                .map(|c| c.into_iter().map(WireContainer::into_container).collect()),
+            containers: (s.containers.unwrap_or_default()).into_containers(),
+            init_containers: s.init_containers.map(WireContainers::into_containers),
             overhead: s.overhead,
             resources: s.resources.map(WireResources::into_requirements),
             resource_claims: s.resource_claims.map(|claims| {

@@ -120,8 +120,9 @@ impl Workload {
             if s.ungated { ", ungated" } else { ", gated" },
             if s.deleted { ", deleted" } else { "" }
         );
-        let terminating = self.pods.get(&s.name).is_some_and(|p| p.terminating);
-        let asked = terminating || self.pods.get(&s.name).is_some_and(|p| p.ending);
+        let known = self.pods.get(&s.name);
+        let terminating = known.is_some_and(|p| p.terminating);
+        let asked = known.is_some_and(|p| p.terminating || p.ending);
         if s.phase == "Succeeded" && asked {
             self.pods.remove(&s.name);
             self.succeeded.insert(s.name.clone());
