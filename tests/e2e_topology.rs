@@ -4,6 +4,8 @@
 //!   in the one rack with room for it: every pod carries the rack in its nodeSelector and
 //!   `sluice.dev/topology-domain`, and the scheduler binds it to a node of that rack;
 //! - a gang that fits the queue but no single rack waits, its DynamicWorkload saying so;
+//! - with flavors: a gang whose first flavor has quota but no rack with room goes to the next
+//!   flavor whose rack has room, charged and pinned there; one no flavor can hold waits;
 //! - a rack whose room pods sluice does not govern hold is not chosen;
 //! - a hostile user: a forged `sluice.dev/topology-domain` is dropped at creation and refused
 //!   later, a nodeSelector naming the small rack keeps the gang out of the big one (it waits), an
@@ -22,30 +24,52 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
+use sluice::api::ResourceFlavor;
 use support::*;
 
 const TAINT: &str = "e2e.sluice.dev/topology";
 
 /// Two racks of kwok nodes under a label key of the test's own: `r1` with two 2-cpu nodes, `r2`
-/// with two 3-cpu nodes. Removed by [`Racks::remove`].
+/// with two 3-cpu nodes (or the nodes [`Racks::with_nodes`] is given). Removed, with the
+/// ResourceFlavors of [`Racks::flavor`], by [`Racks::remove`].
 struct Racks {
     client: kube::Client,
     key: String,
+    /// The label key of the nodes' tier (for flavors).
+    tier_key: String,
     /// (node, rack value).
     nodes: Vec<(String, String)>,
+    flavors: Vec<String>,
 }
 
 impl Racks {
     async fn create(env: &TestEnv) -> Racks {
+        let two_racks = [
+            ("r1", "2", ""),
+            ("r1", "2", ""),
+            ("r2", "3", ""),
+            ("r2", "3", ""),
+        ];
+        Racks::with_nodes(env, &two_racks).await
+    }
+
+    /// A node per `(rack, cpu, tier)`; a tier, when not empty, is the node's label
+    /// [`Racks::tier_key`].
+    async fn with_nodes(env: &TestEnv, nodes_of: &[(&str, &str, &str)]) -> Racks {
         let key = format!("{}.e2e.sluice.dev/rack", env.namespace);
+        let tier_key = format!("{}.e2e.sluice.dev/tier", env.namespace);
         let mut nodes = Vec::new();
-        for (rack, cpu) in [("r1", "2"), ("r1", "2"), ("r2", "3"), ("r2", "3")] {
+        for (rack, cpu, tier) in nodes_of {
             let value = format!("{}-{rack}", env.namespace);
             let name = format!("kwok-{}-{}", env.namespace, nodes.len());
+            let mut labels =
+                json!({"type": "kwok", "kubernetes.io/hostname": name, key.as_str(): value});
+            if !tier.is_empty() {
+                labels[tier_key.as_str()] = json!(tier);
+            }
             let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": name,
-                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {"type": "kwok", "kubernetes.io/hostname": name, key.as_str(): value}},
+                "metadata": {"name": name, "labels": labels,
+                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
                 "spec": {"taints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}]},
                 "status": {
                     "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
@@ -59,8 +83,25 @@ impl Racks {
         Racks {
             client: env.client.clone(),
             key,
+            tier_key,
             nodes,
+            flavors: Vec::new(),
         }
+    }
+
+    /// A ResourceFlavor of the nodes of `tier` (named after the test's namespace); its name.
+    async fn flavor(&mut self, env: &TestEnv, tier: &str) -> String {
+        let name = format!("{}-{tier}", env.namespace);
+        let flavor: ResourceFlavor = serde_json::from_value(json!({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "ResourceFlavor",
+            "metadata": {"name": name},
+            "spec": {"nodeLabels": {self.tier_key.as_str(): tier},
+                     "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]},
+        }))
+        .expect("flavor");
+        create(&Api::<ResourceFlavor>::all(env.client.clone()), &flavor).await;
+        self.flavors.push(name.clone());
+        name
     }
 
     fn rack(&self, short: &str) -> String {
@@ -72,6 +113,11 @@ impl Racks {
         for (node, _) in &self.nodes {
             let _ = Api::<Node>::all(self.client.clone())
                 .delete(node, &DeleteParams::default())
+                .await;
+        }
+        for flavor in &self.flavors {
+            let _ = Api::<ResourceFlavor>::all(self.client.clone())
+                .delete(flavor, &DeleteParams::default())
                 .await;
         }
     }
@@ -237,6 +283,60 @@ async fn a_rack_filled_by_pods_sluice_does_not_govern_has_no_room_for_a_gang() {
     }
     let g = racks_of(&env, &racks, "g", 2).await;
     assert_eq!(g, BTreeSet::from([racks.rack("r2")]));
+    env.cleanup().await;
+    racks.remove().await;
+}
+
+/// Flavors and topology together: a queue of two flavors, `spot` then `ondemand` (the nodes'
+/// tiers). spot has quota but no node that holds a pod of the gang: the gang goes whole to
+/// ondemand's rack, charged to ondemand and pinned to its nodes. A gang no flavor's racks can
+/// hold waits, saying why per flavor.
+#[tokio::test]
+async fn a_gang_goes_to_the_flavor_whose_racks_have_room() {
+    let Some(mut env) = TestEnv::new_or_skip("topo-flavors").await else {
+        return;
+    };
+    let tiers = [
+        ("s1", "1", "spot"),
+        ("s1", "1", "spot"),
+        ("o1", "2", "ondemand"),
+        ("o1", "2", "ondemand"),
+    ];
+    let mut racks = Racks::with_nodes(&env, &tiers).await;
+    let spot = racks.flavor(&env, "spot").await;
+    let ondemand = racks.flavor(&env, "ondemand").await;
+    let flavors = json!({"flavors": [
+        {"name": spot, "quota": {"cpu": "20"}},
+        {"name": ondemand, "quota": {"cpu": "20"}},
+    ]});
+    let queue = env.queue_with_spec("q", flavors).await;
+    // 2 pods of 1.5 cpu: no spot node holds one; each ondemand node holds one.
+    for i in 0..2 {
+        let pod = rack_pod(&racks, &format!("a-{i}"), &queue, "1500m", ("a", 2));
+        env.create_pod(pod).await;
+    }
+    let a = racks_of(&env, &racks, "a", 2).await;
+    assert_eq!(a, BTreeSet::from([racks.rack("o1")]));
+    for pod in env.pods_labelled("sluice.dev/workload=a").await {
+        assert_eq!(
+            pod.annotations().get("sluice.dev/flavor"),
+            Some(&ondemand),
+            "{} is charged to the flavor it runs in",
+            pod.name_any()
+        );
+    }
+    // 3 more of 1.5 cpu: spot holds none, ondemand's nodes have 0.5 cpu left each.
+    for i in 0..3 {
+        let pod = rack_pod(&racks, &format!("b-{i}"), &queue, "1500m", ("b", 3));
+        env.create_pod(pod).await;
+    }
+    let message = env.wait_workload_message("b", "no flavor of queue").await;
+    for flavor in [&spot, &ondemand] {
+        let why = format!("{flavor}: fits queue {queue} but no single {}", racks.key);
+        assert!(message.contains(&why), "{message}");
+    }
+    let b = env.pods_labelled("sluice.dev/workload=b").await;
+    assert!(b.iter().all(is_gated), "nothing of b is admitted");
     env.cleanup().await;
     racks.remove().await;
 }

@@ -9,7 +9,9 @@
 //! flavor where it fits without borrowing wins; else, in a cohort, the first where it fits by
 //! borrowing (lent quota may be reclaimed, so a flavor of its own goes first); else the first
 //! where it fits its own quota but the cohort lent it out (a reclaim); else it waits on the
-//! first flavor (which may preempt), with why each flavor did not fit.
+//! first flavor (which may preempt), with why each flavor did not fit. A gang that asks for one
+//! topology domain or for its data's nodes fits a flavor only where that flavor's nodes also have
+//! the room it asks for: a flavor whose nodes cannot hold it is passed over like a full one.
 
 use super::arena::{Item, NO_FLAVOR, flavor_index, to_u32};
 use super::cohort::Turn;
@@ -111,28 +113,42 @@ impl QueuePass<'_> {
     /// Chooses the item's flavor (see the module documentation); an unflavored queue's item as
     /// it is.
     pub(super) fn choose_flavor(&mut self, item: &Item, mut turn: Option<&mut Turn>) -> Chosen {
+        self.placeable = None;
         if self.queue.flavors.is_empty() {
             return self.judge(item, turn, None);
         }
-        // Class: 0 fits, 1 fits by borrowing, 2 fits its own quota lent out, 3 does not fit.
+        // Class: 0 fits, 1 fits by borrowing, 2 fits its own quota lent out, 3 fits the quota
+        // but its flavor's nodes have no room where it asks to run, 4 does not fit.
         let mut best: Option<(u8, Item)> = None;
         let mut tried = Vec::new();
         for f in self.flavor_order(item) {
             let candidate = self.in_flavor(item, f);
             let judged = self.judge(&candidate, turn.as_deref_mut(), None);
             let class = match (judged.misfit, judged.check, turn.is_some()) {
-                (None, None, _) => return judged,
+                (None, None, _) => 0,
                 (Some(_), None, true) => 1,
                 (None, Some(_), true) => 2,
-                _ => 3,
+                _ => 4,
             };
-            if let Some(over) = judged.check.or(judged.misfit) {
+            // A gang asking for one domain (or for its data's nodes) that its flavor's nodes
+            // cannot hold would only wait there: the next flavor whose nodes can is taken instead.
+            let no_room = (class < 4)
+                .then(|| self.plan_topology(&candidate).err())
+                .flatten();
+            let class = if no_room.is_some() { 3 } else { class };
+            if class == 0 {
+                self.placeable = Some((candidate.pods_start, candidate.flavor));
+                return judged;
+            }
+            let flavor = || self.queue.flavors[usize::from(f)].name.clone();
+            if let Some(why) = no_room {
+                tried.push((flavor(), why));
+            } else if let Some(over) = judged.check.or(judged.misfit) {
                 let why = match turn.as_deref() {
                     Some(turn) if judged.check.is_some() => turn.reason(self, &over),
                     _ => over.reason(&self.queue.name, &self.dims),
                 };
-                let name = self.queue.flavors[usize::from(f)].name.clone();
-                tried.push((name, why));
+                tried.push((flavor(), why));
             }
             if best.as_ref().is_none_or(|(c, _)| class < *c) {
                 best = Some((class, candidate));

@@ -80,6 +80,7 @@ impl<'a> QueuePass<'a> {
             chosen: Vec::new(),
             rooms,
             planned: None,
+            placeable: None,
             domains: Vec::new(),
             data_pins: Vec::new(),
         }

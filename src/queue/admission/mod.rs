@@ -604,6 +604,9 @@ struct QueuePass<'a> {
     rooms: &'a topology::SharedRooms<'a>,
     /// The domain the item being stepped was found room in, and the pods admitted into domains.
     planned: Option<(u32, topology::Pinned)>,
+    /// The item (its first pod and flavor) that choosing its flavor just found room for: the
+    /// step takes it without searching again (nothing took room in between).
+    placeable: Option<(u32, u8)>,
     domains: Vec<(PodRef, Arc<str>)>,
     /// The pods admitted beside their data, and the hostnames they were pinned to.
     data_pins: Vec<(PodRef, Arc<str>)>,

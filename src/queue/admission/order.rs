@@ -76,7 +76,7 @@ impl<'a> QueuePass<'a> {
             reason: flavor_reason,
         } = self.choose_flavor(&item, turn.as_deref_mut());
         let may_take = misfit.is_none() || (turn.is_some() && check.is_none());
-        if !frozen && may_take && self.waits_for_domain(p, &item) {
+        if !frozen && may_take && self.waits_for_domain(p, &item, flavor_reason.as_ref()) {
             p.next += 1;
             return Step::Went;
         }

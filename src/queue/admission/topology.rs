@@ -362,16 +362,22 @@ impl<'a> QueuePass<'a> {
     }
 
     /// An item that fits its quota and asks for a domain or its data's nodes but fits none waits
-    /// (true), saying why. No preemption: evicting pods of the queue frees quota, not room on
+    /// (true), saying why: in a flavored queue, why per flavor (`flavors`: no flavor's nodes
+    /// could hold it either). No preemption: evicting pods of the queue frees quota, not room on
     /// given nodes.
-    pub(super) fn waits_for_domain(&mut self, p: &mut Progress, item: &Item) -> bool {
-        if !item.topology {
+    pub(super) fn waits_for_domain(
+        &mut self,
+        p: &mut Progress,
+        item: &Item,
+        flavors: Option<&WaitReason>,
+    ) -> bool {
+        if !item.topology || self.placeable.take() == Some((item.pods_start, item.flavor)) {
             return false;
         }
         match self.plan_topology(item) {
             Ok(()) => false,
             Err(reason) => {
-                self.waits(p, item, reason);
+                self.waits(p, item, flavors.cloned().unwrap_or(reason));
                 true
             }
         }

@@ -287,3 +287,94 @@ proptest! {
         }
     }
 }
+
+/// A queue of two flavors, `spot` then `ondemand`, each of `cpu` cpus and pinned to nodes labelled
+/// `tier=<flavor>`.
+fn tiered_queue(cpu: i64) -> QueueSnapshot {
+    let flavor = |name: &str| {
+        Arc::new(FlavorSnapshot {
+            name: name.into(),
+            quota: ResourceList(BTreeMap::from([("cpu".to_string(), cpu * CPU)])),
+            node_labels: BTreeMap::from([("tier".to_string(), name.to_string())]),
+            tolerations: Vec::new(),
+            defined: true,
+        })
+    };
+    QueueSnapshot {
+        flavors: vec![flavor("spot"), flavor("ondemand")],
+        quota: ResourceList::new(),
+        ..big_queue("q")
+    }
+}
+
+/// The queue of [`tiered_queue`] (100 cpus per flavor) and a gang `g` of `size` pods of `cpu`
+/// cpus asking for one rack.
+fn tiered_gang(size: u32, cpu: i64) -> Snapshot {
+    Snapshot {
+        queues: vec![tiered_queue(100)],
+        workloads: vec![rack_gang("g", "q", 1, size, cpu, true)],
+    }
+}
+
+/// Racks of nodes of a tier: (tier, rack, cpus free per node).
+fn tiered_racks(nodes: &[(&str, &str, i64)]) -> Topology {
+    let mut topology = racks(&nodes.iter().map(|(_, r, c)| (*r, *c)).collect::<Vec<_>>());
+    for (node, (tier, _, _)) in topology.nodes.iter_mut().zip(nodes) {
+        node.labels.insert("tier".into(), tier.to_string());
+    }
+    topology
+}
+
+#[test]
+fn a_gang_whose_first_flavor_has_quota_but_no_rack_with_room_goes_to_the_next_flavor() {
+    let s = tiered_gang(2, 3);
+    // spot's racks have 2-cpu nodes only: no node holds a 3-cpu pod. ondemand's rack holds both.
+    let nodes = tiered_racks(&[
+        ("spot", "s1", 2),
+        ("spot", "s1", 2),
+        ("spot", "s2", 2),
+        ("ondemand", "o1", 4),
+        ("ondemand", "o1", 4),
+    ]);
+    let d = decide_with(&s, Some(&nodes));
+    assert_eq!(admitted_names(&s, &d), vec!["g-0", "g-1"]);
+    assert_eq!(domains(&d), HashSet::from(["rack=o1".to_string()]));
+    let flavors: HashSet<&str> = d.flavors.values().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        flavors,
+        HashSet::from(["ondemand"]),
+        "charged where it runs"
+    );
+}
+
+#[test]
+fn a_gang_no_flavors_nodes_can_hold_waits_saying_why_per_flavor() {
+    let s = tiered_gang(3, 3);
+    // spot: no node holds a 3-cpu pod; ondemand: one rack, room for 2 of the 3 pods.
+    let nodes = tiered_racks(&[
+        ("spot", "s1", 2),
+        ("ondemand", "o1", 4),
+        ("ondemand", "o1", 4),
+    ]);
+    let d = decide_with(&s, Some(&nodes));
+    assert!(d.admit.is_empty());
+    assert!(d.evict.is_empty(), "no preemption makes room on nodes");
+    let why = d.workloads[0].waiting.as_ref().expect("waits").to_string();
+    assert_eq!(
+        why,
+        "no flavor of queue q has room; tried \
+         spot: fits queue q but no single rack has room for its 3 pods; the most any rack has room for is 0 (of 1 rack values its pods may run in); \
+         ondemand: fits queue q but no single rack has room for its 3 pods; the most any rack has room for is 2 (of 1 rack values its pods may run in)"
+    );
+}
+
+#[test]
+fn a_gang_that_fits_its_first_flavors_racks_stays_there() {
+    let s = tiered_gang(2, 1);
+    let nodes = tiered_racks(&[("spot", "s1", 2), ("ondemand", "o1", 4)]);
+    let d = decide_with(&s, Some(&nodes));
+    assert_eq!(admitted_names(&s, &d), vec!["g-0", "g-1"]);
+    let flavors: HashSet<&str> = d.flavors.values().map(|f| f.name.as_str()).collect();
+    assert_eq!(flavors, HashSet::from(["spot"]));
+    assert_eq!(domains(&d), HashSet::from(["rack=s1".to_string()]));
+}
