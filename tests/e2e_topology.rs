@@ -337,6 +337,28 @@ async fn a_gang_goes_to_the_flavor_whose_racks_have_room() {
     }
     let b = env.pods_labelled("sluice.dev/workload=b").await;
     assert!(b.iter().all(is_gated), "nothing of b is admitted");
+    // A pod whose own nodeSelector says spot, asking for a rack spot's nodes cannot hold, is never
+    // moved to ondemand (it would not run there, and would be charged where it does not run): it
+    // waits, and only spot is tried.
+    let mut own = rack_pod(&racks, "own-0", &queue, "1500m", ("own", 1));
+    own.spec.as_mut().expect("spec").node_selector =
+        Some([(racks.tier_key.clone(), "spot".to_string())].into());
+    env.create_pod(own).await;
+    let message = env.wait_workload_message("own", "no flavor of queue").await;
+    assert!(
+        message.contains(&format!(
+            "{spot}: fits queue {queue} but no single {}",
+            racks.key
+        )),
+        "{message}"
+    );
+    assert!(
+        !message.contains(&format!("{ondemand}:")),
+        "ondemand is not tried for a pod that asks for spot's nodes: {message}"
+    );
+    let own = env.pods().get("own-0").await.expect("own-0");
+    assert!(is_gated(&own), "own-0 waits");
+    assert_eq!(own.annotations().get("sluice.dev/flavor"), None);
     env.cleanup().await;
     racks.remove().await;
 }

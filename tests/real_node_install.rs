@@ -142,6 +142,31 @@ async fn install(method: Method) {
     }
 }
 
+/// Held while a story has sluice installed: if the story fails (a panic), `sluice uninstall` runs
+/// as it unwinds, so the next story finds a clean slate instead of timing out behind this one.
+struct UninstallOnFailure;
+
+impl Drop for UninstallOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("uninstall")
+            .current_dir(repo_root())
+            .output();
+        match out {
+            Ok(out) => eprintln!(
+                "the story failed; sluice uninstall (exit {}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("the story failed; sluice uninstall could not run: {e}"),
+        }
+    }
+}
+
 async fn apply_server_side(manifest: &std::path::Path) {
     let path = manifest.to_str().expect("path");
     command("kubectl", &["apply", "--server-side", "-f", path]).await;
@@ -269,13 +294,21 @@ const LOAD_QUOTA_MILLIS: i64 = 100;
 
 fn start_load(env: &TestEnv, queue: &str) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
+    // Set by the creator once its last creation has returned: until then a pod may appear after an
+    // empty list, so the ender cannot stop on `stop` alone.
+    let creator_done = Arc::new(AtomicBool::new(false));
     let created = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(std::sync::Mutex::new(Vec::new()));
     let admitted = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let (pods, queue) = (env.pods(), queue.to_string());
     let creator = {
-        let (stop, created, refused, pods) =
-            (stop.clone(), created.clone(), refused.clone(), pods.clone());
+        let (stop, creator_done, created, refused, pods) = (
+            stop.clone(),
+            creator_done.clone(),
+            created.clone(),
+            refused.clone(),
+            pods.clone(),
+        );
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             let mut i = 0;
@@ -296,19 +329,23 @@ fn start_load(env: &TestEnv, queue: &str) -> Load {
                 }
                 i += 1;
             }
+            creator_done.store(true, Ordering::SeqCst);
         })
     };
     let ender = {
-        let (stop, pods, admitted) = (stop.clone(), pods.clone(), admitted.clone());
+        let (creator_done, pods, admitted) = (creator_done.clone(), pods.clone(), admitted.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
-            // Runs on after `stop` until every pod it saw is gone and none is left gated.
+            // Runs on after the creator's last pod until every pod is gone and none is left gated.
+            // `done` is read before the list (a quorum read): an empty list then holds every pod
+            // created, even one whose creation was under way when `stop` was set.
             loop {
                 tick.tick().await;
+                let done = creator_done.load(Ordering::SeqCst);
                 let Ok(list) = pods.list(&ListParams::default().labels("load=true")).await else {
                     continue;
                 };
-                if stop.load(Ordering::SeqCst) && list.items.is_empty() {
+                if done && list.items.is_empty() {
                     break;
                 }
                 end_and_delete(&pods, &list.items, &admitted).await;
@@ -383,6 +420,7 @@ async fn story(method: Method) {
     wait_clean_slate(&env).await;
 
     // 1. Install, and wait for the two replicas of the release's image on the real node.
+    let _uninstall_on_failure = UninstallOnFailure;
     install(method).await;
     let first_image = format!("sluice:{}", version());
     wait_rolled_out(&env, &first_image).await;
@@ -595,6 +633,7 @@ async fn deleting_the_namespace_alone_strands_pods_until_sluice_uninstall_recove
     wait_clean_slate(&env).await;
     // With Helm: its release record lives in the namespace and goes with it, as it would for a
     // user; the CRDs it made keep its ownership, so the other stories can install either way.
+    let _uninstall_on_failure = UninstallOnFailure;
     install(Method::Helm).await;
     wait_rolled_out(&env, &format!("sluice:{}", version())).await;
     let queue = env.queue("q", json!({"cpu": "1"}), "BestEffortFIFO").await;
